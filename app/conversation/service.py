@@ -1,0 +1,395 @@
+"""The conversation service: what the window and the CLI drive (no Qt here).
+
+It owns one engine and keeps it positioned on some node of some conversation.
+Every operation that produces text (send, edit, regenerate) first moves the
+engine to the parent node (see ``context_sync``), commits the user's message,
+then streams the reply. Nothing is ever overwritten: edits and regenerations
+add siblings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.backend.engine import LlamaEngine
+from app.backend.errors import ContextFullError
+from app.backend.sampling import SamplingParams
+from app.backend.text_stream import Utf8Stream
+from app.conversation import spans
+from app.conversation.context_sync import ContextSync, SyncStats
+from storage import repository
+from storage.db import Database
+from storage.repository import ConversationRecord, NodeRecord, NodeSummary
+
+# How often a reply in progress is written to the database, so that a crash
+# or a kill loses at most this much of it.
+PARTIAL_SAVE_SECONDS = 0.5
+
+TokenCallback = Callable[[str], None]
+StopCheck = Callable[[], bool]
+
+
+class ServiceError(ValueError):
+    """A request that cannot be done as asked (wrong kind of node, ...)."""
+
+
+@dataclass
+class ReplyStats:
+    """Figures of one reply: how the context was reached, and the generation."""
+
+    kept_tokens: int = 0
+    restored_tokens: int = 0
+    reprocessed_tokens: int = 0
+    restore_ms: float = 0.0
+    reprocess_ms: float = 0.0
+    checkpoint_bytes_read: int = 0
+    prompt_tokens: int = 0
+    prompt_ms: float = 0.0
+    generated_tokens: int = 0
+    generate_ms: float = 0.0
+    tokens_per_second: float = 0.0
+    checkpoint_bytes_written: int = 0
+    context_tokens: int = 0
+    n_ctx: int = 0
+    stop_reason: str = ""
+    logits_digest: str = ""
+    fallbacks: list[str] = field(default_factory=list)
+
+    def add_sync(self, sync: SyncStats) -> None:
+        """Include what moving the context to the parent cost."""
+        for name in (
+            "kept_tokens", "restored_tokens", "reprocessed_tokens", "restore_ms",
+            "reprocess_ms", "checkpoint_bytes_read", "checkpoint_bytes_written",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(sync, name))
+        self.fallbacks.extend(sync.fallbacks)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict with times rounded for display."""
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, float):
+                data[key] = round(value, 3)
+        return data
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The outcome of send, edit or regenerate."""
+
+    user_node: int | None
+    assistant_node: int
+    text: str
+    stats: ReplyStats
+
+
+class ConversationService:
+    """Conversations as trees, each node restorable through its checkpoint.
+
+    Parameters
+    ----------
+    db
+        The open database.
+    engine
+        The loaded model, or None for operations that need no model
+        (listing, showing, deleting).
+    """
+
+    def __init__(self, db: Database, engine: LlamaEngine | None = None) -> None:
+        self.db = db
+        self.engine = engine
+        self._sync: ContextSync | None = None
+        self.profile_id: int | None = None
+        if engine is not None:
+            self.profile_id = repository.ensure_profile(
+                db, engine.profile_fingerprint, engine.profile_details
+            )
+            self._sync = ContextSync(db, engine, self.profile_id, self._store_checkpoint)
+
+    # --- reading ----------------------------------------------------------------
+
+    def list_conversations(self, text_filter: str | None = None) -> list[ConversationRecord]:
+        """Conversations, most recent first."""
+        return repository.list_conversations(self.db, text_filter)
+
+    def path(self, node_id: int) -> list[NodeRecord]:
+        """Nodes from the root to ``node_id``."""
+        return repository.get_path(self.db, node_id)
+
+    def tree(self, conversation_id: int) -> list[NodeSummary]:
+        """All nodes of a conversation, parents first."""
+        return repository.tree(self.db, conversation_id, self.profile_id)
+
+    # --- changing the tree --------------------------------------------------------
+
+    def new_conversation(
+        self, system_prompt: str | None = None, title: str | None = None
+    ) -> tuple[int, int]:
+        """Create a conversation; return its id and its root node's id."""
+        conversation, root = repository.create_conversation(self.db, title, system_prompt)
+        if self.engine is not None:
+            spans.ensure_spans(self.db, self.engine, [root])
+        return conversation.id, root.id
+
+    def delete_branch(self, node_id: int) -> int:
+        """Delete a node and everything under it; return the parent's id."""
+        if self._sync is not None and any(n.id == node_id for n in self._sync.loaded):
+            self._sync.forget()
+        return repository.delete_subtree(self.db, node_id)
+
+    # --- moving and generating ----------------------------------------------------
+
+    def restore(self, node_id: int) -> SyncStats:
+        """Put the engine at the end of ``node_id``'s path (e.g. a click on a node)."""
+        engine = self._require_engine()
+        path = spans.ensure_spans(self.db, engine, self.path(node_id))
+        stats = self._move_to(path)
+        repository.set_active_node(self.db, node_id)
+        return stats
+
+    def send(
+        self,
+        parent_id: int,
+        text: str,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        should_stop: StopCheck | None = None,
+    ) -> Reply:
+        """Add a user message under ``parent_id`` (root or assistant) and reply to it."""
+        parent = repository.get_node(self.db, parent_id)
+        if parent.role == "user":
+            raise ServiceError(
+                f"Node {parent_id} is a user message; send continues from an "
+                "assistant reply or the conversation start (regenerate answers a user message)."
+            )
+        return self._add_user_and_reply(parent_id, text, params, on_token, should_stop)
+
+    def edit(
+        self,
+        user_node_id: int,
+        text: str,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        should_stop: StopCheck | None = None,
+    ) -> Reply:
+        """Add an edited copy of a user message as its sibling, and reply to it."""
+        node = repository.get_node(self.db, user_node_id)
+        if node.role != "user" or node.parent_id is None:
+            raise ServiceError(f"Node {user_node_id} is not a user message.")
+        return self._add_user_and_reply(node.parent_id, text, params, on_token, should_stop)
+
+    def regenerate(
+        self,
+        assistant_node_id: int,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        should_stop: StopCheck | None = None,
+    ) -> Reply:
+        """Generate a new reply beside an existing one (a sibling)."""
+        node = repository.get_node(self.db, assistant_node_id)
+        if node.role != "assistant" or node.parent_id is None:
+            raise ServiceError(f"Node {assistant_node_id} is not an assistant reply.")
+        return self.reply(node.parent_id, params, on_token, should_stop)
+
+    def reply(
+        self,
+        user_node_id: int,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        should_stop: StopCheck | None = None,
+    ) -> Reply:
+        """Generate a (new) assistant reply to the user message ``user_node_id``."""
+        engine = self._require_engine()
+        path = spans.ensure_spans(self.db, engine, self.path(user_node_id))
+        if path[-1].role != "user":
+            raise ServiceError(f"Node {user_node_id} is not a user message.")
+        stats = ReplyStats()
+        stats.add_sync(self._move_to(path))
+        return self._generate(path, None, params, stats, on_token, should_stop)
+
+    def _add_user_and_reply(
+        self,
+        parent_id: int,
+        text: str,
+        params: SamplingParams,
+        on_token: TokenCallback | None,
+        should_stop: StopCheck | None,
+    ) -> Reply:
+        engine = self._require_engine()
+        if not text.strip():
+            raise ServiceError("The message is empty.")
+        path = spans.ensure_spans(self.db, engine, self.path(parent_id))
+        tokens = spans.message_tokens(engine, path, "user", text)
+        needed = path[-1].end_pos + len(tokens) + 8
+        if needed > engine.n_ctx:
+            raise ContextFullError(
+                f"This message needs about {needed} tokens of context but the model's "
+                f"context holds {engine.n_ctx}. Shorten it, branch from an earlier "
+                "point, or raise the context size in the settings."
+            )
+        # The user's words are committed before any model work, so nothing they
+        # typed is lost if generation fails or the process dies.
+        user = repository.add_node(
+            self.db, parent_id, "user", text, tokens=tokens,
+            start_pos=path[-1].end_pos, vocab_id=engine.vocab_id,
+        )
+        stats = ReplyStats()
+        stats.add_sync(self._move_to(path))
+        return self._generate(path, user, params, stats, on_token, should_stop)
+
+    def _generate(
+        self,
+        path: list[NodeRecord],
+        user: NodeRecord | None,
+        params: SamplingParams,
+        stats: ReplyStats,
+        on_token: TokenCallback | None,
+        should_stop: StopCheck | None,
+    ) -> Reply:
+        engine = self._require_engine()
+        sync = self._sync
+        assert sync is not None
+        params = params.with_seed()
+        prompt_started = time.perf_counter()
+        if user is not None:
+            chunks = engine.decode(user.tokens)
+            user = repository.update_node(self.db, user.id, chunks=chunks)
+            sync.append(user)
+            stats.prompt_tokens += len(user.tokens)
+            stats.checkpoint_bytes_written += self._store_checkpoint(
+                user, engine.capture(user.start_pos, user.end_pos)
+            )
+            path = [*path, user]
+        header = spans.assistant_header_tokens(engine, path)
+        start = engine.n_past
+        footer = engine.tokenize(engine.chat_format.footer)
+        engine.decode(header, [len(header)])
+        stats.prompt_tokens += len(header)
+        stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
+        stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
+
+        generation = {"params": params.as_dict(), "model": engine.info.name}
+        reply = repository.add_node(
+            self.db, path[-1].id, "assistant", "", tokens=header, start_pos=start,
+            chunks=[len(header)], vocab_id=engine.vocab_id, status="generating",
+            generation=generation,
+        )
+        history = [t for node in path for t in node.tokens] + header
+        sampled: list[int] = []
+        text_stream = Utf8Stream()
+        text_parts: list[str] = []
+        pending: list[int] = []  # sampled but not yet decoded
+        stop_reason = "max_tokens"
+        gen_started = time.perf_counter()
+        last_save = gen_started
+        # Room to close the turn must remain in the context.
+        room = engine.n_ctx - len(footer) - 1
+        with engine.sampler(params, history) as sampler:
+            while True:
+                if should_stop is not None and should_stop():
+                    stop_reason = "stopped"
+                    break
+                if engine.n_past >= room:
+                    stop_reason = "context_full"
+                    break
+                token = engine.sample(sampler)
+                if engine.is_end_of_generation(token):
+                    stop_reason = "end_of_turn"
+                    if engine.token_text(token) and engine.chat_format.footer.startswith(
+                        engine.token_text(token)
+                    ):
+                        pending.append(token)
+                    break
+                sampled.append(token)
+                piece = text_stream.push(engine.token_bytes(token))
+                if piece:
+                    text_parts.append(piece)
+                    if on_token is not None:
+                        on_token(piece)
+                if len(sampled) >= params.max_tokens:
+                    pending.append(token)
+                    break
+                engine.decode([token], [1])
+                now = time.perf_counter()
+                if now - last_save >= PARTIAL_SAVE_SECONDS:
+                    last_save = now
+                    repository.update_node(
+                        self.db, reply.id, text="".join(text_parts),
+                        tokens=[*header, *sampled], chunks=[len(header)] + [1] * len(sampled),
+                    )
+        tail = text_stream.flush()
+        if tail:
+            text_parts.append(tail)
+            if on_token is not None:
+                on_token(tail)
+        stats.generate_ms = (time.perf_counter() - gen_started) * 1000
+        stats.generated_tokens = len(sampled)
+        if stats.generate_ms > 0:
+            stats.tokens_per_second = len(sampled) / (stats.generate_ms / 1000)
+
+        # Close the turn so the next message starts on a clean context: decode
+        # what was sampled but not yet decoded, then the template's footer (minus
+        # the end-of-turn marker when the model produced it itself).
+        footer_text = engine.chat_format.footer
+        ended_by_model = bool(pending) and engine.is_end_of_generation(pending[-1])
+        if ended_by_model:
+            footer_text = footer_text[len(engine.token_text(pending[-1])) :]
+        closing = [*pending, *(engine.tokenize(footer_text) if footer_text else [])]
+        decoded_sampled = sampled if ended_by_model or not pending else sampled[:-1]
+        chunks = [len(header)] + [1] * len(decoded_sampled)
+        if closing:
+            engine.decode(closing, [len(closing)])
+            chunks.append(len(closing))
+        span = [*header, *decoded_sampled, *closing]
+        text = "".join(text_parts)
+        generation.update(
+            stop_reason=stop_reason,
+            generated_tokens=len(sampled),
+            tokens_per_second=round(stats.tokens_per_second, 2),
+        )
+        reply = repository.update_node(
+            self.db, reply.id, text=text, tokens=span, chunks=chunks,
+            status="stopped" if stop_reason == "stopped" else "complete",
+            generation=generation,
+        )
+        sync.append(reply)
+        stats.checkpoint_bytes_written += self._store_checkpoint(
+            reply, engine.capture(reply.start_pos, reply.end_pos)
+        )
+        stats.stop_reason = stop_reason
+        stats.context_tokens = engine.n_past
+        stats.n_ctx = engine.n_ctx
+        return Reply(
+            user_node=user.id if user is not None else None,
+            assistant_node=reply.id,
+            text=text,
+            stats=stats,
+        )
+
+    # --- internals ------------------------------------------------------------------
+
+    def _require_engine(self) -> LlamaEngine:
+        if self.engine is None or self._sync is None:
+            raise ServiceError("No model is loaded.")
+        return self.engine
+
+    def _move_to(self, path: list[NodeRecord]) -> SyncStats:
+        assert self._sync is not None
+        try:
+            return self._sync.move_to(path)
+        except Exception:
+            # A failed decode leaves the context somewhere unknown; start clean
+            # next time rather than trust it.
+            self._sync.forget()
+            raise
+
+    def _store_checkpoint(self, node: NodeRecord, data: bytes) -> int:
+        assert self.engine is not None and self.profile_id is not None
+        return repository.save_checkpoint(
+            self.db, node.id, self.profile_id, self.engine.state_kind,
+            node.start_pos, node.end_pos, data,
+        )

@@ -1,0 +1,134 @@
+"""ORM tables: conversations, nodes, backend profiles and checkpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    """Return the current time, timezone-aware in UTC."""
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every Arbor table."""
+
+
+class Conversation(Base):
+    """A conversation: one tree of nodes under a single root."""
+
+    __tablename__ = "conversation"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    title: Mapped[str] = mapped_column(String(200), default="New conversation")
+    system_prompt: Mapped[str | None] = mapped_column(Text)
+    # The node the user last worked on: where the window reopens.
+    active_node_id: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class Node(Base):
+    """One message of the tree and the exact tokens it appended to the context.
+
+    ``tokens`` is the node's span (template markup + content) as little-endian
+    int32 ids; ``start_pos`` is its first position. ``chunks`` records the batch
+    sizes the span was decoded in, so reprocessing can replay the same batch
+    boundaries and reproduce the same KV bytes. ``vocab_id`` names the tokenizer
+    the span belongs to: a span made by another model's tokenizer is re-rendered.
+    """
+
+    __tablename__ = "node"
+    __table_args__ = (Index("ix_node_conversation_parent", "conversation_id", "parent_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversation.id", ondelete="CASCADE")
+    )
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("node.id", ondelete="CASCADE")
+    )
+    role: Mapped[str] = mapped_column(String(16))  # root | user | assistant
+    text: Mapped[str] = mapped_column(Text, default="")
+    tokens: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    n_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    start_pos: Mapped[int] = mapped_column(Integer, default=0)
+    chunks: Mapped[list[int]] = mapped_column(JSON, default=list)
+    vocab_id: Mapped[str | None] = mapped_column(String(64))
+    # generating | complete | stopped | interrupted (killed mid-reply)
+    status: Mapped[str] = mapped_column(String(16), default="complete")
+    generation: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BackendProfile(Base):
+    """A backend configuration whose KV state is interchangeable.
+
+    ``fingerprint`` hashes the model file's content identity, n_ctx, KV cache
+    types, flash attention and the llama.cpp build; ``details`` keeps them
+    readable.
+    """
+
+    __tablename__ = "backend_profile"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Checkpoint(Base):
+    """Metadata of a node's saved KV state; the bytes live in CheckpointBlob.
+
+    kind ``delta`` holds only the cells of the node's own span;
+    kind ``full`` holds the whole sequence state at the end of the node (models
+    whose state cannot be split per token).
+    """
+
+    __tablename__ = "checkpoint"
+    __table_args__ = (Index("ix_checkpoint_node_profile", "node_id", "profile_id", unique=True),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))
+    profile_id: Mapped[int] = mapped_column(
+        ForeignKey("backend_profile.id", ondelete="CASCADE")
+    )
+    kind: Mapped[str] = mapped_column(String(8))
+    start_pos: Mapped[int] = mapped_column(Integer)
+    end_pos: Mapped[int] = mapped_column(Integer)
+    byte_size: Mapped[int] = mapped_column(Integer)
+    checksum: Mapped[str] = mapped_column(String(64))  # sha256 hex of the blob
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class CheckpointBlob(Base):
+    """The serialized llama.cpp sequence state of one checkpoint."""
+
+    __tablename__ = "checkpoint_blob"
+
+    checkpoint_id: Mapped[int] = mapped_column(
+        ForeignKey("checkpoint.id", ondelete="CASCADE"), primary_key=True
+    )
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Setting(Base):
+    """A persisted preference: one JSON value per key."""
+
+    __tablename__ = "setting"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON)

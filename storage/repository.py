@@ -1,0 +1,519 @@
+"""Repository functions: every read and write of Arbor's data, one transaction each.
+
+They take a ``Database`` and return plain frozen dataclasses, never live ORM
+objects, so callers on any thread can hold them safely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from storage.db import Database
+from storage.errors import NotFound
+from storage.models import (
+    BackendProfile,
+    Checkpoint,
+    CheckpointBlob,
+    Conversation,
+    Node,
+    Setting,
+    utcnow,
+)
+
+
+# --- records -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    """A conversation with the figures a list shows."""
+
+    id: int
+    title: str
+    system_prompt: str | None
+    active_node_id: int | None
+    created_at: datetime
+    updated_at: datetime
+    node_count: int = 0
+    checkpoint_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A node with its token span."""
+
+    id: int
+    conversation_id: int
+    parent_id: int | None
+    role: str
+    text: str
+    tokens: tuple[int, ...]
+    start_pos: int
+    chunks: tuple[int, ...]
+    vocab_id: str | None
+    status: str
+    generation: dict[str, Any] | None
+    created_at: datetime
+
+    @property
+    def end_pos(self) -> int:
+        """Position just past this node's span."""
+        return self.start_pos + len(self.tokens)
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """A node as a tree view lists it: no tokens, no blob."""
+
+    id: int
+    parent_id: int | None
+    role: str
+    text: str
+    n_tokens: int
+    status: str
+    checkpoint_bytes: int
+    created_at: datetime
+    generation: dict[str, Any] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint read back for restoring, with its checksum unverified."""
+
+    node_id: int
+    kind: str
+    start_pos: int
+    end_pos: int
+    checksum: str
+    data: bytes
+
+    def is_intact(self) -> bool:
+        """Whether the bytes still match the checksum written with them."""
+        return hashlib.sha256(self.data).hexdigest() == self.checksum
+
+
+def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
+    """Serialize token ids as little-endian int32."""
+    packed = array("i", tokens)
+    if packed.itemsize != 4:  # pragma: no cover - every supported platform has 4
+        raise RuntimeError("int32 arrays are required")
+    return packed.tobytes()
+
+
+def unpack_tokens(data: bytes) -> tuple[int, ...]:
+    """Inverse of ``pack_tokens``."""
+    return tuple(array("i", data))
+
+
+def _node_record(node: Node) -> NodeRecord:
+    return NodeRecord(
+        id=node.id,
+        conversation_id=node.conversation_id,
+        parent_id=node.parent_id,
+        role=node.role,
+        text=node.text,
+        tokens=unpack_tokens(node.tokens),
+        start_pos=node.start_pos,
+        chunks=tuple(node.chunks or ()),
+        vocab_id=node.vocab_id,
+        status=node.status,
+        generation=node.generation,
+        created_at=node.created_at,
+    )
+
+
+def _conversation_record(conv: Conversation, nodes: int = 0, size: int = 0) -> ConversationRecord:
+    return ConversationRecord(
+        id=conv.id,
+        title=conv.title,
+        system_prompt=conv.system_prompt,
+        active_node_id=conv.active_node_id,
+        created_at=conv.created_at,
+        updated_at=conv.updated_at,
+        node_count=nodes,
+        checkpoint_bytes=size,
+    )
+
+
+# --- conversations --------------------------------------------------------------
+
+
+def create_conversation(
+    db: Database, title: str | None, system_prompt: str | None
+) -> tuple[ConversationRecord, NodeRecord]:
+    """Create a conversation and its root node (the root's span is rendered later)."""
+    with db.transaction() as s:
+        conv = Conversation(title=title or "New conversation", system_prompt=system_prompt)
+        s.add(conv)
+        s.flush()
+        root = Node(conversation_id=conv.id, role="root", text=system_prompt or "", chunks=[])
+        s.add(root)
+        s.flush()
+        conv.active_node_id = root.id
+        return _conversation_record(conv), _node_record(root)
+
+
+def list_conversations(db: Database, text_filter: str | None = None) -> list[ConversationRecord]:
+    """Conversations, most recently updated first, optionally filtered by text.
+
+    The filter matches the title or any message text, case-insensitively.
+    """
+    with db.transaction() as s:
+        counts = (
+            select(Node.conversation_id, func.count(Node.id).label("n"))
+            .group_by(Node.conversation_id)
+            .subquery()
+        )
+        sizes = (
+            select(Node.conversation_id, func.sum(Checkpoint.byte_size).label("b"))
+            .join(Checkpoint, Checkpoint.node_id == Node.id)
+            .group_by(Node.conversation_id)
+            .subquery()
+        )
+        query = (
+            select(Conversation, counts.c.n, sizes.c.b)
+            .outerjoin(counts, counts.c.conversation_id == Conversation.id)
+            .outerjoin(sizes, sizes.c.conversation_id == Conversation.id)
+            .order_by(Conversation.updated_at.desc(), Conversation.id.desc())
+        )
+        if text_filter:
+            pattern = f"%{text_filter}%"
+            matching = select(Node.conversation_id).where(Node.text.ilike(pattern))
+            query = query.where(
+                Conversation.title.ilike(pattern) | Conversation.id.in_(matching)
+            )
+        return [_conversation_record(c, n or 0, b or 0) for c, n, b in s.execute(query)]
+
+
+def get_conversation(db: Database, conversation_id: int) -> ConversationRecord:
+    """Return one conversation; raises ``NotFound``."""
+    with db.transaction() as s:
+        return _conversation_record(_get(s, Conversation, conversation_id))
+
+
+def rename_conversation(db: Database, conversation_id: int, title: str) -> None:
+    """Change a conversation's title."""
+    with db.transaction() as s:
+        _get(s, Conversation, conversation_id).title = title
+
+
+def delete_conversation(db: Database, conversation_id: int) -> None:
+    """Delete a conversation with all its nodes and checkpoints."""
+    with db.transaction() as s:
+        s.delete(_get(s, Conversation, conversation_id))
+
+
+def set_active_node(db: Database, node_id: int) -> None:
+    """Remember ``node_id`` as where its conversation continues."""
+    with db.transaction() as s:
+        node = _get(s, Node, node_id)
+        conv = _get(s, Conversation, node.conversation_id)
+        conv.active_node_id = node.id
+        conv.updated_at = utcnow()
+
+
+# --- nodes ------------------------------------------------------------------------
+
+
+def add_node(
+    db: Database,
+    parent_id: int,
+    role: str,
+    text: str,
+    *,
+    tokens: list[int] | tuple[int, ...] = (),
+    start_pos: int = 0,
+    chunks: list[int] | tuple[int, ...] = (),
+    vocab_id: str | None = None,
+    status: str = "complete",
+    generation: dict[str, Any] | None = None,
+) -> NodeRecord:
+    """Add a child of ``parent_id`` and make it its conversation's active node."""
+    with db.transaction() as s:
+        parent = _get(s, Node, parent_id)
+        node = Node(
+            conversation_id=parent.conversation_id,
+            parent_id=parent.id,
+            role=role,
+            text=text,
+            tokens=pack_tokens(tokens),
+            n_tokens=len(tokens),
+            start_pos=start_pos,
+            chunks=list(chunks),
+            vocab_id=vocab_id,
+            status=status,
+            generation=generation,
+        )
+        s.add(node)
+        s.flush()
+        conv = _get(s, Conversation, parent.conversation_id)
+        conv.active_node_id = node.id
+        conv.updated_at = utcnow()
+        return _node_record(node)
+
+
+def update_node(db: Database, node_id: int, **changes: Any) -> NodeRecord:
+    """Change fields of a node; ``tokens`` may be given as a list of ids."""
+    with db.transaction() as s:
+        node = _get(s, Node, node_id)
+        if "tokens" in changes:
+            tokens = changes.pop("tokens")
+            node.tokens = pack_tokens(tokens)
+            node.n_tokens = len(tokens)
+        if "chunks" in changes:
+            changes["chunks"] = list(changes["chunks"])
+        for name, value in changes.items():
+            setattr(node, name, value)
+        return _node_record(node)
+
+
+def get_node(db: Database, node_id: int) -> NodeRecord:
+    """Return one node; raises ``NotFound``."""
+    with db.transaction() as s:
+        return _node_record(_get(s, Node, node_id))
+
+
+def get_path(db: Database, node_id: int) -> list[NodeRecord]:
+    """Return the nodes from the root down to ``node_id``; raises ``NotFound``."""
+    with db.transaction() as s:
+        ancestors = (
+            select(Node.id, Node.parent_id, func.cast(0, Node.id.type).label("depth"))
+            .where(Node.id == node_id)
+            .cte("ancestors", recursive=True)
+        )
+        ancestors = ancestors.union_all(
+            select(Node.id, Node.parent_id, (ancestors.c.depth + 1)).join(
+                ancestors, Node.id == ancestors.c.parent_id
+            )
+        )
+        rows = s.execute(
+            select(Node).join(ancestors, Node.id == ancestors.c.id).order_by(ancestors.c.depth.desc())
+        ).scalars()
+        path = [_node_record(n) for n in rows]
+        if not path:
+            raise NotFound(f"No node with id {node_id}.")
+        return path
+
+
+def get_children(db: Database, node_id: int) -> list[NodeRecord]:
+    """Children of a node, oldest first."""
+    with db.transaction() as s:
+        rows = s.execute(select(Node).where(Node.parent_id == node_id).order_by(Node.id)).scalars()
+        return [_node_record(n) for n in rows]
+
+
+def tree(db: Database, conversation_id: int, profile_id: int | None = None) -> list[NodeSummary]:
+    """Every node of a conversation, parents before children, without token data.
+
+    ``checkpoint_bytes`` counts the checkpoints of ``profile_id`` (all profiles
+    when None).
+    """
+    with db.transaction() as s:
+        _get(s, Conversation, conversation_id)
+        sizes = select(Checkpoint.node_id, func.sum(Checkpoint.byte_size).label("b"))
+        if profile_id is not None:
+            sizes = sizes.where(Checkpoint.profile_id == profile_id)
+        sizes_q = sizes.group_by(Checkpoint.node_id).subquery()
+        rows = s.execute(
+            select(
+                Node.id, Node.parent_id, Node.role, Node.text, Node.n_tokens,
+                Node.status, Node.created_at, Node.generation, sizes_q.c.b,
+            )
+            .outerjoin(sizes_q, sizes_q.c.node_id == Node.id)
+            .where(Node.conversation_id == conversation_id)
+            .order_by(Node.id)
+        )
+        return [
+            NodeSummary(
+                id=r.id, parent_id=r.parent_id, role=r.role, text=r.text,
+                n_tokens=r.n_tokens, status=r.status, checkpoint_bytes=r.b or 0,
+                created_at=r.created_at, generation=r.generation,
+            )
+            for r in rows
+        ]
+
+
+def delete_subtree(db: Database, node_id: int) -> int:
+    """Delete a node, its descendants and their checkpoints; return the parent id.
+
+    The root cannot be deleted (delete the conversation instead). If the active
+    node was inside the subtree, the parent becomes active.
+    """
+    with db.transaction() as s:
+        node = _get(s, Node, node_id)
+        if node.parent_id is None:
+            raise ValueError("The root of a conversation cannot be deleted.")
+        parent_id = node.parent_id
+        conv = _get(s, Conversation, node.conversation_id)
+        s.delete(node)
+        s.flush()
+        if conv.active_node_id is not None and s.get(Node, conv.active_node_id) is None:
+            conv.active_node_id = parent_id
+        conv.updated_at = utcnow()
+        return parent_id
+
+
+def mark_interrupted_generations(db: Database) -> int:
+    """Mark replies left 'generating' by a killed process as 'interrupted'."""
+    with db.transaction() as s:
+        result = s.execute(
+            update(Node).where(Node.status == "generating").values(status="interrupted")
+        )
+        return result.rowcount or 0
+
+
+# --- profiles and checkpoints -----------------------------------------------------
+
+
+def ensure_profile(db: Database, fingerprint: str, details: dict[str, Any]) -> int:
+    """Return the id of the backend profile ``fingerprint``, creating it if new."""
+    with db.transaction() as s:
+        existing = s.execute(
+            select(BackendProfile.id).where(BackendProfile.fingerprint == fingerprint)
+        ).scalar_one_or_none()
+        if existing is not None:
+            return existing
+        profile = BackendProfile(fingerprint=fingerprint, details=details)
+        s.add(profile)
+        s.flush()
+        return profile.id
+
+
+def save_checkpoint(
+    db: Database,
+    node_id: int,
+    profile_id: int,
+    kind: str,
+    start_pos: int,
+    end_pos: int,
+    data: bytes,
+) -> int:
+    """Store (or replace) the checkpoint of ``node_id`` for ``profile_id``.
+
+    Returns the number of bytes stored.
+    """
+    checksum = hashlib.sha256(data).hexdigest()
+    with db.transaction() as s:
+        s.execute(
+            delete(Checkpoint).where(
+                Checkpoint.node_id == node_id, Checkpoint.profile_id == profile_id
+            )
+        )
+        checkpoint = Checkpoint(
+            node_id=node_id, profile_id=profile_id, kind=kind, start_pos=start_pos,
+            end_pos=end_pos, byte_size=len(data), checksum=checksum,
+        )
+        s.add(checkpoint)
+        s.flush()
+        s.add(CheckpointBlob(checkpoint_id=checkpoint.id, data=data))
+        return len(data)
+
+
+def checkpointed_nodes(db: Database, node_ids: list[int], profile_id: int) -> dict[int, int]:
+    """Map each of ``node_ids`` that has a checkpoint for the profile to its size."""
+    with db.transaction() as s:
+        rows = s.execute(
+            select(Checkpoint.node_id, Checkpoint.byte_size).where(
+                Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id
+            )
+        )
+        return {r.node_id: r.byte_size for r in rows}
+
+
+def load_checkpoint(db: Database, node_id: int, profile_id: int) -> StoredCheckpoint | None:
+    """Read a node's checkpoint for the profile and mark it recently used."""
+    with db.transaction() as s:
+        row = s.execute(
+            select(Checkpoint, CheckpointBlob.data)
+            .join(CheckpointBlob, CheckpointBlob.checkpoint_id == Checkpoint.id)
+            .where(Checkpoint.node_id == node_id, Checkpoint.profile_id == profile_id)
+        ).first()
+        if row is None:
+            return None
+        checkpoint, data = row
+        checkpoint.last_used_at = utcnow()
+        return StoredCheckpoint(
+            node_id=node_id, kind=checkpoint.kind, start_pos=checkpoint.start_pos,
+            end_pos=checkpoint.end_pos, checksum=checkpoint.checksum, data=data,
+        )
+
+
+def delete_checkpoints(
+    db: Database, node_ids: list[int] | None = None, conversation_id: int | None = None
+) -> int:
+    """Delete checkpoints of some nodes, of one conversation, or all; return bytes freed.
+
+    Messages are never touched: a node without a checkpoint is rebuilt from its
+    tokens when needed.
+    """
+    with db.transaction() as s:
+        query = select(Checkpoint.id, Checkpoint.byte_size)
+        if node_ids is not None:
+            query = query.where(Checkpoint.node_id.in_(node_ids))
+        if conversation_id is not None:
+            query = query.join(Node, Node.id == Checkpoint.node_id).where(
+                Node.conversation_id == conversation_id
+            )
+        rows = s.execute(query).all()
+        ids = [r.id for r in rows]
+        if ids:
+            s.execute(delete(Checkpoint).where(Checkpoint.id.in_(ids)))
+        return sum(r.byte_size for r in rows)
+
+
+def total_checkpoint_bytes(db: Database) -> int:
+    """Bytes of all stored checkpoints."""
+    with db.transaction() as s:
+        return int(s.execute(select(func.coalesce(func.sum(Checkpoint.byte_size), 0))).scalar_one())
+
+
+def evict_checkpoints(db: Database, budget_bytes: int) -> int:
+    """Delete least-recently-used checkpoints until the total fits the budget.
+
+    Returns the bytes freed.
+    """
+    with db.transaction() as s:
+        total = int(s.execute(select(func.coalesce(func.sum(Checkpoint.byte_size), 0))).scalar_one())
+        if total <= budget_bytes:
+            return 0
+        freed = 0
+        victims = []
+        for cid, size in s.execute(
+            select(Checkpoint.id, Checkpoint.byte_size).order_by(Checkpoint.last_used_at, Checkpoint.id)
+        ):
+            if total - freed <= budget_bytes:
+                break
+            victims.append(cid)
+            freed += size
+        s.execute(delete(Checkpoint).where(Checkpoint.id.in_(victims)))
+        return freed
+
+
+# --- settings ---------------------------------------------------------------------
+
+
+def get_setting(db: Database, key: str, default: Any = None) -> Any:
+    """Return a stored preference, or ``default``."""
+    with db.transaction() as s:
+        row = s.get(Setting, key)
+        return default if row is None else row.value
+
+
+def set_setting(db: Database, key: str, value: Any) -> None:
+    """Store a preference (any JSON value)."""
+    with db.transaction() as s:
+        s.merge(Setting(key=key, value=value))
+
+
+def _get(session: Session, model: type, ident: int) -> Any:
+    obj = session.get(model, ident)
+    if obj is None:
+        raise NotFound(f"No {model.__name__.lower()} with id {ident}.")
+    return obj

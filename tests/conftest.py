@@ -1,0 +1,73 @@
+"""Shared fixtures: the tiny generated model, a fresh data folder per test, CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tiny_model import write_tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Path of the tiny random-weight llama GGUF (generated once per session)."""
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def other_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second tiny model with different weights (same shapes and vocab)."""
+    return write_tiny_model(tmp_path_factory.mktemp("models2") / "tiny-other.gguf", seed=99)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A fresh, empty data folder for one test."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    return folder
+
+
+class CliResult:
+    """Exit status and output of one ``arbor`` process."""
+
+    def __init__(self, completed: subprocess.CompletedProcess[str]) -> None:
+        self.returncode = completed.returncode
+        self.stdout = completed.stdout
+        self.stderr = completed.stderr
+
+    @property
+    def json(self) -> Any:
+        """The JSON the command printed."""
+        assert self.returncode == 0, self.stderr
+        return json.loads(self.stdout)
+
+
+def run_cli(*args: str | os.PathLike[str], timeout: float = 120) -> CliResult:
+    """Run ``python -m app ARGS`` in a new process, as a user would."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "app", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )
+    return CliResult(completed)
+
+
+@pytest.fixture
+def arbor(data_dir: Path, tiny_model: Path):
+    """Run the CLI on the test's data folder and the tiny model; returns parsed JSON."""
+
+    def call(*args: str | int, model: Path | None = None, extra: tuple[str, ...] = ()) -> Any:
+        result = run_cli(
+            "--data-dir", data_dir, "--model", model or tiny_model, *extra, *map(str, args)
+        )
+        return result.json
+
+    return call
