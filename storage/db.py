@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,8 +45,11 @@ class Database:
         self.engine.dispose()
 
 
-def open_database(path: Path) -> Database:
+def open_database(path: Path, busy_timeout_ms: int = 5000) -> Database:
     """Open (creating or upgrading) the Arbor database at ``path``.
+
+    ``busy_timeout_ms`` is how long a write waits for another process's lock
+    before giving up with ``StorageUnavailable``.
 
     Raises ``StorageUnavailable`` if it cannot be used, e.g. it was written by a
     newer Arbor, is not a database, or its folder is not writable.
@@ -55,14 +59,17 @@ def open_database(path: Path) -> Database:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorageUnavailable(f"Cannot create the data folder {path.parent}: {exc.strerror}.") from exc
+    migrations.refuse_newer(path)
     engine = create_engine(f"sqlite:///{path}")
-    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "connect", functools.partial(_on_connect, busy_timeout_ms))
     with translate_errors(path):
         migrations.upgrade(engine, path)
     return Database(path, engine)
 
 
-def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+def _on_connect(
+    busy_timeout_ms: int, dbapi_connection: sqlite3.Connection, _record: object
+) -> None:
     # Foreign keys are off by default in SQLite; cascades rely on them. WAL keeps
     # readers (the UI) unblocked while the worker writes, and with
     # synchronous=NORMAL a crash can lose the last commit but never corrupts.
@@ -70,7 +77,7 @@ def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     cursor.close()
 
 

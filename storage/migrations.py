@@ -7,6 +7,7 @@ untouched rather than damaged.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -28,17 +29,32 @@ def read_version(connection: Connection) -> int:
     return int(connection.execute(text("PRAGMA user_version")).scalar_one())
 
 
-def upgrade(engine: Engine, path: Path) -> None:
-    """Create or upgrade the schema of the database at ``path``."""
-    with engine.connect() as connection:
-        version = read_version(connection)
-        has_tables = bool(inspect(connection).get_table_names())
+def refuse_newer(path: Path) -> None:
+    """Raise ``StorageUnavailable`` if ``path`` holds a schema newer than ours.
+
+    Checked read-only before anything else opens the file, so that not even
+    the switch to WAL journaling touches a database we cannot understand.
+    """
+    if not path.exists():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as con:
+            version = int(con.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.DatabaseError as exc:
+        raise StorageUnavailable(f"{path} is not an Arbor database, or it is corrupt.") from exc
     if version > SCHEMA_VERSION:
         raise StorageUnavailable(
             f"{path} was written by a newer version of Arbor (schema {version}; this "
             f"version understands up to {SCHEMA_VERSION}). Update Arbor to open it; "
             "the file was not changed."
         )
+
+
+def upgrade(engine: Engine, path: Path) -> None:
+    """Create or upgrade the schema of the database at ``path``."""
+    with engine.connect() as connection:
+        version = read_version(connection)
+        has_tables = bool(inspect(connection).get_table_names())
     if version == 0 and not has_tables:
         with engine.begin() as connection:
             Base.metadata.create_all(connection)

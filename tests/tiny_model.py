@@ -81,7 +81,12 @@ def write_tiny_model(path: Path, seed: int = 1234, n_layer: int = N_LAYER) -> Pa
 
     writer.add_tensor("token_embd.weight", weight(n_vocab, N_EMBD, scale=1.0))
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    writer.add_tensor("output.weight", weight(n_vocab, N_EMBD))
+    output = weight(n_vocab, N_EMBD)
+    # Zero logits for </s> and <|im_end|>: random logits of the other tokens
+    # always beat them under greedy decoding, so greedy replies run to
+    # max_tokens (long generations on demand); sampling still ends turns.
+    output[[2, 4]] = 0.0
+    writer.add_tensor("output.weight", output)
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.attn_q.weight", weight(N_EMBD, N_EMBD))

@@ -1,0 +1,123 @@
+"""The SQLite layer on real files: schema, pragmas, refusals, cascades, eviction."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from storage import repository
+from storage.db import open_database
+from storage.errors import NotFound, StorageUnavailable
+from storage.migrations import SCHEMA_VERSION
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    database = open_database(tmp_path / "arbor.sqlite3", busy_timeout_ms=200)
+    yield database
+    database.close()
+
+
+def _chain(db, length: int) -> list[int]:
+    _conv, root = repository.create_conversation(db, "t", None)
+    ids = [root.id]
+    for i in range(length):
+        role = "user" if i % 2 == 0 else "assistant"
+        ids.append(repository.add_node(db, ids[-1], role, f"m{i}", tokens=[i, i + 1]).id)
+    return ids
+
+
+def test_new_database_has_schema_wal_and_foreign_keys(db):
+    with db.engine.connect() as con:
+        raw = con.connection.dbapi_connection
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_foreign_file_is_refused_untouched(tmp_path: Path):
+    junk = tmp_path / "junk.sqlite3"
+    junk.write_bytes(b"definitely not sqlite" * 100)
+    with pytest.raises(StorageUnavailable, match="not an Arbor database"):
+        open_database(junk)
+    assert junk.read_bytes() == b"definitely not sqlite" * 100
+
+    other_app = tmp_path / "other.sqlite3"
+    with sqlite3.connect(other_app) as con:
+        con.execute("CREATE TABLE contacts (name)")
+    with pytest.raises(StorageUnavailable, match="not an Arbor database"):
+        open_database(other_app)
+
+
+def test_locked_database_gives_a_readable_error(db, tmp_path: Path):
+    _conv, root = repository.create_conversation(db, "t", None)
+    blocker = sqlite3.connect(tmp_path / "arbor.sqlite3")
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StorageUnavailable, match="locked"):
+            repository.add_node(db, root.id, "user", "hello")
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert repository.add_node(db, root.id, "user", "hello").text == "hello"
+
+
+def test_path_is_root_first_and_tokens_round_trip(db):
+    ids = _chain(db, 5)
+    path = repository.get_path(db, ids[-1])
+    assert [n.id for n in path] == ids
+    assert path[-1].tokens == (4, 5)
+    with pytest.raises(NotFound):
+        repository.get_path(db, 12345)
+
+
+def test_deleting_a_subtree_cascades_to_checkpoints(db):
+    ids = _chain(db, 4)
+    profile = repository.ensure_profile(db, "fp", {"n_ctx": 1})
+    for node in ids:
+        repository.save_checkpoint(db, node, profile, "delta", 0, 2, b"x" * 100)
+    repository.delete_subtree(db, ids[2])
+    assert repository.total_checkpoint_bytes(db) == 200
+    with db.engine.connect() as con:
+        raw = con.connection.dbapi_connection
+        assert raw.execute("SELECT count(*) FROM checkpoint_blob").fetchone()[0] == 2
+    assert repository.get_conversation(db, repository.get_node(db, ids[0]).conversation_id).active_node_id == ids[1]
+    with pytest.raises(ValueError, match="root"):
+        repository.delete_subtree(db, ids[0])
+
+
+def test_checksum_detects_flipped_bytes(db):
+    ids = _chain(db, 1)
+    profile = repository.ensure_profile(db, "fp", {})
+    repository.save_checkpoint(db, ids[1], profile, "delta", 0, 2, bytes(range(200)))
+    stored = repository.load_checkpoint(db, ids[1], profile)
+    assert stored is not None and stored.is_intact()
+    with db.engine.begin() as con:
+        con.exec_driver_sql("UPDATE checkpoint_blob SET data = ?", (bytes(199) + b"\x01",))
+    assert not repository.load_checkpoint(db, ids[1], profile).is_intact()
+    assert repository.load_checkpoint(db, ids[1], profile + 1) is None
+
+
+def test_eviction_drops_least_recently_used_and_keeps_messages(db):
+    ids = _chain(db, 4)
+    profile = repository.ensure_profile(db, "fp", {})
+    for node in ids:
+        repository.save_checkpoint(db, node, profile, "delta", 0, 2, b"x" * 1000)
+    repository.load_checkpoint(db, ids[0], profile)  # the root was used last
+    freed = repository.evict_checkpoints(db, budget_bytes=2500)
+    assert freed == 3000
+    assert repository.total_checkpoint_bytes(db) == 2000
+    remaining = repository.checkpointed_nodes(db, ids, profile)
+    assert ids[0] in remaining
+    assert [n.text for n in repository.get_path(db, ids[-1])][1:] == ["m0", "m1", "m2", "m3"]
+
+
+def test_filter_matches_titles_and_messages(db):
+    first, root = repository.create_conversation(db, "Gardening", None)
+    second, root2 = repository.create_conversation(db, "Cooking", None)
+    repository.add_node(db, root2.id, "user", "How do I prune an apple tree?")
+    assert [c.id for c in repository.list_conversations(db, "garden")] == [first.id]
+    assert [c.id for c in repository.list_conversations(db, "APPLE")] == [second.id]
+    assert [c.id for c in repository.list_conversations(db)] == [second.id, first.id]

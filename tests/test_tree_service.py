@@ -1,0 +1,133 @@
+"""The conversation tree through the real stack: branching, storage growth, deletion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.backend.engine import LlamaEngine
+from app.backend.errors import ContextFullError
+from app.backend.sampling import SamplingParams
+from app.backend.settings import BackendSettings
+from app.conversation.service import ConversationService, ServiceError
+from storage import repository
+from storage.db import open_database
+
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
+
+
+@pytest.fixture
+def service(tmp_path: Path, tiny_model: Path):
+    db = open_database(tmp_path / "arbor.sqlite3")
+    with LlamaEngine(tiny_model, BackendSettings(n_ctx=4096)) as engine:
+        yield ConversationService(db, engine)
+    db.close()
+
+
+def _ids(service: ConversationService, conversation: int) -> dict[int, int | None]:
+    return {n.id: n.parent_id for n in service.tree(conversation)}
+
+
+def test_edit_and_regenerate_add_siblings_and_erase_nothing(service):
+    conv, root = service.new_conversation("Be kind.")
+    first = service.send(root, "Hello", GREEDY)
+    before = service.tree(conv)
+
+    regenerated = service.regenerate(first.assistant_node, SamplingParams(seed=3, max_tokens=12))
+    edited = service.edit(first.user_node, "Hello again", GREEDY)
+
+    after = {n.id: n for n in service.tree(conv)}
+    assert all(n.id in after and after[n.id].text == n.text for n in before)
+    assert after[regenerated.assistant_node].parent_id == first.user_node
+    assert regenerated.user_node is None
+    assert after[edited.user_node].parent_id == root
+    assert after[edited.user_node].text == "Hello again"
+    assert after[edited.assistant_node].parent_id == edited.user_node
+    # Two replies under the first question, two questions under the root.
+    children = [n.parent_id for n in after.values()]
+    assert children.count(first.user_node) == 2
+    assert children.count(root) == 2
+
+
+def test_linear_checkpoint_bytes_grow_with_tokens_not_depth(service):
+    conv, root = service.new_conversation("Count.")
+    node = root
+    for turn in range(8):
+        node = service.send(node, f"Turn {turn}: " + "more words " * 10, GREEDY).assistant_node
+    nodes = service.tree(conv)
+    tokens = sum(n.n_tokens for n in nodes)
+    stored = sum(n.checkpoint_bytes for n in nodes)
+    per_token = service.engine.info.kv_bytes_per_token
+    # Every token's K and V once, plus small per-checkpoint headers and per-cell
+    # metadata; one full snapshot per node would cost about depth x this.
+    assert tokens * per_token <= stored <= tokens * per_token * 1.10 + 256 * len(nodes)
+    full_snapshots = sum(service.path(n.id)[-1].end_pos * per_token for n in nodes)
+    assert stored * 4 < full_snapshots
+    # The deepest node's checkpoint covers only its own span.
+    last = next(n for n in nodes if n.id == node)
+    assert last.checkpoint_bytes <= last.n_tokens * per_token * 1.10 + 256
+
+
+def test_stopped_reply_keeps_its_text_and_continues(service):
+    _conv, root = service.new_conversation(None)
+    seen: list[str] = []
+    calls = {"n": 0}
+
+    def stop_after_five() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 5
+
+    reply = service.send(root, "Talk", SamplingParams(temperature=0, max_tokens=100),
+                         on_token=seen.append, should_stop=stop_after_five)
+    assert reply.stats.stop_reason == "stopped"
+    assert reply.stats.generated_tokens == 5
+    node = service.path(reply.assistant_node)[-1]
+    assert node.status == "stopped"
+    assert node.text == reply.text == "".join(seen)
+    follow = service.send(reply.assistant_node, "Go on", GREEDY)
+    assert follow.stats.reprocessed_tokens == 0
+
+
+def test_delete_branch_removes_subtree_and_its_checkpoints(service):
+    conv, root = service.new_conversation(None)
+    first = service.send(root, "One", GREEDY)
+    second = service.send(first.assistant_node, "Two", GREEDY)
+    kept = service.edit(first.user_node, "Uno", GREEDY)
+    before = repository.total_checkpoint_bytes(service.db)
+
+    parent = service.delete_branch(first.user_node)
+
+    assert parent == root
+    remaining = _ids(service, conv)
+    assert first.user_node not in remaining and second.assistant_node not in remaining
+    assert kept.assistant_node in remaining
+    assert repository.total_checkpoint_bytes(service.db) < before
+    # The surviving branch still continues without reprocessing.
+    assert service.send(kept.assistant_node, "Dos", GREEDY).stats.reprocessed_tokens == 0
+
+
+def test_wrong_requests_are_refused_clearly(service):
+    _conv, root = service.new_conversation(None)
+    first = service.send(root, "Hi", GREEDY)
+    with pytest.raises(ServiceError, match="user message"):
+        service.send(first.user_node, "again", GREEDY)
+    with pytest.raises(ServiceError, match="not an assistant"):
+        service.regenerate(first.user_node, GREEDY)
+    with pytest.raises(ServiceError, match="empty"):
+        service.send(root, "   ", GREEDY)
+
+
+def test_too_long_prompt_is_refused_before_anything_is_stored(tmp_path, tiny_model):
+    db = open_database(tmp_path / "small.sqlite3")
+    with LlamaEngine(tiny_model, BackendSettings(n_ctx=256)) as engine:
+        service = ConversationService(db, engine)
+        conv, root = service.new_conversation(None)
+        with pytest.raises(ContextFullError, match="context"):
+            service.send(root, "word " * 400, GREEDY)
+        assert [n.role for n in service.tree(conv)] == ["root"]
+        # A reply that reaches the end of the context stops and is kept.
+        reply = service.send(root, "short", SamplingParams(temperature=0, max_tokens=1000))
+        assert reply.stats.stop_reason == "context_full"
+        assert reply.stats.context_tokens <= 256
+    db.close()
