@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.tiny_model import write_tiny_model
+from tests.tiny_model import write_tiny_model, write_tiny_swa_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,3 +71,9 @@ def arbor(data_dir: Path, tiny_model: Path):
         return result.json
 
     return call
+
+
+@pytest.fixture(scope="session")
+def tiny_swa_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny sliding-window (Gemma-2 style) model, whose state is not per token."""
+    return write_tiny_swa_model(tmp_path_factory.mktemp("swa") / "tiny-swa.gguf")
