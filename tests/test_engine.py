@@ -80,3 +80,15 @@ def test_settings_are_validated():
         BackendSettings(kv_cache_type="f8")
     with pytest.raises(ValueError, match="n_ctx"):
         BackendSettings(n_ctx=0)
+
+
+def test_text_stream_waits_for_split_characters():
+    from app.backend.text_stream import Utf8Stream
+
+    stream = Utf8Stream()
+    data = "é🌳".encode()
+    pieces = [stream.push(data[i : i + 1]) for i in range(3)] + [stream.push(data[3:])]
+    assert pieces == ["", "é", "", "🌳"]
+    assert stream.push(b"\xff") == "\ufffd"
+    stream.push(b"\xe2\x82")
+    assert stream.flush() == "\ufffd"

@@ -92,40 +92,40 @@ class ContextSync:
         restoring = True
         for node in path[shared:]:
             if restoring and self._try_restore(node, stats):
+                self.loaded.append(node)
                 continue
             restoring = False
             self._reprocess(node, stats)
         return stats
 
     def _move_full(self, path: list[NodeRecord]) -> SyncStats:
-        # Whole-state snapshots: continue from what is held if it is a prefix of
-        # the path, else from the deepest node that has a snapshot.
+        # Whole-state snapshots cannot be cut at a position: keep what is held
+        # only if the path extends it, then jump to the deepest snapshot below.
         stats = SyncStats()
         shared = self._common_prefix(path)
-        if shared != len(self.loaded) or shared == 0:
-            sizes = repository.checkpointed_nodes(
-                self._db, [n.id for n in path], self._profile_id
-            )
-            deepest = max((i for i, n in enumerate(path) if n.id in sizes), default=-1)
-            if deepest + 1 > shared:
-                self._engine.truncate(0)
-                self.loaded = []
-                shared = 0
-                if self._try_restore(path[deepest], stats):
-                    self.loaded = list(path[: deepest + 1])
-                    shared = deepest + 1
-            elif shared != len(self.loaded):
-                self._engine.truncate(0)
-                self.loaded = []
-                shared = 0
-        stats.kept_tokens = path[shared - 1].end_pos if shared and not stats.restored_tokens else 0
+        if shared < len(self.loaded):
+            self.forget()
+            shared = 0
+        stats.kept_tokens = path[shared - 1].end_pos if shared else 0
+        sizes = repository.checkpointed_nodes(
+            self._db, [n.id for n in path[shared:]], self._profile_id
+        )
+        for index in reversed(range(shared, len(path))):
+            if path[index].id not in sizes:
+                continue
+            if self._try_restore(path[index], stats):
+                self.loaded = list(path[: index + 1])
+                shared = index + 1
+                stats.kept_tokens = 0
+                break
+            # A refused snapshot leaves the context empty.
+            self.loaded, shared, stats.kept_tokens = [], 0, 0
         for node in path[shared:]:
             self._reprocess(node, stats)
         return stats
 
     def _try_restore(self, node: NodeRecord, stats: SyncStats) -> bool:
         if not node.tokens:
-            self.loaded.append(node)
             return True
         started = time.perf_counter()
         stored = repository.load_checkpoint(self._db, node.id, self._profile_id)
@@ -150,7 +150,6 @@ class ContextSync:
         stats.restore_ms += elapsed
         stats.restored_tokens += len(node.tokens) if self._engine.state_kind == "delta" else node.end_pos
         stats.checkpoint_bytes_read += len(stored.data)
-        self.loaded.append(node)
         return True
 
     def _reprocess(self, node: NodeRecord, stats: SyncStats) -> None:
