@@ -22,6 +22,10 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# The title of a conversation nobody has named yet; its first message names it.
+DEFAULT_TITLE = "New conversation"
+
+
 class Base(DeclarativeBase):
     """Declarative base of every Arbor table."""
 
@@ -32,7 +36,7 @@ class Conversation(Base):
     __tablename__ = "conversation"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    title: Mapped[str] = mapped_column(String(200), default="New conversation")
+    title: Mapped[str] = mapped_column(String(200), default=DEFAULT_TITLE)
     system_prompt: Mapped[str | None] = mapped_column(Text)
     # The node the user last worked on: where the window reopens.
     active_node_id: Mapped[int | None] = mapped_column(Integer)

@@ -21,6 +21,7 @@ from storage.models import (
     BackendProfile,
     Checkpoint,
     CheckpointBlob,
+    DEFAULT_TITLE,
     Conversation,
     Node,
     Setting,
@@ -150,7 +151,7 @@ def create_conversation(
 ) -> tuple[ConversationRecord, NodeRecord]:
     """Create a conversation and its root node (the root's span is rendered later)."""
     with db.transaction() as s:
-        conv = Conversation(title=title or "New conversation", system_prompt=system_prompt)
+        conv = Conversation(title=title or DEFAULT_TITLE, system_prompt=system_prompt)
         s.add(conv)
         s.flush()
         root = Node(conversation_id=conv.id, role="root", text=system_prompt or "", chunks=[])
@@ -202,6 +203,14 @@ def rename_conversation(db: Database, conversation_id: int, title: str) -> None:
     """Change a conversation's title."""
     with db.transaction() as s:
         _get(s, Conversation, conversation_id).title = title
+
+
+def title_if_unnamed(db: Database, conversation_id: int, title: str) -> None:
+    """Give a conversation that still has the default title this one."""
+    with db.transaction() as s:
+        conv = _get(s, Conversation, conversation_id)
+        if conv.title == DEFAULT_TITLE:
+            conv.title = title
 
 
 def delete_conversation(db: Database, conversation_id: int) -> None:

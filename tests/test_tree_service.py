@@ -131,3 +131,12 @@ def test_too_long_prompt_is_refused_before_anything_is_stored(tmp_path, tiny_mod
         assert reply.stats.stop_reason == "context_full"
         assert reply.stats.context_tokens <= 256
     db.close()
+
+
+def test_first_message_names_an_unnamed_conversation(service):
+    conv, root = service.new_conversation(None)
+    service.send(root, "How do apple trees get pollinated when bees are scarce in spring?", GREEDY)
+    named, other_root = service.new_conversation(None, "My title")
+    service.send(other_root, "Something else", GREEDY)
+    titles = {c.id: c.title for c in service.list_conversations()}
+    assert titles == {conv: "How do apple trees get pollinated when bees are…", named: "My title"}

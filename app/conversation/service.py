@@ -33,6 +33,18 @@ TokenCallback = Callable[[str], None]
 StopCheck = Callable[[], bool]
 
 
+TITLE_LENGTH = 48
+
+
+def title_from(text: str) -> str:
+    """A conversation title from its first message: the first line, cut at a word."""
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if len(line) <= TITLE_LENGTH:
+        return line
+    cut = line[:TITLE_LENGTH].rsplit(" ", 1)[0] or line[:TITLE_LENGTH]
+    return cut.rstrip(" ,.;:") + "…"
+
+
 class ServiceError(ValueError):
     """A request that cannot be done as asked (wrong kind of node, ...)."""
 
@@ -237,6 +249,8 @@ class ConversationService:
             self.db, parent_id, "user", text, tokens=tokens,
             start_pos=path[-1].end_pos, vocab_id=engine.vocab_id,
         )
+        if parent_id == path[0].id:
+            repository.title_if_unnamed(self.db, user.conversation_id, title_from(text))
         stats = ReplyStats()
         stats.add_sync(self._move_to(path))
         return self._generate(path, user, params, stats, on_token, should_stop)
