@@ -83,9 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
     delete.add_argument("node", type=int)
 
+    sub.add_parser("info", help="the model, this build's GPU support and the data folder")
+
     chat = sub.add_parser("chat", help="chat interactively in the terminal")
     chat.add_argument("--system", help="system prompt")
     _sampling_flags(chat)
+
+    bench = sub.add_parser("bench", help="measure restoring vs. reprocessing on a scratch database")
+    bench.add_argument("--model", dest="bench_model", type=Path, help="GGUF model file (default: the starter model)")
+    bench.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
+    bench.add_argument("--repeats", type=int, help="measurements per figure (default 3; medians are reported)")
+    bench.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: a smoke test")
     return parser
 
 
@@ -165,6 +173,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"arbor: usage error: {exc} (see arbor --help)", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (e.g. `arbor tree 1 | head`): not an error.
+        sys.stderr.close()
+        return 0
     except EXPECTED_ERRORS as exc:
         print(f"arbor: error: {exc}", file=sys.stderr)
         return 1
@@ -286,11 +298,30 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return _emit({"deleted": args.node, "active_node": parent})
 
 
+def _cmd_info(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=True)
+    assert service.engine is not None
+    return _emit(
+        {
+            "model": vars(service.engine.info),
+            "profile": service.engine.profile_details,
+            "database": str(service.db.path),
+        }
+    )
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     from app.chat_repl import chat_loop
 
     service = _open(args, with_model=True)
     return chat_loop(service, _sampling(args), args.system)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from app.bench.command import run_bench
+
+    model = resolve_model(args.bench_model or args.model)
+    return run_bench(model, _settings(args), args.repeats, args.quick, args.json)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -303,5 +334,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": _cmd_list,
     "restore": _cmd_restore,
     "delete": _cmd_delete,
+    "info": _cmd_info,
     "chat": _cmd_chat,
+    "bench": _cmd_bench,
 }

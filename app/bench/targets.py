@@ -1,0 +1,89 @@
+"""The issue's targets, judged against a run's figures."""
+
+from __future__ import annotations
+
+from app.bench.config import REFERENCE_PATH_TOKENS
+from app.bench.results import Report, TargetRow
+
+COLD_RESUME_MIN_SPEEDUP = 100.0
+SWITCH_MAX_BACKEND_MS = 5.0
+STORAGE_MAX_OVERHEAD_PCT = 10.0
+CHECKPOINT_MAX_COST_PCT = 5.0
+
+
+def _nearest(values: list[int], wanted: int) -> int:
+    return min(values, key=lambda v: abs(v - wanted))
+
+
+def judge(report: Report) -> list[TargetRow]:
+    """One row per target the report has figures for."""
+    rows = []
+    if report.cold_resume:
+        wanted = _nearest(
+            [r.target_tokens for r in report.cold_resume], REFERENCE_PATH_TOKENS
+        )
+        cold = next(r for r in report.cold_resume if r.target_tokens == wanted)
+        rows.append(
+            TargetRow(
+                name=f"cold resume of a {cold.path_tokens}-token path",
+                target=f">= {COLD_RESUME_MIN_SPEEDUP:.0f}x faster than reprocessing",
+                measured=f"{cold.speedup:,.0f}x ({cold.restore_ms:.1f} ms vs "
+                f"{cold.reprocess_ms:,.0f} ms)",
+                met=cold.speedup >= COLD_RESUME_MIN_SPEEDUP,
+            )
+        )
+    if report.sibling_switch:
+        prefix = _nearest(
+            [r.prefix_tokens for r in report.sibling_switch], REFERENCE_PATH_TOKENS
+        )
+        under = [r for r in report.sibling_switch if r.prefix_tokens == prefix]
+        shortest = min(under, key=lambda r: r.suffix_tokens)
+        rows.append(
+            TargetRow(
+                name=f"sibling switch under a {prefix}-token prefix: bytes read",
+                target="no more than the suffix's checkpoint bytes",
+                measured=", ".join(
+                    f"{r.suffix_tokens}-token suffix: {r.bytes_read:,} B read, "
+                    f"{r.suffix_checkpoint_bytes:,} B stored"
+                    for r in under
+                ),
+                met=all(r.excess_bytes <= 0 for r in under),
+            )
+        )
+        rows.append(
+            TargetRow(
+                name=f"sibling switch under a {prefix}-token prefix: backend time",
+                target=f"< {SWITCH_MAX_BACKEND_MS:.0f} ms (short suffix)",
+                measured=f"{shortest.backend_ms:.2f} ms in llama.cpp for a "
+                f"{shortest.suffix_tokens}-token suffix ({shortest.switch_ms:.2f} ms "
+                "in all)",
+                met=shortest.backend_ms < SWITCH_MAX_BACKEND_MS,
+            )
+        )
+    linear = [r for r in report.storage if r.shape.startswith("linear")]
+    if linear:
+        row = linear[0]
+        rows.append(
+            TargetRow(
+                name="storage of a linear chat",
+                target=f"within {STORAGE_MAX_OVERHEAD_PCT:.0f}% of tokens x "
+                f"{row.kv_bytes_per_token:,} B",
+                measured=f"{row.bytes_per_token:,.0f} B/token "
+                f"({row.overhead_pct:+.2f}%)",
+                met=abs(row.overhead_pct) <= STORAGE_MAX_OVERHEAD_PCT,
+            )
+        )
+    shipped = [r for r in report.overhead if r.mode == "sync"]
+    if shipped:
+        row = shipped[0]
+        rows.append(
+            TargetRow(
+                name="checkpointing cost in generation throughput",
+                target=f"<= {CHECKPOINT_MAX_COST_PCT:.0f}%",
+                measured=f"{row.checkpoint_share_pct:.2f}% of reply time spent "
+                "checkpointing; measured throughput change "
+                f"{-row.throughput_cost_pct:+.1f}% (noise)",
+                met=row.checkpoint_share_pct <= CHECKPOINT_MAX_COST_PCT,
+            )
+        )
+    return rows
