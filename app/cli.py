@@ -83,8 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
     delete.add_argument("node", type=int)
 
-    sub.add_parser("info", help="the model, this build's GPU support and the data folder")
-
     chat = sub.add_parser("chat", help="chat interactively in the terminal")
     chat.add_argument("--system", help="system prompt")
     _sampling_flags(chat)
@@ -173,10 +171,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"arbor: usage error: {exc} (see arbor --help)", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        # The reader went away (e.g. `arbor tree 1 | head`): not an error.
-        sys.stderr.close()
-        return 0
     except EXPECTED_ERRORS as exc:
         print(f"arbor: error: {exc}", file=sys.stderr)
         return 1
@@ -298,18 +292,6 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return _emit({"deleted": args.node, "active_node": parent})
 
 
-def _cmd_info(args: argparse.Namespace) -> int:
-    service = _open(args, with_model=True)
-    assert service.engine is not None
-    return _emit(
-        {
-            "model": vars(service.engine.info),
-            "profile": service.engine.profile_details,
-            "database": str(service.db.path),
-        }
-    )
-
-
 def _cmd_chat(args: argparse.Namespace) -> int:
     from app.chat_repl import chat_loop
 
@@ -334,7 +316,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": _cmd_list,
     "restore": _cmd_restore,
     "delete": _cmd_delete,
-    "info": _cmd_info,
     "chat": _cmd_chat,
     "bench": _cmd_bench,
 }
