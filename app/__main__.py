@@ -1,15 +1,40 @@
-"""Entry point of the ``arbor`` command."""
+"""Entry point of the ``arbor`` command.
+
+``arbor`` alone (or with only global flags such as ``--data-dir`` and
+``--model``) opens the window; every subcommand goes to the headless CLI.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+
+
+def wants_window(argv: Sequence[str]) -> bool:
+    """Whether the command line names no subcommand (and asks for no help)."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        return False
+    from app.cli import UsageError, build_parser
+
+    try:
+        args = build_parser().parse_args(list(argv))
+    except UsageError:
+        return False  # the CLI reports the mistake
+    return args.command is None
 
 
 def main() -> None:
     """Run Arbor with the process's arguments and exit with its status."""
+    argv = sys.argv[1:]
+    if wants_window(argv):
+        from app.cli import build_parser
+        from app.gui import run_gui
+
+        args = build_parser().parse_args(argv)
+        sys.exit(run_gui(args.data_dir, args.model, args.verbose))
     from app.cli import run
 
-    sys.exit(run(sys.argv[1:]))
+    sys.exit(run(argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""Composition root of the desktop app: paths → logging → crash log → database →
+engine thread → window.
+
+``run_gui`` is what ``arbor`` (without a subcommand) runs; ``build_window``
+is the same wiring without the event loop, for tests and the screenshot tool.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import logging.handlers
+import sys
+from pathlib import Path
+from typing import IO
+
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app import paths
+from app.preferences import load_preferences
+from app.starter_model import starter_model_path
+from app.views.dialogs.crash import CrashDialog, install_excepthook
+from app.views.main_window import MainWindow
+from app.views.theme import ThemeManager, app_icon
+from app.workers.engine_thread import EngineController
+from storage import repository
+from storage.db import Database, open_database
+from storage.errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+CRASH_LOG = "crash.log"
+APP_LOG = "arbor.log"
+
+# Kept open for the life of the process: faulthandler writes to it on a crash.
+_crash_file: IO[str] | None = None
+
+
+def init_logging(data_dir: Path, verbose: bool = False) -> None:
+    """Log to a rotating file in the data folder (and stderr when verbose)."""
+    handler = logging.handlers.RotatingFileHandler(
+        data_dir / APP_LOG, maxBytes=1_000_000, backupCount=2, encoding="utf-8"
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if verbose:
+        root.addHandler(logging.StreamHandler(sys.stderr))
+
+
+def init_faulthandler(data_dir: Path) -> str | None:
+    """Send native crash reports to ``crash.log``; return the previous run's report.
+
+    Native crashes (in llama.cpp or Qt) never reach ``sys.excepthook``, so the
+    report is written by ``faulthandler`` and shown at the next start.
+    """
+    global _crash_file
+    path = data_dir / CRASH_LOG
+    previous = None
+    if path.is_file() and path.stat().st_size:
+        previous = path.read_text(encoding="utf-8", errors="replace")
+        path.replace(path.with_suffix(".log.old"))
+    _crash_file = path.open("w", encoding="utf-8")
+    faulthandler.enable(_crash_file)
+    return previous
+
+
+def build_window(
+    db: Database, model: Path | None, gpu_supported: bool
+) -> MainWindow:
+    """Wire the engine thread and the window on an open database, and start it.
+
+    ``model`` None means: the remembered model, else the starter model, else
+    the welcome page asks for one.
+    """
+    repository.mark_interrupted_generations(db)
+    prefs = load_preferences(db)
+    engine = EngineController(db)
+    window = MainWindow(db, engine, prefs, gpu_supported)
+    window.start(model or remembered_or_starter_model(prefs.model_path))
+    return window
+
+
+def remembered_or_starter_model(remembered: str | None) -> Path | None:
+    """The model used last time if it still exists, else the starter model."""
+    if remembered and Path(remembered).is_file():
+        return Path(remembered)
+    return starter_model_path()
+
+
+def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) -> int:
+    """Open the main window and run until it closes; return the exit status."""
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(app, QApplication)
+    app.setApplicationName(paths.APP_NAME)
+    app.setWindowIcon(app_icon())
+    ThemeManager(app)
+    install_excepthook()
+    folder = data_dir or paths.default_data_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        init_logging(folder, verbose)
+        previous_crash = init_faulthandler(folder)
+        db = open_database(paths.database_path(folder))
+    except (StorageUnavailable, OSError) as exc:
+        # Fatal at startup: explain, then exit (there is no window to return to).
+        QMessageBox.critical(None, "Arbor cannot start", str(exc))
+        return 1
+    from app.backend.engine import gpu_offload_supported  # a cheap query of the build
+
+    window = build_window(db, model, gpu_offload_supported())
+    window.show()
+    if previous_crash:
+        CrashDialog(
+            "Arbor closed unexpectedly last time. Your conversations are saved. "
+            "The report below may help fix the problem.",
+            previous_crash,
+            window,
+        ).show()
+    app.setQuitOnLastWindowClosed(True)
+    status = app.exec()
+    db.close()
+    return status

@@ -1,0 +1,1 @@
+"""Qt item models over the conversation data, and the Qt-free snapshots behind them."""

@@ -1,0 +1,86 @@
+"""``ConversationListModel``: the sidebar's conversations, most recent first."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+
+from app.models.conversation_tree import format_bytes
+from storage import repository
+from storage.db import Database
+from storage.repository import ConversationRecord
+
+ConversationIdRole = Qt.ItemDataRole.UserRole + 1
+SubtitleRole = Qt.ItemDataRole.UserRole + 2
+
+Index = QModelIndex | QPersistentModelIndex
+
+
+class ConversationListModel(QAbstractListModel):
+    """Conversations from the database, filtered by text.
+
+    Parameters
+    ----------
+    db
+        The open database (read on ``refresh``, written by ``rename``).
+    parent
+        The Qt parent.
+    """
+
+    def __init__(self, db: Database, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._db = db
+        self._records: list[ConversationRecord] = []
+        self._filter = ""
+
+    def refresh(self, text_filter: str | None = None) -> None:
+        """Reload from the database, optionally with a new text filter."""
+        if text_filter is not None:
+            self._filter = text_filter.strip()
+        records = repository.list_conversations(self._db, self._filter or None)
+        self.beginResetModel()
+        self._records = records
+        self.endResetModel()
+
+    def row_of(self, conversation_id: int) -> int:
+        """The row of a conversation, or -1 if it is not listed."""
+        for row, record in enumerate(self._records):
+            if record.id == conversation_id:
+                return row
+        return -1
+
+    def record(self, row: int) -> ConversationRecord:
+        """The conversation shown at ``row``."""
+        return self._records[row]
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self._records)
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._records):
+            return None
+        record = self._records[index.row()]
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
+            return record.title
+        if role == ConversationIdRole:
+            return record.id
+        if role in (SubtitleRole, Qt.ItemDataRole.ToolTipRole):
+            messages = max(0, record.node_count - 1)  # the root is not a message
+            when = record.updated_at.astimezone().strftime("%b %d, %H:%M")
+            return f"{messages} messages · {format_bytes(record.checkpoint_bytes)} · {when}"
+        return None
+
+    def rename(self, row: int, title: str) -> None:
+        """Rename the conversation at ``row``; raises ``StorageUnavailable``."""
+        record = self._records[row]
+        repository.rename_conversation(self._db, record.id, title)
+        self._records[row] = replace(record, title=title)
+        index = self.index(row, 0)
+        self.dataChanged.emit(index, index)

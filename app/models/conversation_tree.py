@@ -1,0 +1,282 @@
+"""``ConversationTreeModel``: the whole conversation tree for a ``QTreeView``.
+
+Items wrap node ids of a ``TreeSnapshot``; refreshing with a newer snapshot of
+the same conversation turns the difference into row insertions, removals and
+``dataChanged`` signals, so views keep their expansion, selection and scroll.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+)
+from PySide6.QtGui import QColor, QFont
+
+from app.models.tree_snapshot import TreeSnapshot
+from storage.repository import NodeSummary
+
+NodeIdRole = Qt.ItemDataRole.UserRole + 1
+MessageRoleRole = Qt.ItemDataRole.UserRole + 2  # "root", "user" or "assistant"
+OnActivePathRole = Qt.ItemDataRole.UserRole + 3
+IsActiveRole = Qt.ItemDataRole.UserRole + 4
+HasCheckpointRole = Qt.ItemDataRole.UserRole + 5
+TokensRole = Qt.ItemDataRole.UserRole + 6
+
+COLUMNS = ("Message", "Tokens", "Checkpoint")
+SNIPPET_CHARS = 60
+ROLE_LABELS = {"root": "Start", "user": "You", "assistant": "Assistant"}
+
+# Translucent so that it reads on light and dark palettes alike.
+ACTIVE_PATH_BACKGROUND = QColor(64, 132, 214, 48)
+
+Index = QModelIndex | QPersistentModelIndex
+
+
+def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    """One line of ``text``, shortened to ``limit`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def format_bytes(size: int) -> str:
+    """A byte count for people: 0 B, 20.4 KB, 3.1 MB, 1.20 GB."""
+    if size < 1000:
+        return f"{size} B"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if size < scale * 1000 or unit == "GB":
+            value = size / scale
+            return f"{value:.2f} {unit}" if unit == "GB" else f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+class _Item:
+    """A node's place in the model: its id, parent item and child items."""
+
+    __slots__ = ("children", "node_id", "parent")
+
+    def __init__(self, node_id: int | None, parent: _Item | None) -> None:
+        self.node_id = node_id
+        self.parent = parent
+        self.children: list[_Item] = []
+
+    def row(self) -> int:
+        return self.parent.children.index(self) if self.parent is not None else 0
+
+
+class ConversationTreeModel(QAbstractItemModel):
+    """Every node of one conversation; the active path is marked by roles.
+
+    Parameters
+    ----------
+    parent
+        The Qt parent.
+    """
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._snapshot = TreeSnapshot.empty()
+        self._root = _Item(None, None)
+        self._items: dict[int, _Item] = {}
+        self._active_id: int | None = None
+        self._active_path: set[int] = set()
+
+    # --- public API ---------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> TreeSnapshot:
+        """The tree being shown."""
+        return self._snapshot
+
+    @property
+    def active_id(self) -> int | None:
+        """The active node."""
+        return self._active_id
+
+    def set_snapshot(self, snapshot: TreeSnapshot) -> None:
+        """Show ``snapshot``: a reset for another conversation, else row changes."""
+        if snapshot.conversation_id != self._snapshot.conversation_id:
+            self.beginResetModel()
+            self._snapshot = snapshot
+            self._root = _Item(None, None)
+            self._items = {}
+            for node_id in sorted(snapshot.nodes):
+                self._attach(node_id)
+            self._active_id, self._active_path = None, set()
+            self.endResetModel()
+            return
+        old = self._snapshot
+        self._remove_missing(snapshot)
+        self._snapshot = snapshot
+        for node_id in sorted(snapshot.nodes):
+            if node_id not in self._items:
+                parent_item = self._parent_item(node_id)
+                row = len(parent_item.children)
+                self.beginInsertRows(self._index_of_item(parent_item), row, row)
+                self._attach(node_id)
+                self.endInsertRows()
+            elif old.nodes[node_id] != snapshot.nodes[node_id]:
+                self._emit_row_changed(node_id)
+        if self._active_id is not None and self._active_id not in snapshot:
+            self.set_active(None)
+
+    def set_active(self, node_id: int | None) -> None:
+        """Mark ``node_id`` and its ancestors as the active path."""
+        new_path = set(self._snapshot.path(node_id)) if node_id in self._snapshot else set()
+        changed = (new_path ^ self._active_path) | {
+            n for n in (self._active_id, node_id) if n is not None
+        }
+        self._active_id = node_id if node_id in self._snapshot else None
+        self._active_path = new_path
+        for nid in changed:
+            if nid in self._items:
+                self._emit_row_changed(nid)
+
+    def index_of(self, node_id: int, column: int = 0) -> QModelIndex:
+        """The index of a node (invalid if unknown)."""
+        item = self._items.get(node_id)
+        if item is None:
+            return QModelIndex()
+        return self.createIndex(item.row(), column, item)
+
+    # --- QAbstractItemModel ---------------------------------------------------------
+
+    def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
+        if not self.hasIndex(row, column, parent):
+            return QModelIndex()
+        parent_item = parent.internalPointer() if parent.isValid() else self._root
+        return self.createIndex(row, column, parent_item.children[row])
+
+    def parent(self, child: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
+        if not child.isValid():
+            return QModelIndex()
+        parent_item = child.internalPointer().parent
+        if parent_item is None or parent_item is self._root:
+            return QModelIndex()
+        return self.createIndex(parent_item.row(), 0, parent_item)
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        if parent.column() > 0:
+            return 0
+        item = parent.internalPointer() if parent.isValid() else self._root
+        return len(item.children)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return len(COLUMNS)
+
+    def headerData(  # noqa: N802
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if (
+            orientation == Qt.Orientation.Horizontal
+            and role == Qt.ItemDataRole.DisplayRole
+            and 0 <= section < len(COLUMNS)
+        ):
+            return COLUMNS[section]
+        return None
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        node_id = index.internalPointer().node_id
+        node = self._snapshot.nodes[node_id]
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(node, column)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(node)
+        if role == Qt.ItemDataRole.TextAlignmentRole and column > 0:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.FontRole and node_id in self._active_path:
+            font = QFont()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.BackgroundRole and node_id in self._active_path:
+            return ACTIVE_PATH_BACKGROUND
+        if role == NodeIdRole:
+            return node_id
+        if role == MessageRoleRole:
+            return node.role
+        if role == OnActivePathRole:
+            return node_id in self._active_path
+        if role == IsActiveRole:
+            return node_id == self._active_id
+        if role == HasCheckpointRole:
+            return node.checkpoint_bytes > 0
+        if role == TokensRole:
+            return node.n_tokens
+        return None
+
+    # --- internals ------------------------------------------------------------------
+
+    @staticmethod
+    def _display(node: NodeSummary, column: int) -> str:
+        if column == 0:
+            label = ROLE_LABELS.get(node.role, node.role)
+            text = node.text if node.text.strip() else (
+                "(conversation start)" if node.role == "root" else "(empty)"
+            )
+            return f"{label}: {snippet(text)}"
+        if column == 1:
+            return f"{node.n_tokens:,}"
+        return f"✓ {format_bytes(node.checkpoint_bytes)}" if node.checkpoint_bytes else "—"
+
+    @staticmethod
+    def _tooltip(node: NodeSummary) -> str:
+        checkpoint = (
+            f"checkpoint: {format_bytes(node.checkpoint_bytes)}"
+            if node.checkpoint_bytes
+            else "no checkpoint (rebuilt from its tokens when needed)"
+        )
+        status = "" if node.status == "complete" else f" · {node.status}"
+        return f"{snippet(node.text, 400)}\n\n{node.n_tokens:,} tokens · {checkpoint}{status}"
+
+    def _parent_item(self, node_id: int) -> _Item:
+        parent_id = self._snapshot.nodes[node_id].parent_id
+        return self._root if parent_id is None else self._items[parent_id]
+
+    def _attach(self, node_id: int) -> None:
+        parent_item = self._parent_item(node_id)
+        item = _Item(node_id, parent_item)
+        parent_item.children.append(item)
+        self._items[node_id] = item
+
+    def _remove_missing(self, snapshot: TreeSnapshot) -> None:
+        gone = [nid for nid in self._items if nid not in snapshot]
+        for node_id in gone:
+            item = self._items.get(node_id)
+            if item is None or (item.parent is not None and item.parent.node_id in gone):
+                continue  # removed with its ancestor's subtree
+            assert item.parent is not None
+            row = item.row()
+            self.beginRemoveRows(self._index_of_item(item.parent), row, row)
+            del item.parent.children[row]
+            self._forget(item)
+            self.endRemoveRows()
+        self._active_path -= set(gone)
+
+    def _forget(self, item: _Item) -> None:
+        if item.node_id is not None:
+            self._items.pop(item.node_id, None)
+        for child in item.children:
+            self._forget(child)
+
+    def _index_of_item(self, item: _Item) -> QModelIndex:
+        if item is self._root:
+            return QModelIndex()
+        return self.createIndex(item.row(), 0, item)
+
+    def _emit_row_changed(self, node_id: int) -> None:
+        first = self.index_of(node_id, 0)
+        last = self.index_of(node_id, len(COLUMNS) - 1)
+        self.dataChanged.emit(first, last)

@@ -1,0 +1,77 @@
+"""A conversation tree held in memory for the views (Qt-free).
+
+Built from the repository's ``NodeSummary`` list; answers what the transcript
+and the tree panel ask: a node's path, its siblings, where a branch leads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.repository import NodeSummary
+
+
+@dataclass(frozen=True)
+class PathEntry:
+    """One message of the transcript, with its place among its siblings."""
+
+    node: NodeSummary
+    sibling_index: int  # 0-based
+    sibling_count: int
+
+
+class TreeSnapshot:
+    """The nodes of one conversation, indexed by id and by parent."""
+
+    def __init__(self, conversation_id: int | None, nodes: list[NodeSummary]) -> None:
+        self.conversation_id = conversation_id
+        self.nodes: dict[int, NodeSummary] = {n.id: n for n in nodes}
+        self.children: dict[int | None, list[int]] = {}
+        for node in nodes:  # parents come first and ids grow: children stay oldest first
+            self.children.setdefault(node.parent_id, []).append(node.id)
+            self.children.setdefault(node.id, [])
+
+    @classmethod
+    def empty(cls) -> TreeSnapshot:
+        """A snapshot of no conversation."""
+        return cls(None, [])
+
+    @property
+    def root_id(self) -> int | None:
+        """The conversation's root node, if any."""
+        roots = self.children.get(None, [])
+        return roots[0] if roots else None
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.nodes
+
+    def path(self, node_id: int) -> list[int]:
+        """Ids from the root down to ``node_id``."""
+        ids: list[int] = []
+        current: int | None = node_id
+        while current is not None:
+            ids.append(current)
+            current = self.nodes[current].parent_id
+        return ids[::-1]
+
+    def siblings(self, node_id: int) -> list[int]:
+        """Ids of the node and its siblings, oldest first."""
+        return self.children[self.nodes[node_id].parent_id]
+
+    def transcript(self, node_id: int) -> list[PathEntry]:
+        """The path to ``node_id`` with each message's sibling position."""
+        entries = []
+        for nid in self.path(node_id):
+            siblings = self.siblings(nid)
+            entries.append(PathEntry(self.nodes[nid], siblings.index(nid), len(siblings)))
+        return entries
+
+    def latest_leaf(self, node_id: int) -> int:
+        """Follow the newest child from ``node_id`` down to a leaf.
+
+        Switching to a sibling branch shows where that branch was last
+        extended, rather than stopping at the switched message.
+        """
+        while self.children.get(node_id):
+            node_id = self.children[node_id][-1]
+        return node_id

@@ -1,0 +1,82 @@
+"""User preferences: one table of defaults, loaded from and saved to the database.
+
+Qt-free. Every preference is one key of the repository's settings table with a
+JSON value, so a database carries its user's choices with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.backend.sampling import SamplingParams
+from app.backend.settings import BackendSettings
+from storage import repository
+from storage.db import Database
+
+# How many model files the recent-models list remembers.
+RECENT_MODELS_LIMIT = 8
+
+# key -> default (JSON-compatible). The single source of truth for defaults.
+DEFAULTS: dict[str, Any] = {
+    "model_path": None,
+    "recent_models": [],
+    "backend": BackendSettings().as_dict(),
+    "sampling": SamplingParams().as_dict(),
+    "system_prompt": "",
+    # Checkpoints beyond this are evicted, least recently used first; 0: no limit.
+    "checkpoint_budget_mb": 2048,
+}
+
+
+@dataclass(frozen=True)
+class Preferences:
+    """Everything a user sets in the settings and storage dialogs."""
+
+    model_path: str | None
+    recent_models: tuple[str, ...]
+    backend: BackendSettings
+    sampling: SamplingParams
+    system_prompt: str
+    checkpoint_budget_mb: int
+
+    @property
+    def checkpoint_budget_bytes(self) -> int | None:
+        """The budget in bytes, or None for no limit."""
+        return self.checkpoint_budget_mb * 1024 * 1024 if self.checkpoint_budget_mb > 0 else None
+
+    def with_model(self, path: str) -> Preferences:
+        """These preferences with ``path`` as the model, first in the recent list."""
+        recent = [path, *(p for p in self.recent_models if p != path)]
+        return replace(self, model_path=path, recent_models=tuple(recent[:RECENT_MODELS_LIMIT]))
+
+
+def load_preferences(db: Database) -> Preferences:
+    """Read the preferences, falling back to the defaults for what is unset or invalid."""
+    values = {key: repository.get_setting(db, key, default) for key, default in DEFAULTS.items()}
+    try:
+        backend = BackendSettings.from_dict({**DEFAULTS["backend"], **values["backend"]})
+    except (TypeError, ValueError):
+        backend = BackendSettings()
+    try:
+        sampling = SamplingParams.from_dict({**DEFAULTS["sampling"], **values["sampling"]})
+    except (TypeError, ValueError):
+        sampling = SamplingParams()
+    return Preferences(
+        model_path=values["model_path"],
+        recent_models=tuple(str(p) for p in values["recent_models"] or ()),
+        backend=backend,
+        sampling=sampling,
+        system_prompt=str(values["system_prompt"] or ""),
+        checkpoint_budget_mb=max(0, int(values["checkpoint_budget_mb"] or 0)),
+    )
+
+
+def save_preferences(db: Database, prefs: Preferences) -> None:
+    """Write every preference."""
+    repository.set_setting(db, "model_path", prefs.model_path)
+    repository.set_setting(db, "recent_models", list(prefs.recent_models))
+    repository.set_setting(db, "backend", prefs.backend.as_dict())
+    repository.set_setting(db, "sampling", prefs.sampling.as_dict())
+    repository.set_setting(db, "system_prompt", prefs.system_prompt)
+    repository.set_setting(db, "checkpoint_budget_mb", prefs.checkpoint_budget_mb)

@@ -1,0 +1,1 @@
+"""Dialogs: settings, storage, new conversation, errors and crashes."""

@@ -1,0 +1,230 @@
+"""``SettingsDialog``: model file, backend, sampling and the default system prompt.
+
+It edits a ``Preferences`` value and validates it inline (the backend's own
+dataclasses say what is invalid); the window persists the result and reloads
+the model when the model or its settings changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Slot
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.backend.sampling import SamplingParams
+from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+from app.preferences import Preferences
+from app.views.welcome import choose_model_file
+
+NO_GPU_EXPLANATION = (
+    "This build of llama.cpp has no GPU support, so every layer runs on the CPU. "
+    "Install a GPU build of llama-cpp-python (e.g. CUDA or Metal) to offload layers."
+)
+
+
+class SettingsDialog(QDialog):
+    """Edit preferences; ``preferences()`` returns the result after ``accept``.
+
+    Parameters
+    ----------
+    prefs
+        The current preferences.
+    gpu_supported
+        Whether this llama.cpp build can offload layers to a GPU.
+    parent
+        The Qt parent.
+    """
+
+    def __init__(self, prefs: Preferences, gpu_supported: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("SettingsDialog")
+        self.setWindowTitle("Settings")
+        self.setMinimumWidth(520)
+        self._prefs = prefs
+        tabs = QTabWidget()
+        tabs.addTab(self._model_tab(prefs, gpu_supported), "Model")
+        tabs.addTab(self._sampling_tab(prefs.sampling), "Sampling")
+        tabs.addTab(self._chat_tab(prefs), "Chat")
+        self.error_label = QLabel()
+        self.error_label.setObjectName("SettingsError")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #c0392b;")
+        self.error_label.hide()
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self._on_buttons_accepted)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(tabs)
+        layout.addWidget(self.error_label)
+        layout.addWidget(buttons)
+        self._result = prefs
+
+    # --- tabs -------------------------------------------------------------------
+
+    def _model_tab(self, prefs: Preferences, gpu_supported: bool) -> QWidget:
+        page = QWidget()
+        form = QFormLayout(page)
+        row = QHBoxLayout()
+        self.model_combo = QComboBox()
+        self.model_combo.setEditable(True)
+        self.model_combo.setMinimumContentsLength(30)
+        for path in dict.fromkeys([p for p in (prefs.model_path, *prefs.recent_models) if p]):
+            self.model_combo.addItem(path)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._on_browse_button_clicked)
+        row.addWidget(self.model_combo, 1)
+        row.addWidget(browse)
+        form.addRow("Model file", row)
+
+        backend = prefs.backend
+        self.gpu_layers = QSpinBox()
+        self.gpu_layers.setRange(-1, 999)
+        self.gpu_layers.setSpecialValueText("all")
+        self.gpu_layers.setValue(backend.n_gpu_layers)
+        form.addRow("GPU layers", self.gpu_layers)
+        if not gpu_supported:
+            self.gpu_layers.setValue(0)
+            self.gpu_layers.setEnabled(False)
+            self.gpu_layers.setToolTip(NO_GPU_EXPLANATION)
+            note = QLabel(NO_GPU_EXPLANATION)
+            note.setObjectName("PanelHint")
+            note.setWordWrap(True)
+            form.addRow("", note)
+        self.n_ctx = QSpinBox()
+        self.n_ctx.setRange(256, 1_048_576)
+        self.n_ctx.setSingleStep(1024)
+        self.n_ctx.setValue(backend.n_ctx)
+        self.n_ctx.setSuffix(" tokens")
+        form.addRow("Context size", self.n_ctx)
+        self.threads = QSpinBox()
+        self.threads.setRange(0, 256)
+        self.threads.setSpecialValueText("automatic")
+        self.threads.setValue(backend.n_threads)
+        form.addRow("CPU threads", self.threads)
+        self.flash_attn = QCheckBox("Use flash attention")
+        self.flash_attn.setChecked(backend.flash_attn)
+        form.addRow("", self.flash_attn)
+        self.kv_type = QComboBox()
+        self.kv_type.addItems(list(KV_CACHE_TYPES))
+        self.kv_type.setCurrentText(backend.kv_cache_type)
+        self.kv_type.setToolTip("Quantized types (q8_0, …) halve memory and need flash attention.")
+        form.addRow("KV cache type", self.kv_type)
+        return page
+
+    def _sampling_tab(self, sampling: SamplingParams) -> QWidget:
+        page = QWidget()
+        form = QFormLayout(page)
+        self.temperature = self._double(0, 5, 0.05, sampling.temperature)
+        self.temperature.setToolTip("0 always picks the most likely token.")
+        form.addRow("Temperature", self.temperature)
+        self.top_p = self._double(0.01, 1, 0.01, sampling.top_p)
+        form.addRow("Top p", self.top_p)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 1000)
+        self.top_k.setSpecialValueText("off")
+        self.top_k.setValue(sampling.top_k)
+        form.addRow("Top k", self.top_k)
+        self.min_p = self._double(0, 1, 0.01, sampling.min_p)
+        form.addRow("Min p", self.min_p)
+        self.repeat_penalty = self._double(0.5, 3, 0.05, sampling.repeat_penalty)
+        form.addRow("Repeat penalty", self.repeat_penalty)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 1_000_000)
+        self.max_tokens.setValue(sampling.max_tokens)
+        form.addRow("Max tokens per reply", self.max_tokens)
+        self.seed = QSpinBox()
+        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setSpecialValueText("random")
+        self.seed.setValue(-1 if sampling.seed is None else sampling.seed)
+        form.addRow("Seed", self.seed)
+        return page
+
+    def _chat_tab(self, prefs: Preferences) -> QWidget:
+        page = QWidget()
+        layout = QVBoxLayout(page)
+        label = QLabel("Default system prompt for new conversations (empty: the model's own):")
+        label.setWordWrap(True)
+        layout.addWidget(label)
+        self.system_prompt = QPlainTextEdit(prefs.system_prompt)
+        layout.addWidget(self.system_prompt)
+        return page
+
+    @staticmethod
+    def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
+        box = QDoubleSpinBox()
+        box.setRange(low, high)
+        box.setSingleStep(step)
+        box.setDecimals(2)
+        box.setValue(value)
+        return box
+
+    # --- result -----------------------------------------------------------------
+
+    def preferences(self) -> Preferences:
+        """The edited preferences (valid once the dialog is accepted)."""
+        return self._result
+
+    def _collect(self) -> Preferences:
+        backend = BackendSettings(
+            n_ctx=self.n_ctx.value(),
+            n_gpu_layers=self.gpu_layers.value(),
+            n_threads=self.threads.value(),
+            n_batch=self._prefs.backend.n_batch,
+            flash_attn=self.flash_attn.isChecked(),
+            kv_cache_type=self.kv_type.currentText(),
+        )
+        if backend.kv_cache_type not in ("f16", "f32") and not backend.flash_attn:
+            raise ValueError("A quantized KV cache needs flash attention: tick it or choose f16.")
+        sampling = SamplingParams(
+            temperature=self.temperature.value(),
+            top_k=self.top_k.value(),
+            top_p=self.top_p.value(),
+            min_p=self.min_p.value(),
+            repeat_penalty=self.repeat_penalty.value(),
+            max_tokens=self.max_tokens.value(),
+            seed=None if self.seed.value() < 0 else self.seed.value(),
+        )
+        model = self.model_combo.currentText().strip() or None
+        if model is not None and not Path(model).is_file():
+            raise ValueError(f"There is no file at {model}.")
+        prefs = replace(
+            self._prefs, backend=backend, sampling=sampling,
+            system_prompt=self.system_prompt.toPlainText().strip(),
+        )
+        return prefs.with_model(model) if model else prefs
+
+    @Slot()
+    def _on_buttons_accepted(self) -> None:
+        try:
+            self._result = self._collect()
+        except ValueError as exc:  # shown inline; the dialog stays open
+            self.error_label.setText(str(exc))
+            self.error_label.show()
+            return
+        self.accept()
+
+    @Slot()
+    def _on_browse_button_clicked(self) -> None:
+        current = self.model_combo.currentText()
+        path = choose_model_file(self, str(Path(current).parent) if current else "")
+        if path is not None:
+            self.model_combo.setCurrentText(str(path))

@@ -1,0 +1,180 @@
+"""``MessageCard``: one message of the transcript with its actions.
+
+A header (role, status, ‹ 2/3 › sibling navigator, actions) above the text
+rendered from Markdown. The card only emits requests; the window decides.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, Signal, Slot
+from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+
+from app.views.markdown import markdown_to_html
+from app.views.message_body import MessageBody
+from app.views.theme import icon
+
+ROLE_TITLES = {"root": "System prompt", "user": "You", "assistant": "Assistant"}
+STATUS_LABELS = {
+    "stopped": "stopped",
+    "interrupted": "interrupted",
+    "generating": "generating…",
+}
+
+
+class MessageCard(QFrame):
+    """A message; ``node_id`` is None while a reply streams in.
+
+    Signals
+    -------
+    sibling_requested(int)
+        Show the sibling with this node id instead.
+    edit_requested(int), regenerate_requested(int), branch_requested(int)
+        The action was chosen on this card's node.
+    """
+
+    sibling_requested = Signal(int)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal(int)
+    branch_requested = Signal(int)
+
+    def __init__(
+        self,
+        role: str,
+        text: str,
+        node_id: int | None = None,
+        siblings: list[int] | None = None,
+        status: str = "complete",
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.node_id = node_id
+        self.role = role
+        self._text = text
+        self._siblings = siblings or ([node_id] if node_id is not None else [])
+        self.setObjectName("MessageCard")
+        self.setProperty("role", role)
+        self.setProperty("streaming", node_id is None)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 8, 14, 10)
+        layout.setSpacing(4)
+        header = QHBoxLayout()
+        header.setSpacing(6)
+        title = QLabel(ROLE_TITLES.get(role, role))
+        title.setObjectName("MessageRole")
+        title.setProperty("role", role)
+        header.addWidget(title)
+        if status in STATUS_LABELS:
+            badge = QLabel(STATUS_LABELS[status])
+            badge.setObjectName("MessageStatus")
+            header.addWidget(badge)
+        header.addStretch(1)
+        if node_id is not None:
+            self._add_navigator(header)
+            self._add_actions(header)
+        layout.addLayout(header)
+
+        self.body = MessageBody()
+        layout.addWidget(self.body)
+        self.set_text(text)
+
+    @property
+    def text(self) -> str:
+        """The message's text (Markdown source)."""
+        return self._text
+
+    @property
+    def sibling_position(self) -> tuple[int, int]:
+        """(1-based position, count) among its siblings."""
+        if self.node_id is None:
+            return (1, 1)
+        return (self._siblings.index(self.node_id) + 1, len(self._siblings))
+
+    def set_text(self, text: str) -> None:
+        """Show ``text`` (used as a reply streams in)."""
+        self._text = text
+        if not text:
+            self.body.setHtml("<i>…</i>" if self.node_id is None else "<i>(empty)</i>")
+            return
+        background = self.palette().color(QPalette.ColorRole.AlternateBase)
+        if self.role == "user":
+            background = self.palette().color(QPalette.ColorRole.Base)
+        self.body.setHtml(markdown_to_html(text, background))
+
+    # --- header ---------------------------------------------------------------------
+
+    def _tool_button(self, name: str, tooltip: str, object_name: str = "MessageAction") -> QToolButton:
+        button = QToolButton()
+        button.setObjectName(object_name)
+        button.setIcon(icon(name))
+        button.setIconSize(QSize(15, 15))
+        button.setToolTip(tooltip)
+        button.setAutoRaise(True)
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        return button
+
+    def _add_navigator(self, header: QHBoxLayout) -> None:
+        position, count = self.sibling_position
+        if count < 2:
+            return
+        self.previous_button = self._tool_button("chevron-left", "Previous version", "SiblingButton")
+        self.previous_button.setEnabled(position > 1)
+        self.previous_button.clicked.connect(self._on_previous_button_clicked)
+        self.sibling_label = QLabel(f"{position}/{count}")
+        self.sibling_label.setObjectName("SiblingLabel")
+        self.next_button = self._tool_button("chevron-right", "Next version", "SiblingButton")
+        self.next_button.setEnabled(position < count)
+        self.next_button.clicked.connect(self._on_next_button_clicked)
+        for widget in (self.previous_button, self.sibling_label, self.next_button):
+            header.addWidget(widget)
+        header.addSpacing(8)
+
+    def _add_actions(self, header: QHBoxLayout) -> None:
+        self.copy_button = self._tool_button("copy", "Copy the text")
+        self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        header.addWidget(self.copy_button)
+        if self.role == "user":
+            self.edit_button = self._tool_button("edit", "Edit: creates a new branch, nothing is erased")
+            self.edit_button.clicked.connect(self._on_edit_button_clicked)
+            header.addWidget(self.edit_button)
+        if self.role == "assistant":
+            self.regenerate_button = self._tool_button(
+                "regenerate", "Regenerate: a new reply beside this one"
+            )
+            self.regenerate_button.clicked.connect(self._on_regenerate_button_clicked)
+            header.addWidget(self.regenerate_button)
+        self.branch_button = self._tool_button("branch", "Branch from here: continue from this message")
+        self.branch_button.clicked.connect(self._on_branch_button_clicked)
+        header.addWidget(self.branch_button)
+
+    # --- slots ----------------------------------------------------------------------
+
+    @Slot()
+    def _on_previous_button_clicked(self) -> None:
+        position, _count = self.sibling_position
+        self.sibling_requested.emit(self._siblings[position - 2])
+
+    @Slot()
+    def _on_next_button_clicked(self) -> None:
+        position, _count = self.sibling_position
+        self.sibling_requested.emit(self._siblings[position])
+
+    @Slot()
+    def _on_copy_button_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self._text)
+
+    @Slot()
+    def _on_edit_button_clicked(self) -> None:
+        assert self.node_id is not None
+        self.edit_requested.emit(self.node_id)
+
+    @Slot()
+    def _on_regenerate_button_clicked(self) -> None:
+        assert self.node_id is not None
+        self.regenerate_requested.emit(self.node_id)
+
+    @Slot()
+    def _on_branch_button_clicked(self) -> None:
+        assert self.node_id is not None
+        self.branch_requested.emit(self.node_id)

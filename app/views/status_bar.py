@@ -1,0 +1,102 @@
+"""``ArborStatusBar``: model, layers, context use, last restore, speed, busy state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+
+if TYPE_CHECKING:
+    from app.backend.engine import ModelInfo
+
+
+class SyncFigures(Protocol):
+    """What moving the context cost (``SyncStats`` and ``ReplyStats`` both fit)."""
+
+    kept_tokens: int
+    restored_tokens: int
+    reprocessed_tokens: int
+    restore_ms: float
+    reprocess_ms: float
+
+
+def describe_sync(stats: SyncFigures) -> str:
+    """One line for people, e.g. "restored 1,812 tokens from checkpoints in 6 ms"."""
+    parts = []
+    if stats.restored_tokens:
+        parts.append(
+            f"restored {stats.restored_tokens:,} tokens from checkpoints in {stats.restore_ms:,.0f} ms"
+        )
+    if stats.reprocessed_tokens:
+        parts.append(f"reprocessed {stats.reprocessed_tokens:,} tokens in {stats.reprocess_ms:,.0f} ms")
+    elif stats.restored_tokens:
+        parts.append("0 reprocessed")
+    if not parts:
+        return f"kept {stats.kept_tokens:,} tokens in memory"
+    return ", ".join(parts)
+
+
+def describe_layers(info: ModelInfo) -> str:
+    """Where the model runs: "CPU" or "GPU: 20 layers"."""
+    if not info.gpu_offload_supported or info.n_gpu_layers == 0:
+        return "CPU"
+    if info.n_gpu_layers < 0 or info.n_gpu_layers >= info.n_layer:
+        return f"GPU: all {info.n_layer} layers"
+    return f"GPU: {info.n_gpu_layers}/{info.n_layer} layers"
+
+
+class ArborStatusBar(QStatusBar):
+    """The window's status bar; every figure is a label tests can read."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizeGripEnabled(False)
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setRange(0, 0)  # indeterminate
+        self.busy_bar.setFixedSize(90, 12)
+        self.busy_bar.setTextVisible(False)
+        self.busy_bar.hide()
+        self.busy_label = QLabel()
+        self.model_label = self._label("StatusModel", "No model loaded")
+        self.layers_label = self._label("StatusLayers", "")
+        self.context_label = self._label("StatusContext", "")
+        self.restore_label = self._label("StatusRestore", "")
+        self.speed_label = self._label("StatusSpeed", "")
+        self.addWidget(self.busy_bar)
+        self.addWidget(self.busy_label)
+        for label in (self.restore_label, self.speed_label, self.context_label, self.layers_label):
+            self.addPermanentWidget(label)
+        self.addPermanentWidget(self.model_label)
+
+    def _label(self, name: str, text: str) -> QLabel:
+        label = QLabel(text)
+        label.setObjectName(name)
+        return label
+
+    def set_busy(self, text: str | None) -> None:
+        """Show the busy indicator with ``text``, or hide it (None)."""
+        self.busy_bar.setVisible(text is not None)
+        self.busy_label.setText(text or "")
+
+    def set_model(self, info: ModelInfo | None) -> None:
+        """Show the loaded model's name and where it runs."""
+        if info is None:
+            self.model_label.setText("No model loaded")
+            self.layers_label.setText("")
+            return
+        self.model_label.setText(info.name)
+        self.model_label.setToolTip(f"{info.path}\nstate: {info.state_kind} — {info.state_note}")
+        self.layers_label.setText(describe_layers(info))
+
+    def set_context(self, used: int, n_ctx: int) -> None:
+        """Show how much of the context window the conversation fills."""
+        if n_ctx:
+            self.context_label.setText(f"context {used:,} / {n_ctx:,}")
+
+    def set_restore(self, stats: SyncFigures) -> None:
+        """Show how the last move between nodes was done."""
+        self.restore_label.setText(describe_sync(stats))
+
+    def set_speed(self, tokens_per_second: float) -> None:
+        """Show the last reply's generation speed."""
+        self.speed_label.setText(f"{tokens_per_second:,.1f} tok/s")

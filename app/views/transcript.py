@@ -1,0 +1,160 @@
+"""``TranscriptView``: the active path, root → active node, as message cards.
+
+While a reply streams, pieces are buffered and drawn at most every
+``STREAM_REPAINT_MS``: re-rendering Markdown per token would load the GUI
+thread with a fast model for no visible gain.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from app.models.tree_snapshot import PathEntry
+from app.views.message_card import MessageCard
+
+STREAM_REPAINT_MS = 40
+# Readable line length: the column of cards never grows wider than this.
+MAX_COLUMN_WIDTH = 860
+
+
+class TranscriptView(QScrollArea):
+    """The messages of the active path and, while generating, the reply so far.
+
+    Signals
+    -------
+    sibling_requested(int), edit_requested(int), regenerate_requested(int), branch_requested(int)
+        Forwarded from the message cards.
+    """
+
+    sibling_requested = Signal(int)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal(int)
+    branch_requested = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Transcript")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        page = QWidget()
+        page.setObjectName("TranscriptPage")
+        # A centred column of readable width; cards fill the column.
+        row = QHBoxLayout(page)
+        row.setContentsMargins(24, 16, 24, 16)
+        column = QWidget()
+        column.setMaximumWidth(MAX_COLUMN_WIDTH)
+        row.addStretch(0)
+        row.addWidget(column, 1)
+        row.addStretch(0)
+        self._layout = QVBoxLayout(column)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(10)
+        self._layout.addStretch(1)
+        self.setWidget(page)
+        self.cards: list[MessageCard] = []
+        self.streaming_card: MessageCard | None = None
+        self._stream_parts: list[str] = []
+        self._repaint_timer = QTimer(self)
+        self._repaint_timer.setSingleShot(True)
+        self._repaint_timer.setInterval(STREAM_REPAINT_MS)
+        self._repaint_timer.timeout.connect(self._on_repaint_timer_timeout)
+        self._placeholder = QLabel("Say something to start the conversation.")
+        self._placeholder.setObjectName("PanelHint")
+        self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._layout.insertWidget(0, self._placeholder)
+
+    # --- showing ------------------------------------------------------------------
+
+    def show_path(self, entries: list[PathEntry], siblings: dict[int, list[int]]) -> None:
+        """Show ``entries`` (root first); ``siblings`` maps a node to its siblings' ids."""
+        self._clear()
+        for entry in entries:
+            node = entry.node
+            if node.role == "root" and not node.text.strip():
+                continue  # no system prompt: nothing worth a card
+            card = MessageCard(node.role, node.text, node.id, siblings[node.id], node.status)
+            card.sibling_requested.connect(self.sibling_requested)
+            card.edit_requested.connect(self.edit_requested)
+            card.regenerate_requested.connect(self.regenerate_requested)
+            card.branch_requested.connect(self.branch_requested)
+            self._add_card(card)
+        self._placeholder.setVisible(not self.cards)
+        self._scroll_to_end()
+
+    def begin_stream(self, pending_user_text: str | None) -> None:
+        """Add the user's message (if new) and an empty reply that tokens fill."""
+        if pending_user_text is not None:
+            self._add_card(MessageCard("user", pending_user_text))
+        self.streaming_card = MessageCard("assistant", "")
+        self._stream_parts = []
+        self._add_card(self.streaming_card)
+        self._placeholder.hide()
+        self._scroll_to_end()
+
+    def append_stream(self, piece: str) -> None:
+        """Add a piece of the streaming reply (drawn on the next repaint tick)."""
+        self._stream_parts.append(piece)
+        if not self._repaint_timer.isActive():
+            self._repaint_timer.start()
+
+    @property
+    def streamed_text(self) -> str:
+        """The reply text received so far."""
+        return "".join(self._stream_parts)
+
+    def set_actions_enabled(self, enabled: bool) -> None:
+        """Enable or disable the cards' buttons (disabled while generating)."""
+        for card in self.cards:
+            for button in card.findChildren(QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly):
+                if button is not card.body:
+                    button.setEnabled(enabled)
+            if card.node_id is not None:
+                self._restore_navigator_limits(card, enabled)
+
+    def card_for(self, node_id: int) -> MessageCard | None:
+        """The card showing ``node_id``, if shown."""
+        return next((c for c in self.cards if c.node_id == node_id), None)
+
+    # --- internals ----------------------------------------------------------------
+
+    @staticmethod
+    def _restore_navigator_limits(card: MessageCard, enabled: bool) -> None:
+        # The navigator's ends stay disabled: there is no sibling past them.
+        position, count = card.sibling_position
+        if count > 1:
+            card.previous_button.setEnabled(enabled and position > 1)
+            card.next_button.setEnabled(enabled and position < count)
+
+    def _add_card(self, card: MessageCard) -> None:
+        self._layout.insertWidget(self._layout.count() - 1, card)
+        self.cards.append(card)
+
+    def _clear(self) -> None:
+        self._repaint_timer.stop()
+        self.streaming_card = None
+        self._stream_parts = []
+        for card in self.cards:
+            self._layout.removeWidget(card)
+            card.deleteLater()
+        self.cards = []
+
+    def _scroll_to_end(self) -> None:
+        # After the layout has placed the new cards, not before.
+        QTimer.singleShot(0, self._on_scroll_timer_timeout)
+
+    @Slot()
+    def _on_scroll_timer_timeout(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    @Slot()
+    def _on_repaint_timer_timeout(self) -> None:
+        if self.streaming_card is None:
+            return
+        bar = self.verticalScrollBar()
+        following = bar.value() >= bar.maximum() - 40
+        self.streaming_card.set_text(self.streamed_text)
+        if following:  # only follow the stream if the user did not scroll up
+            self._scroll_to_end()

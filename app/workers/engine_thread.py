@@ -1,0 +1,97 @@
+"""The GUI-side handle of the engine worker: its thread, its queue, its shutdown.
+
+Widgets call plain methods here (``send``, ``restore``, ...); each becomes a
+job queued to the worker through a signal, so it runs on the engine thread,
+one at a time, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.backend.settings import BackendSettings
+from app.workers import jobs
+from app.workers.engine_worker import EngineWorker
+from app.workers.jobs import JobResult
+from storage.db import Database
+
+log = logging.getLogger(__name__)
+
+# How long closing the window waits for the engine thread. Generation stops
+# within a token; only loading a large model can take longer.
+SHUTDOWN_WAIT_MS = 30_000
+
+
+class EngineController(QObject):
+    """Start the engine thread and queue jobs to it.
+
+    Signals
+    -------
+    started(str), token_received(str), failed(str, str), finished(object)
+        Forwarded from the worker (see ``EngineWorker``), delivered on the
+        GUI thread.
+    """
+
+    started = Signal(str)
+    token_received = Signal(str)
+    failed = Signal(str, str)
+    finished = Signal(object)
+
+    _job_requested = Signal(object)
+    _shutdown_requested = Signal()
+
+    def __init__(self, db: Database, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thread = QThread()
+        self._thread.setObjectName("arbor-engine")
+        self._worker = EngineWorker(db)
+        self._worker.moveToThread(self._thread)
+        self._job_requested.connect(self._worker.run)
+        self._shutdown_requested.connect(self._worker.shut_down)
+        self._worker.started.connect(self.started)
+        self._worker.token_received.connect(self.token_received)
+        self._worker.failed.connect(self.failed)
+        self._worker.finished.connect(self._on_worker_finished)
+        self._pending = 0
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is queued or running."""
+        return self._pending > 0
+
+    def submit(self, job: jobs.Job) -> None:
+        """Queue a job; its result arrives through ``finished``."""
+        if not self._thread.isRunning():
+            log.warning("engine thread stopped; dropping %s", job.kind)
+            return
+        self._pending += 1
+        self._job_requested.emit(job)
+
+    def load_model(self, path: Path, settings: BackendSettings) -> None:
+        """Load a model (replacing the current one)."""
+        self.submit(jobs.LoadModel(path, settings))
+
+    def stop(self) -> None:
+        """Ask the running generation to stop after the current token."""
+        self._worker.cancel_requested.set()
+
+    def shut_down(self) -> None:
+        """Stop any generation, free the model and end the thread (blocking)."""
+        if not self._thread.isRunning():
+            return
+        self.stop()
+        self._shutdown_requested.emit()
+        if not self._thread.wait(SHUTDOWN_WAIT_MS):
+            log.error("the engine thread did not stop within %d ms", SHUTDOWN_WAIT_MS)
+            self._thread.terminate()
+            self._thread.wait()
+
+    @Slot(object)
+    def _on_worker_finished(self, result: JobResult) -> None:
+        self._pending -= 1
+        self.finished.emit(result)
+

@@ -1,0 +1,120 @@
+"""Requests the window sends to the engine worker, and what comes back (Qt-free).
+
+Jobs are plain frozen dataclasses queued through one signal, so they run one at
+a time on the engine thread in the order they were asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.backend.sampling import SamplingParams
+from app.backend.settings import BackendSettings
+
+if TYPE_CHECKING:
+    from app.backend.engine import ModelInfo
+    from app.conversation.context_sync import SyncStats
+    from app.conversation.service import Reply
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """Load (or replace) the model; cannot be cancelled."""
+
+    path: Path
+    settings: BackendSettings
+    kind: str = field(default="load", init=False)
+
+
+@dataclass(frozen=True)
+class NewConversation:
+    """Create a conversation with an optional system prompt and title."""
+
+    system_prompt: str | None
+    title: str | None = None
+    kind: str = field(default="new", init=False)
+
+
+@dataclass(frozen=True)
+class Send:
+    """A user message under ``parent_id`` (root or assistant), and its reply."""
+
+    parent_id: int
+    text: str
+    params: SamplingParams
+    budget_bytes: int | None = None
+    kind: str = field(default="send", init=False)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """An edited sibling of user message ``node_id``, and its reply."""
+
+    node_id: int
+    text: str
+    params: SamplingParams
+    budget_bytes: int | None = None
+    kind: str = field(default="edit", init=False)
+
+
+@dataclass(frozen=True)
+class Regenerate:
+    """A new reply beside assistant message ``node_id``."""
+
+    node_id: int
+    params: SamplingParams
+    budget_bytes: int | None = None
+    kind: str = field(default="regenerate", init=False)
+
+
+@dataclass(frozen=True)
+class GenerateReply:
+    """A (new) reply to user message ``node_id``."""
+
+    node_id: int
+    params: SamplingParams
+    budget_bytes: int | None = None
+    kind: str = field(default="reply", init=False)
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Put the engine at the end of ``node_id``'s path."""
+
+    node_id: int
+    kind: str = field(default="restore", init=False)
+
+
+@dataclass(frozen=True)
+class DeleteBranch:
+    """Delete ``node_id`` and everything below it."""
+
+    node_id: int
+    kind: str = field(default="delete", init=False)
+
+
+Job = LoadModel | NewConversation | Send | Edit | Regenerate | GenerateReply | Restore | DeleteBranch
+
+# Jobs that stream tokens and can be stopped.
+GENERATING_KINDS = frozenset({"send", "edit", "regenerate", "reply"})
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a job did. ``error`` is set (and the rest mostly empty) on failure.
+
+    ``node_id`` is the node the window should show as active afterwards.
+    """
+
+    kind: str
+    error: str | None = None
+    conversation_id: int | None = None
+    node_id: int | None = None
+    reply: Reply | None = None
+    sync: SyncStats | None = None
+    model: ModelInfo | None = None
+    context_tokens: int = 0
+    n_ctx: int = 0
+    evicted_bytes: int = 0
