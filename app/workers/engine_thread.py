@@ -59,6 +59,11 @@ class EngineController(QObject):
         self._thread.start()
 
     @property
+    def worker(self) -> EngineWorker:
+        """The worker on the engine thread (for diagnostics and tests only)."""
+        return self._worker
+
+    @property
     def busy(self) -> bool:
         """Whether a job is queued or running."""
         return self._pending > 0

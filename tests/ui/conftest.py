@@ -1,0 +1,132 @@
+"""Fixtures for the window tests: real engine thread, real SQLite, real widgets.
+
+Every test gets its own data folder; windows are built by ``build_window``
+(the composition root minus the event loop) on the tiny generated model.
+Tests fail on Qt warnings and on QThreads left running.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QThread
+
+from app.backend.sampling import SamplingParams
+from app.gui import build_window
+from app.paths import database_path
+from app.preferences import load_preferences, save_preferences
+from app.views.main_window import MainWindow
+from storage.db import Database, open_database
+
+UI_DIR = Path(__file__).resolve().parent
+
+# Greedy and short: deterministic replies that keep the suite fast. One thread:
+# llama.cpp's worker threads spin-wait, which is very slow on a busy 2-core box.
+TEST_SAMPLING = SamplingParams(temperature=0, max_tokens=48)
+
+# How long any single wait may take on a loaded machine before a test fails.
+WAIT_MS = 30_000
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Fail the window tests on Qt warnings (the offscreen platform's own excepted)."""
+    for item in items:
+        if UI_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
+            item.add_marker(pytest.mark.qt_log_ignore("propagateSizeHints"))
+
+
+@pytest.fixture(autouse=True)
+def _no_dangling_qthreads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail a test that leaves a QThread running."""
+    started: list[QThread] = []
+    original = QThread.start
+
+    def start(self: QThread, *args: object) -> None:
+        started.append(self)
+        original(self, *args)
+
+    monkeypatch.setattr(QThread, "start", start)
+    yield
+    running = [t.objectName() or repr(t) for t in started if t.isRunning()]
+    assert running == [], f"QThreads still running after the test: {running}"
+
+
+class WindowFactory:
+    """Builds windows on the test's data folder and closes them afterwards."""
+
+    def __init__(self, qtbot, data_dir: Path, tiny_model: Path) -> None:  # noqa: ANN001
+        self._qtbot = qtbot
+        self.data_dir = data_dir
+        self.tiny_model = tiny_model
+        self._opened: list[tuple[MainWindow, Database]] = []
+
+    def open_db(self) -> Database:
+        """Open the test's database (with the test preferences on first use)."""
+        db = open_database(database_path(self.data_dir))
+        prefs = load_preferences(db)
+        if prefs.backend.n_threads != 1:
+            save_preferences(
+                db, replace(prefs, backend=replace(prefs.backend, n_threads=1), sampling=TEST_SAMPLING)
+            )
+        return db
+
+    def __call__(self, model: Path | None | bool = True, wait: bool = True) -> MainWindow:
+        """A shown window; ``model`` True means the tiny model, None the remembered/starter one."""
+        db = self.open_db()
+        window = build_window(db, self.tiny_model if model is True else model or None, gpu_supported=False)
+        self._qtbot.addWidget(window)
+        window.show()
+        self._opened.append((window, db))
+        if wait:
+            wait_idle(self._qtbot, window)
+        return window
+
+    def close_all(self) -> None:
+        for window, db in self._opened:
+            window.close()
+            db.close()
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir: Path, tiny_model: Path) -> Iterator[WindowFactory]:  # noqa: ANN001
+    """Build a window through the real stack; threads are stopped at teardown."""
+    factory = WindowFactory(qtbot, data_dir, tiny_model)
+    yield factory
+    factory.close_all()
+
+
+def wait_idle(qtbot, window: MainWindow) -> None:  # noqa: ANN001
+    """Wait until no job is queued or running (model loaded, reply done)."""
+    qtbot.waitUntil(lambda: not window.engine.busy and not window.generating, timeout=WAIT_MS)
+
+
+def send(qtbot, window: MainWindow, text: str) -> None:  # noqa: ANN001
+    """Type ``text`` in the composer, press Ctrl+Enter, wait for the reply."""
+    from PySide6.QtCore import Qt
+
+    window.composer.edit.setFocus()
+    qtbot.keyClicks(window.composer.edit, text)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert window.generating or window.engine.busy, "Ctrl+Enter did not send"
+    wait_idle(qtbot, window)
+
+
+def slow_down_generation(window: MainWindow, seconds_per_token: float) -> Callable[[], None]:
+    """Make each streamed token take a while, as with a big model on a slow CPU.
+
+    The delay runs on the engine thread (a direct connection to the worker's
+    signal), so the GUI thread stays free. Returns a function that undoes it.
+    """
+    from PySide6.QtCore import Qt
+
+    def delay(_piece: str) -> None:
+        time.sleep(seconds_per_token)
+
+    worker = window.engine.worker
+    worker.token_received.connect(delay, Qt.ConnectionType.DirectConnection)
+    return lambda: worker.token_received.disconnect(delay)
