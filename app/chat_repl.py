@@ -15,17 +15,28 @@ from app.conversation.service import ConversationService
 HELP = "Type a message. /regen: another reply, /new: new conversation, /quit: exit."
 
 
-def chat_loop(service: ConversationService, params: SamplingParams, system: str | None) -> int:
+class _StopRequest:
+    """Set by Ctrl+C while a reply streams; polled between tokens."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def request(self, *_: object) -> None:
+        self.requested = True
+
+    def __call__(self) -> bool:
+        return self.requested
+
+
+def chat_loop(
+    service: ConversationService, params: SamplingParams, system: str | None
+) -> int:
     """Chat until end of input or ``/quit``; return the exit status."""
     assert service.engine is not None
     info = service.engine.info
     print(f"Arbor — {info.name} ({info.n_ctx} tokens of context). {HELP}")
     _conversation, node = service.new_conversation(system)
-    stop_requested = False
-
-    def request_stop(*_: object) -> None:
-        nonlocal stop_requested
-        stop_requested = True
+    stop = _StopRequest()
 
     while True:
         try:
@@ -41,8 +52,8 @@ def chat_loop(service: ConversationService, params: SamplingParams, system: str 
             _conversation, node = service.new_conversation(system)
             print("(new conversation)")
             continue
-        previous = signal.signal(signal.SIGINT, request_stop)
-        stop_requested = False
+        previous = signal.signal(signal.SIGINT, stop.request)
+        stop.requested = False
         print("arbor> ", end="", flush=True)
         try:
             on_token = lambda piece: print(piece, end="", flush=True)  # noqa: E731
@@ -50,9 +61,9 @@ def chat_loop(service: ConversationService, params: SamplingParams, system: str 
                 if service.path(node)[-1].role != "assistant":
                     print("(nothing to regenerate yet)")
                     continue
-                reply = service.regenerate(node, params, on_token, lambda: stop_requested)
+                reply = service.regenerate(node, params, on_token, stop)
             else:
-                reply = service.send(node, line, params, on_token, lambda: stop_requested)
+                reply = service.send(node, line, params, on_token, stop)
         finally:
             signal.signal(signal.SIGINT, previous)
         node = reply.assistant_node

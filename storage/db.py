@@ -58,7 +58,9 @@ def open_database(path: Path, busy_timeout_ms: int = 5000) -> Database:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise StorageUnavailable(f"Cannot create the data folder {path.parent}: {exc.strerror}.") from exc
+        raise StorageUnavailable(
+            f"Cannot create the data folder {path.parent}: {exc.strerror}."
+        ) from exc
     migrations.refuse_newer(path)
     engine = create_engine(f"sqlite:///{path}")
     event.listen(engine, "connect", functools.partial(_on_connect, busy_timeout_ms))
@@ -82,8 +84,16 @@ def _on_connect(
 
 
 _READABLE_ERRORS = (
-    ("locked", "The database {path} is locked by another program. Close other Arbor windows and try again."),
-    ("full", "The disk holding {path} is full. Free some space (or clear checkpoints) and try again."),
+    (
+        "locked",
+        "The database {path} is locked by another program. Close other Arbor "
+        "windows and try again.",
+    ),
+    (
+        "full",
+        "The disk holding {path} is full. Free some space (or clear "
+        "checkpoints) and try again.",
+    ),
     ("not a database", "{path} is not an Arbor database, or it is corrupt."),
     ("malformed", "The database {path} is corrupt."),
     ("readonly", "The database {path} is read-only."),

@@ -38,10 +38,14 @@ def refuse_newer(path: Path) -> None:
     if not path.exists():
         return
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as con:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        ) as con:
             version = int(con.execute("PRAGMA user_version").fetchone()[0])
     except sqlite3.DatabaseError as exc:
-        raise StorageUnavailable(f"{path} is not an Arbor database, or it is corrupt.") from exc
+        raise StorageUnavailable(
+            f"{path} is not an Arbor database, or it is corrupt."
+        ) from exc
     if version > SCHEMA_VERSION:
         raise StorageUnavailable(
             f"{path} was written by a newer version of Arbor (schema {version}; this "
@@ -61,7 +65,9 @@ def upgrade(engine: Engine, path: Path) -> None:
             connection.execute(text(f"PRAGMA user_version={SCHEMA_VERSION}"))
         return
     if version == 0:
-        raise StorageUnavailable(f"{path} is not an Arbor database; the file was not changed.")
+        raise StorageUnavailable(
+            f"{path} is not an Arbor database; the file was not changed."
+        )
     if version < SCHEMA_VERSION:
         backup = path.with_suffix(path.suffix + f".v{version}.bak")
         _backup(path, backup)

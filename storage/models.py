@@ -55,7 +55,9 @@ class Node(Base):
     """
 
     __tablename__ = "node"
-    __table_args__ = (Index("ix_node_conversation_parent", "conversation_id", "parent_id"),)
+    __table_args__ = (
+        Index("ix_node_conversation_parent", "conversation_id", "parent_id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     conversation_id: Mapped[int] = mapped_column(
@@ -102,7 +104,9 @@ class Checkpoint(Base):
     """
 
     __tablename__ = "checkpoint"
-    __table_args__ = (Index("ix_checkpoint_node_profile", "node_id", "profile_id", unique=True),)
+    __table_args__ = (
+        Index("ix_checkpoint_node_profile", "node_id", "profile_id", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     node_id: Mapped[int] = mapped_column(ForeignKey("node.id", ondelete="CASCADE"))

@@ -18,16 +18,15 @@ from sqlalchemy.orm import Session
 from storage.db import Database
 from storage.errors import NotFound
 from storage.models import (
+    DEFAULT_TITLE,
     BackendProfile,
     Checkpoint,
     CheckpointBlob,
-    DEFAULT_TITLE,
     Conversation,
     Node,
     Setting,
     utcnow,
 )
-
 
 # --- records -----------------------------------------------------------------
 
@@ -130,7 +129,9 @@ def _node_record(node: Node) -> NodeRecord:
     )
 
 
-def _conversation_record(conv: Conversation, nodes: int = 0, size: int = 0) -> ConversationRecord:
+def _conversation_record(
+    conv: Conversation, nodes: int = 0, size: int = 0
+) -> ConversationRecord:
     return ConversationRecord(
         id=conv.id,
         title=conv.title,
@@ -154,14 +155,18 @@ def create_conversation(
         conv = Conversation(title=title or DEFAULT_TITLE, system_prompt=system_prompt)
         s.add(conv)
         s.flush()
-        root = Node(conversation_id=conv.id, role="root", text=system_prompt or "", chunks=[])
+        root = Node(
+            conversation_id=conv.id, role="root", text=system_prompt or "", chunks=[]
+        )
         s.add(root)
         s.flush()
         conv.active_node_id = root.id
         return _conversation_record(conv), _node_record(root)
 
 
-def list_conversations(db: Database, text_filter: str | None = None) -> list[ConversationRecord]:
+def list_conversations(
+    db: Database, text_filter: str | None = None
+) -> list[ConversationRecord]:
     """Conversations, most recently updated first, optionally filtered by text.
 
     The filter matches the title or any message text, case-insensitively.
@@ -303,7 +308,9 @@ def get_path(db: Database, node_id: int) -> list[NodeRecord]:
             )
         )
         rows = s.execute(
-            select(Node).join(ancestors, Node.id == ancestors.c.id).order_by(ancestors.c.depth.desc())
+            select(Node)
+            .join(ancestors, Node.id == ancestors.c.id)
+            .order_by(ancestors.c.depth.desc())
         ).scalars()
         path = [_node_record(n) for n in rows]
         if not path:
@@ -314,11 +321,15 @@ def get_path(db: Database, node_id: int) -> list[NodeRecord]:
 def get_children(db: Database, node_id: int) -> list[NodeRecord]:
     """Children of a node, oldest first."""
     with db.transaction() as s:
-        rows = s.execute(select(Node).where(Node.parent_id == node_id).order_by(Node.id)).scalars()
+        rows = s.execute(
+            select(Node).where(Node.parent_id == node_id).order_by(Node.id)
+        ).scalars()
         return [_node_record(n) for n in rows]
 
 
-def tree(db: Database, conversation_id: int, profile_id: int | None = None) -> list[NodeSummary]:
+def tree(
+    db: Database, conversation_id: int, profile_id: int | None = None
+) -> list[NodeSummary]:
     """Every node of a conversation, parents before children, without token data.
 
     ``checkpoint_bytes`` counts the checkpoints of ``profile_id`` (all profiles
@@ -332,8 +343,15 @@ def tree(db: Database, conversation_id: int, profile_id: int | None = None) -> l
         sizes_q = sizes.group_by(Checkpoint.node_id).subquery()
         rows = s.execute(
             select(
-                Node.id, Node.parent_id, Node.role, Node.text, Node.n_tokens,
-                Node.status, Node.created_at, Node.generation, sizes_q.c.b,
+                Node.id,
+                Node.parent_id,
+                Node.role,
+                Node.text,
+                Node.n_tokens,
+                Node.status,
+                Node.created_at,
+                Node.generation,
+                sizes_q.c.b,
             )
             .outerjoin(sizes_q, sizes_q.c.node_id == Node.id)
             .where(Node.conversation_id == conversation_id)
@@ -341,9 +359,15 @@ def tree(db: Database, conversation_id: int, profile_id: int | None = None) -> l
         )
         return [
             NodeSummary(
-                id=r.id, parent_id=r.parent_id, role=r.role, text=r.text,
-                n_tokens=r.n_tokens, status=r.status, checkpoint_bytes=r.b or 0,
-                created_at=r.created_at, generation=r.generation,
+                id=r.id,
+                parent_id=r.parent_id,
+                role=r.role,
+                text=r.text,
+                n_tokens=r.n_tokens,
+                status=r.status,
+                checkpoint_bytes=r.b or 0,
+                created_at=r.created_at,
+                generation=r.generation,
             )
             for r in rows
         ]
@@ -416,8 +440,13 @@ def save_checkpoint(
             )
         )
         checkpoint = Checkpoint(
-            node_id=node_id, profile_id=profile_id, kind=kind, start_pos=start_pos,
-            end_pos=end_pos, byte_size=len(data), checksum=checksum,
+            node_id=node_id,
+            profile_id=profile_id,
+            kind=kind,
+            start_pos=start_pos,
+            end_pos=end_pos,
+            byte_size=len(data),
+            checksum=checksum,
         )
         s.add(checkpoint)
         s.flush()
@@ -425,7 +454,9 @@ def save_checkpoint(
         return len(data)
 
 
-def checkpointed_nodes(db: Database, node_ids: list[int], profile_id: int) -> dict[int, int]:
+def checkpointed_nodes(
+    db: Database, node_ids: list[int], profile_id: int
+) -> dict[int, int]:
     """Map each of ``node_ids`` that has a checkpoint for the profile to its size."""
     with db.transaction() as s:
         rows = s.execute(
@@ -436,7 +467,9 @@ def checkpointed_nodes(db: Database, node_ids: list[int], profile_id: int) -> di
         return {r.node_id: r.byte_size for r in rows}
 
 
-def load_checkpoint(db: Database, node_id: int, profile_id: int) -> StoredCheckpoint | None:
+def load_checkpoint(
+    db: Database, node_id: int, profile_id: int
+) -> StoredCheckpoint | None:
     """Read a node's checkpoint for the profile and mark it recently used."""
     with db.transaction() as s:
         row = s.execute(
@@ -449,15 +482,19 @@ def load_checkpoint(db: Database, node_id: int, profile_id: int) -> StoredCheckp
         checkpoint, data = row
         checkpoint.last_used_at = utcnow()
         return StoredCheckpoint(
-            node_id=node_id, kind=checkpoint.kind, start_pos=checkpoint.start_pos,
-            end_pos=checkpoint.end_pos, checksum=checkpoint.checksum, data=data,
+            node_id=node_id,
+            kind=checkpoint.kind,
+            start_pos=checkpoint.start_pos,
+            end_pos=checkpoint.end_pos,
+            checksum=checkpoint.checksum,
+            data=data,
         )
 
 
 def delete_checkpoints(
     db: Database, node_ids: list[int] | None = None, conversation_id: int | None = None
 ) -> int:
-    """Delete checkpoints of some nodes, of one conversation, or all; return bytes freed.
+    """Delete checkpoints of some nodes, one conversation, or all; return bytes freed.
 
     Messages are never touched: a node without a checkpoint is rebuilt from its
     tokens when needed.
@@ -480,7 +517,11 @@ def delete_checkpoints(
 def total_checkpoint_bytes(db: Database) -> int:
     """Bytes of all stored checkpoints."""
     with db.transaction() as s:
-        return int(s.execute(select(func.coalesce(func.sum(Checkpoint.byte_size), 0))).scalar_one())
+        return int(
+            s.execute(
+                select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
+            ).scalar_one()
+        )
 
 
 def evict_checkpoints(db: Database, budget_bytes: int) -> int:
@@ -489,13 +530,19 @@ def evict_checkpoints(db: Database, budget_bytes: int) -> int:
     Returns the bytes freed.
     """
     with db.transaction() as s:
-        total = int(s.execute(select(func.coalesce(func.sum(Checkpoint.byte_size), 0))).scalar_one())
+        total = int(
+            s.execute(
+                select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
+            ).scalar_one()
+        )
         if total <= budget_bytes:
             return 0
         freed = 0
         victims = []
         for cid, size in s.execute(
-            select(Checkpoint.id, Checkpoint.byte_size).order_by(Checkpoint.last_used_at, Checkpoint.id)
+            select(Checkpoint.id, Checkpoint.byte_size).order_by(
+                Checkpoint.last_used_at, Checkpoint.id
+            )
         ):
             if total - freed <= budget_bytes:
                 break

@@ -1,4 +1,4 @@
-"""Shared fixtures: the tiny generated model, a fresh data folder per test, CLI runner."""
+"""Shared fixtures: tiny generated models, a fresh data folder per test, CLI runner."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def other_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second tiny model with different weights (same shapes and vocab)."""
-    return write_tiny_model(tmp_path_factory.mktemp("models2") / "tiny-other.gguf", seed=99)
+    return write_tiny_model(
+        tmp_path_factory.mktemp("models2") / "tiny-other.gguf", seed=99
+    )
 
 
 @pytest.fixture
@@ -55,7 +57,10 @@ def run_cli(*args: str | os.PathLike[str], timeout: float = 120) -> CliResult:
     """Run ``python -m app ARGS`` in a new process, as a user would."""
     completed = subprocess.run(
         [sys.executable, "-m", "app", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
     return CliResult(completed)
 
@@ -64,9 +69,16 @@ def run_cli(*args: str | os.PathLike[str], timeout: float = 120) -> CliResult:
 def arbor(data_dir: Path, tiny_model: Path):
     """Run the CLI on the test's data folder and the tiny model; returns parsed JSON."""
 
-    def call(*args: str | int, model: Path | None = None, extra: tuple[str, ...] = ()) -> Any:
+    def call(
+        *args: str | int, model: Path | None = None, extra: tuple[str, ...] = ()
+    ) -> Any:
         result = run_cli(
-            "--data-dir", data_dir, "--model", model or tiny_model, *extra, *map(str, args)
+            "--data-dir",
+            data_dir,
+            "--model",
+            model or tiny_model,
+            *extra,
+            *map(str, args),
         )
         return result.json
 

@@ -20,9 +20,13 @@ def _one_line_error(result) -> str:
 
 def test_list_show_tree_describe_the_conversation(arbor):
     created = arbor("new", "--title", "Trees", "--system", "Be brief.")
-    reply = arbor("send", created["node"], "Hi", "--temperature", "0", "--max-tokens", "3")
+    reply = arbor(
+        "send", created["node"], "Hi", "--temperature", "0", "--max-tokens", "3"
+    )
     listed = arbor("list")["conversations"]
-    assert [(c["id"], c["title"]) for c in listed] == [(created["conversation"], "Trees")]
+    assert [(c["id"], c["title"]) for c in listed] == [
+        (created["conversation"], "Trees")
+    ]
     assert listed[0]["checkpoint_bytes"] > 0
     shown = arbor("show", reply["assistant_node"])
     assert [m["role"] for m in shown["messages"]] == ["system", "user", "assistant"]
@@ -31,18 +35,38 @@ def test_list_show_tree_describe_the_conversation(arbor):
     tree = arbor("tree", created["conversation"])["nodes"]
     assert [n["parent"] for n in tree] == [None, created["node"], reply["user_node"]]
     assert all(n["checkpoint_bytes"] > 0 and n["tokens"] > 0 for n in tree)
-    for key in ("restored_tokens", "kept_tokens", "reprocessed_tokens", "restore_ms",
-                "prompt_tokens", "prompt_ms", "generated_tokens", "generate_ms",
-                "checkpoint_bytes_written"):
+    for key in (
+        "restored_tokens",
+        "kept_tokens",
+        "reprocessed_tokens",
+        "restore_ms",
+        "prompt_tokens",
+        "prompt_ms",
+        "generated_tokens",
+        "generate_ms",
+        "checkpoint_bytes_written",
+    ):
         assert key in reply["stats"]
 
 
 def test_seed_is_recorded_and_reproduces_the_reply(arbor):
     root = arbor("new")["node"]
     first = arbor("send", root, "Roll", "--temperature", "1.0", "--max-tokens", "8")
-    seed = arbor("show", first["assistant_node"])["messages"][-1]["generation"]["params"]["seed"]
+    seed = arbor("show", first["assistant_node"])["messages"][-1]["generation"][
+        "params"
+    ]["seed"]
     assert isinstance(seed, int)
-    again = arbor("send", root, "Roll", "--temperature", "1.0", "--max-tokens", "8", "--seed", seed)
+    again = arbor(
+        "send",
+        root,
+        "Roll",
+        "--temperature",
+        "1.0",
+        "--max-tokens",
+        "8",
+        "--seed",
+        seed,
+    )
     assert again["text"] == first["text"]
 
 
@@ -59,7 +83,9 @@ def test_seed_is_recorded_and_reproduces_the_reply(arbor):
     ],
 )
 def test_bad_input_gives_one_line(data_dir, tiny_model, args, message):
-    line = _one_line_error(run_cli("--data-dir", data_dir, "--model", tiny_model, *args))
+    line = _one_line_error(
+        run_cli("--data-dir", data_dir, "--model", tiny_model, *args)
+    )
     assert message in line
 
 
@@ -75,10 +101,14 @@ def test_bad_model_files_give_one_line(data_dir, tmp_path: Path, tiny_model: Pat
         (truncated, "could not be loaded"),
     ]
     for model, message in cases:
-        line = _one_line_error(run_cli("--data-dir", data_dir, "--model", model, "send", root, "hi"))
+        line = _one_line_error(
+            run_cli("--data-dir", data_dir, "--model", model, "send", root, "hi")
+        )
         assert message in line
     # Nothing was lost: the message that could not be answered was never half-written.
-    assert run_cli("--data-dir", data_dir, "tree", "1").json["nodes"][0]["role"] == "root"
+    assert (
+        run_cli("--data-dir", data_dir, "tree", "1").json["nodes"][0]["role"] == "root"
+    )
 
 
 def test_newer_database_is_refused_untouched(data_dir: Path):

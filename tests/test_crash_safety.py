@@ -1,4 +1,4 @@
-"""A process killed mid-reply leaves a consistent database that keeps the user's words."""
+"""A process killed mid-reply leaves a consistent database keeping the user's words."""
 
 from __future__ import annotations
 
@@ -12,16 +12,33 @@ import time
 from tests.conftest import ROOT
 
 
-def test_kill_during_generation_keeps_user_message_and_partial_reply(arbor, data_dir, tiny_model):
+def test_kill_during_generation_keeps_user_message_and_partial_reply(
+    arbor, data_dir, tiny_model
+):
     root = arbor("new")["node"]
     db_path = data_dir / "arbor.sqlite3"
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "app", "--data-dir", str(data_dir), "--model", str(tiny_model),
-            "--n-ctx", "32768", "send", str(root), "Write forever.",
-            "--temperature", "0", "--max-tokens", "30000",
+            sys.executable,
+            "-m",
+            "app",
+            "--data-dir",
+            str(data_dir),
+            "--model",
+            str(tiny_model),
+            "--n-ctx",
+            "32768",
+            "send",
+            str(root),
+            "Write forever.",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "30000",
         ],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
@@ -52,7 +69,15 @@ def test_kill_during_generation_keeps_user_message_and_partial_reply(arbor, data
     assert len(shown[-1]["text"]) >= partial[1]
 
     # The interrupted reply is closed like a stopped one and the chat goes on.
-    follow = arbor("send", reply_id, "Go on.", "--temperature", "0", "--max-tokens", "4",
-                   extra=("--n-ctx", "32768"))
+    follow = arbor(
+        "send",
+        reply_id,
+        "Go on.",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "4",
+        extra=("--n-ctx", "32768"),
+    )
     assert follow["stats"]["generated_tokens"] == 4
     assert arbor("show", reply_id)["messages"][-1]["status"] == "stopped"

@@ -28,7 +28,9 @@ def test_model_facts(engine):
 
 
 def test_delta_holds_only_its_span_and_restores_exactly(engine):
-    prefix = engine.tokenize("<|im_start|>system\nshared prefix<|im_end|>\n", add_bos=True)
+    prefix = engine.tokenize(
+        "<|im_start|>system\nshared prefix<|im_end|>\n", add_bos=True
+    )
     suffix = engine.tokenize("<|im_start|>user\nthe node's own words<|im_end|>\n")
     engine.decode(prefix)
     engine.decode(suffix)

@@ -15,14 +15,18 @@ from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
 from storage.db import open_database
-from tests.conftest import run_cli
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 SEEDED = SamplingParams(temperature=0.9, seed=7, max_tokens=24)
 
 
 def _flags(params: SamplingParams) -> list[str]:
-    flags = ["--temperature", str(params.temperature), "--max-tokens", str(params.max_tokens)]
+    flags = [
+        "--temperature",
+        str(params.temperature),
+        "--max-tokens",
+        str(params.max_tokens),
+    ]
     return flags + (["--seed", str(params.seed)] if params.seed is not None else [])
 
 
@@ -43,7 +47,9 @@ def test_resume_in_new_process_matches_one_process(in_process, arbor, params):
 
     cold_root = arbor("new", "--system", "Answer briefly.")["node"]
     cold_first = arbor("send", cold_root, "Tell me about trees.", *_flags(params))
-    cold_second = arbor("send", cold_first["assistant_node"], "And about branches?", *_flags(params))
+    cold_second = arbor(
+        "send", cold_first["assistant_node"], "And about branches?", *_flags(params)
+    )
 
     assert cold_first["text"] == first.text
     assert cold_second["stats"]["logits_digest"] == second.stats.logits_digest
@@ -60,7 +66,10 @@ def test_switching_siblings_back_and_forth_is_exact(in_process, arbor):
     assert sibling.text != first.text
 
     # In one process: alternate between the two branches several times.
-    digests: dict[int, set[str]] = {first.assistant_node: set(), sibling.assistant_node: set()}
+    digests: dict[int, set[str]] = {
+        first.assistant_node: set(),
+        sibling.assistant_node: set(),
+    }
     for _ in range(2):
         for node in (first.assistant_node, sibling.assistant_node):
             reply = in_process.send(node, "Why?", GREEDY)
@@ -93,7 +102,11 @@ def test_switch_cost_is_the_divergent_suffix(in_process):
     stats = in_process.restore(first.assistant_node)
     assert stats.kept_tokens == user_end
     assert stats.reprocessed_tokens == 0
-    assert stats.restored_tokens == len(in_process.path(first.assistant_node)[-1].tokens)
+    assert stats.restored_tokens == len(
+        in_process.path(first.assistant_node)[-1].tokens
+    )
     stats = in_process.restore(sibling.assistant_node)
     assert stats.kept_tokens == user_end
-    assert stats.restored_tokens == len(in_process.path(sibling.assistant_node)[-1].tokens)
+    assert stats.restored_tokens == len(
+        in_process.path(sibling.assistant_node)[-1].tokens
+    )

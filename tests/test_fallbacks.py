@@ -33,7 +33,9 @@ def _reference(arbor, node: int) -> dict:
 
 
 @pytest.mark.parametrize("damage", ["deleted", "corrupted"])
-def test_damaged_checkpoint_falls_back_to_identical_reprocessing(arbor, data_dir, damage):
+def test_damaged_checkpoint_falls_back_to_identical_reprocessing(
+    arbor, data_dir, damage
+):
     _first, second = _conversation(arbor)
     node = second["assistant_node"]
     expected = _reference(arbor, node)
@@ -47,7 +49,8 @@ def test_damaged_checkpoint_falls_back_to_identical_reprocessing(arbor, data_dir
             con.execute("DELETE FROM checkpoint WHERE id = ?", (checkpoint_id,))
         else:
             (blob,) = con.execute(
-                "SELECT data FROM checkpoint_blob WHERE checkpoint_id = ?", (checkpoint_id,)
+                "SELECT data FROM checkpoint_blob WHERE checkpoint_id = ?",
+                (checkpoint_id,),
             ).fetchone()
             flipped = bytearray(blob)
             for i in range(len(flipped) // 2, len(flipped) // 2 + 8):
@@ -103,7 +106,12 @@ def test_foreign_checkpoint_with_valid_checksum_is_rejected(tmp_path, tiny_model
         service.restore(root)
         root_node = service.path(root)[0]
         repository.save_checkpoint(
-            db, root, service.profile_id, "delta", root_node.start_pos, root_node.end_pos,
+            db,
+            root,
+            service.profile_id,
+            "delta",
+            root_node.start_pos,
+            root_node.end_pos,
             foreign_blob,
         )
         # A new service holds nothing in memory, so it must restore from SQLite.

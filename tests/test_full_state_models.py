@@ -30,11 +30,15 @@ def test_sliding_window_model_is_detected(swa_service):
     assert "sliding-window" in swa_service.engine.info.state_note
 
 
-def test_sliding_window_resume_and_switch_are_exact(swa_service, data_dir, tiny_swa_model):
+def test_sliding_window_resume_and_switch_are_exact(
+    swa_service, data_dir, tiny_swa_model
+):
     # Long enough that the 32-token window has slid past the early messages.
     _conv, root = swa_service.new_conversation(None)
     first = swa_service.send(root, "First message, long enough to slide.", GREEDY)
-    sibling = swa_service.regenerate(first.assistant_node, SamplingParams(seed=1, max_tokens=40))
+    sibling = swa_service.regenerate(
+        first.assistant_node, SamplingParams(seed=1, max_tokens=40)
+    )
     after_first = swa_service.send(first.assistant_node, "Next", GREEDY)
     after_sibling = swa_service.send(sibling.assistant_node, "Next", GREEDY)
     assert after_first.stats.logits_digest != after_sibling.stats.logits_digest
@@ -42,11 +46,17 @@ def test_sliding_window_resume_and_switch_are_exact(swa_service, data_dir, tiny_
         assert reply.stats.reprocessed_tokens == 0
 
     def arbor(*args):
-        return run_cli("--data-dir", data_dir, "--model", tiny_swa_model, *map(str, args)).json
+        return run_cli(
+            "--data-dir", data_dir, "--model", tiny_swa_model, *map(str, args)
+        ).json
 
     cold_root = arbor("new")["node"]
-    cold_first = arbor("send", cold_root, "First message, long enough to slide.", *FLAGS)
-    cold_sibling = arbor("regenerate", cold_first["assistant_node"], "--seed", "1", "--max-tokens", "40")
+    cold_first = arbor(
+        "send", cold_root, "First message, long enough to slide.", *FLAGS
+    )
+    cold_sibling = arbor(
+        "regenerate", cold_first["assistant_node"], "--seed", "1", "--max-tokens", "40"
+    )
     assert cold_sibling["text"] == sibling.text
     cold_next = arbor("send", cold_first["assistant_node"], "Next", *FLAGS)
     assert cold_next["stats"]["logits_digest"] == after_first.stats.logits_digest

@@ -35,12 +35,20 @@ def test_only_the_backend_imports_llama_cpp():
 
 
 def test_qt_free_layers_do_not_import_qt():
-    offenders = [str(p.relative_to(ROOT)) for p in _python_files(*QT_FREE) if "PySide6" in _imports(p)]
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _python_files(*QT_FREE)
+        if "PySide6" in _imports(p)
+    ]
     assert offenders == []
 
 
 def test_storage_does_not_import_the_app():
-    offenders = [str(p.relative_to(ROOT)) for p in _python_files("storage") if "app" in _imports(p)]
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _python_files("storage")
+        if "app" in _imports(p)
+    ]
     assert offenders == []
 
 

@@ -27,20 +27,37 @@ def starter() -> Path:
     return STARTER
 
 
-def test_resume_in_a_new_process_is_exact_on_the_starter_model(tmp_path, data_dir, starter):
+def test_resume_in_a_new_process_is_exact_on_the_starter_model(
+    tmp_path, data_dir, starter
+):
     db = open_database(tmp_path / "one.sqlite3")
     with LlamaEngine(starter, BackendSettings(n_ctx=2048)) as engine:
         service = ConversationService(db, engine)
         _conv, root = service.new_conversation(None)
-        first = service.send(root, "What is the capital of France? Answer in one sentence.", GREEDY)
+        first = service.send(
+            root, "What is the capital of France? Answer in one sentence.", GREEDY
+        )
         second = service.send(first.assistant_node, "And of Italy?", GREEDY)
     db.close()
 
     def arbor(*args):
-        return run_cli("--data-dir", data_dir, "--model", starter, "--n-ctx", "2048", *map(str, args)).json
+        return run_cli(
+            "--data-dir",
+            data_dir,
+            "--model",
+            starter,
+            "--n-ctx",
+            "2048",
+            *map(str, args),
+        ).json
 
     cold_root = arbor("new")["node"]
-    cold_first = arbor("send", cold_root, "What is the capital of France? Answer in one sentence.", *FLAGS)
+    cold_first = arbor(
+        "send",
+        cold_root,
+        "What is the capital of France? Answer in one sentence.",
+        *FLAGS,
+    )
     cold_second = arbor("send", cold_first["assistant_node"], "And of Italy?", *FLAGS)
 
     assert cold_first["text"] == first.text

@@ -25,7 +25,9 @@ def _chain(db, length: int) -> list[int]:
     ids = [root.id]
     for i in range(length):
         role = "user" if i % 2 == 0 else "assistant"
-        ids.append(repository.add_node(db, ids[-1], role, f"m{i}", tokens=[i, i + 1]).id)
+        ids.append(
+            repository.add_node(db, ids[-1], role, f"m{i}", tokens=[i, i + 1]).id
+        )
     return ids
 
 
@@ -83,7 +85,12 @@ def test_deleting_a_subtree_cascades_to_checkpoints(db):
     with db.engine.connect() as con:
         raw = con.connection.dbapi_connection
         assert raw.execute("SELECT count(*) FROM checkpoint_blob").fetchone()[0] == 2
-    assert repository.get_conversation(db, repository.get_node(db, ids[0]).conversation_id).active_node_id == ids[1]
+    assert (
+        repository.get_conversation(
+            db, repository.get_node(db, ids[0]).conversation_id
+        ).active_node_id
+        == ids[1]
+    )
     with pytest.raises(ValueError, match="root"):
         repository.delete_subtree(db, ids[0])
 
@@ -95,7 +102,9 @@ def test_checksum_detects_flipped_bytes(db):
     stored = repository.load_checkpoint(db, ids[1], profile)
     assert stored is not None and stored.is_intact()
     with db.engine.begin() as con:
-        con.exec_driver_sql("UPDATE checkpoint_blob SET data = ?", (bytes(199) + b"\x01",))
+        con.exec_driver_sql(
+            "UPDATE checkpoint_blob SET data = ?", (bytes(199) + b"\x01",)
+        )
     assert not repository.load_checkpoint(db, ids[1], profile).is_intact()
     assert repository.load_checkpoint(db, ids[1], profile + 1) is None
 
@@ -111,11 +120,16 @@ def test_eviction_drops_least_recently_used_and_keeps_messages(db):
     assert repository.total_checkpoint_bytes(db) == 2000
     remaining = repository.checkpointed_nodes(db, ids, profile)
     assert ids[0] in remaining
-    assert [n.text for n in repository.get_path(db, ids[-1])][1:] == ["m0", "m1", "m2", "m3"]
+    assert [n.text for n in repository.get_path(db, ids[-1])][1:] == [
+        "m0",
+        "m1",
+        "m2",
+        "m3",
+    ]
 
 
 def test_filter_matches_titles_and_messages(db):
-    first, root = repository.create_conversation(db, "Gardening", None)
+    first, _root = repository.create_conversation(db, "Gardening", None)
     second, root2 = repository.create_conversation(db, "Cooking", None)
     repository.add_node(db, root2.id, "user", "How do I prune an apple tree?")
     assert [c.id for c in repository.list_conversations(db, "garden")] == [first.id]

@@ -34,7 +34,9 @@ def test_edit_and_regenerate_add_siblings_and_erase_nothing(service):
     first = service.send(root, "Hello", GREEDY)
     before = service.tree(conv)
 
-    regenerated = service.regenerate(first.assistant_node, SamplingParams(seed=3, max_tokens=12))
+    regenerated = service.regenerate(
+        first.assistant_node, SamplingParams(seed=3, max_tokens=12)
+    )
     edited = service.edit(first.user_node, "Hello again", GREEDY)
 
     after = {n.id: n for n in service.tree(conv)}
@@ -54,7 +56,9 @@ def test_linear_checkpoint_bytes_grow_with_tokens_not_depth(service):
     conv, root = service.new_conversation("Count.")
     node = root
     for turn in range(8):
-        node = service.send(node, f"Turn {turn}: " + "more words " * 10, GREEDY).assistant_node
+        node = service.send(
+            node, f"Turn {turn}: " + "more words " * 10, GREEDY
+        ).assistant_node
     nodes = service.tree(conv)
     tokens = sum(n.n_tokens for n in nodes)
     stored = sum(n.checkpoint_bytes for n in nodes)
@@ -78,8 +82,13 @@ def test_stopped_reply_keeps_its_text_and_continues(service):
         calls["n"] += 1
         return calls["n"] > 5
 
-    reply = service.send(root, "Talk", SamplingParams(temperature=0, max_tokens=100),
-                         on_token=seen.append, should_stop=stop_after_five)
+    reply = service.send(
+        root,
+        "Talk",
+        SamplingParams(temperature=0, max_tokens=100),
+        on_token=seen.append,
+        should_stop=stop_after_five,
+    )
     assert reply.stats.stop_reason == "stopped"
     assert reply.stats.generated_tokens == 5
     node = service.path(reply.assistant_node)[-1]
@@ -104,7 +113,9 @@ def test_delete_branch_removes_subtree_and_its_checkpoints(service):
     assert kept.assistant_node in remaining
     assert repository.total_checkpoint_bytes(service.db) < before
     # The surviving branch still continues without reprocessing.
-    assert service.send(kept.assistant_node, "Dos", GREEDY).stats.reprocessed_tokens == 0
+    assert (
+        service.send(kept.assistant_node, "Dos", GREEDY).stats.reprocessed_tokens == 0
+    )
 
 
 def test_wrong_requests_are_refused_clearly(service):
@@ -127,7 +138,9 @@ def test_too_long_prompt_is_refused_before_anything_is_stored(tmp_path, tiny_mod
             service.send(root, "word " * 400, GREEDY)
         assert [n.role for n in service.tree(conv)] == ["root"]
         # A reply that reaches the end of the context stops and is kept.
-        reply = service.send(root, "short", SamplingParams(temperature=0, max_tokens=1000))
+        reply = service.send(
+            root, "short", SamplingParams(temperature=0, max_tokens=1000)
+        )
         assert reply.stats.stop_reason == "context_full"
         assert reply.stats.context_tokens <= 256
     db.close()
@@ -135,8 +148,15 @@ def test_too_long_prompt_is_refused_before_anything_is_stored(tmp_path, tiny_mod
 
 def test_first_message_names_an_unnamed_conversation(service):
     conv, root = service.new_conversation(None)
-    service.send(root, "How do apple trees get pollinated when bees are scarce in spring?", GREEDY)
+    service.send(
+        root,
+        "How do apple trees get pollinated when bees are scarce in spring?",
+        GREEDY,
+    )
     named, other_root = service.new_conversation(None, "My title")
     service.send(other_root, "Something else", GREEDY)
     titles = {c.id: c.title for c in service.list_conversations()}
-    assert titles == {conv: "How do apple trees get pollinated when bees are…", named: "My title"}
+    assert titles == {
+        conv: "How do apple trees get pollinated when bees are…",
+        named: "My title",
+    }

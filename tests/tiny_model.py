@@ -21,7 +21,8 @@ CHATML_TEMPLATE = (
     "{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\nYou are a tiny test model.<|im_end|>\n' }}"
     "{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
+    "{{ '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
@@ -109,7 +110,9 @@ def write_tiny_model(path: Path, seed: int = 1234, n_layer: int = N_LAYER) -> Pa
     writer = _start(path, "llama", "arbor-tiny-test", n_layer)
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_tensor("token_embd.weight", w.random(len(_vocab()[0]), N_EMBD, scale=1.0))
+    writer.add_tensor(
+        "token_embd.weight", w.random(len(_vocab()[0]), N_EMBD, scale=1.0)
+    )
     writer.add_tensor("output_norm.weight", w.ones())
     output = w.random(len(_vocab()[0]), N_EMBD)
     # Zero logits for </s> and <|im_end|>: random logits of the other tokens
@@ -133,7 +136,9 @@ def write_tiny_swa_model(path: Path, window: int = 32, seed: int = 4321) -> Path
     # Gemma ties the output to the token embeddings and scales inputs by
     # sqrt(n_embd); small embeddings keep random layers from merely echoing
     # the last token.
-    writer.add_tensor("token_embd.weight", w.random(len(_vocab()[0]), N_EMBD, scale=0.05))
+    writer.add_tensor(
+        "token_embd.weight", w.random(len(_vocab()[0]), N_EMBD, scale=0.05)
+    )
     writer.add_tensor("output_norm.weight", w.ones())
     for i in range(N_LAYER):
         _attention_and_ffn(writer, w, i)

@@ -19,7 +19,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
+    "{{ '<|im_end|>\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
@@ -74,7 +75,9 @@ class ChatFormat:
         self.footer = self._probe_footer()
         self._check_appends()
 
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
+    def render(
+        self, messages: Sequence[Message], add_generation_prompt: bool = False
+    ) -> str:
         """Render the whole conversation as text."""
         context: dict[str, Any] = {
             "messages": [m.as_dict() for m in messages],
@@ -105,9 +108,13 @@ class ChatFormat:
         alone = self.render([first_user])
         return alone[: -len(user_turn)] if alone.endswith(user_turn) else ""
 
-    def message_text(self, system: str | None, turns: Sequence[Message], message: Message) -> str:
+    def message_text(
+        self, system: str | None, turns: Sequence[Message], message: Message
+    ) -> str:
         """Text that ``message`` appends after the root and the earlier ``turns``."""
-        return _suffix(self._prefix(system, turns), self._render_turns(system, [*turns, message]))
+        return _suffix(
+            self._prefix(system, turns), self._render_turns(system, [*turns, message])
+        )
 
     def assistant_header(self, system: str | None, turns: Sequence[Message]) -> str:
         """Text that opens the assistant's turn (the generation prompt)."""
@@ -122,7 +129,10 @@ class ChatFormat:
         return self._render_turns(system, turns) if turns else self.root_text(system)
 
     def _render_turns(
-        self, system: str | None, turns: Sequence[Message], add_generation_prompt: bool = False
+        self,
+        system: str | None,
+        turns: Sequence[Message],
+        add_generation_prompt: bool = False,
     ) -> str:
         messages = [Message("system", system), *turns] if system else list(turns)
         return self.render(messages, add_generation_prompt)
@@ -151,7 +161,9 @@ class ChatFormat:
                 if message.role == "assistant":
                     header = self.assistant_header(system, messages[:i])
                     if not text.startswith(header):
-                        raise TemplateError("the assistant turn does not start with its header")
+                        raise TemplateError(
+                            "the assistant turn does not start with its header"
+                        )
 
 
 def _suffix(before: str, after: str) -> str:

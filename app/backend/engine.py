@@ -33,8 +33,13 @@ CHECKPOINT_FORMAT = 1
 
 # Bytes per element of each KV cache type (quantized blocks hold 32 values).
 _KV_ELEMENT_BYTES = {
-    "f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
-    "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
+    "f32": 4.0,
+    "f16": 2.0,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+    "q4_1": 20 / 32,
+    "q5_0": 22 / 32,
+    "q5_1": 24 / 32,
 }
 
 # llama.cpp logs through a C callback; keep a reference so it is never freed.
@@ -106,7 +111,9 @@ class LlamaEngine:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = settings.n_gpu_layers
         _last_native_errors.clear()
-        self._model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), model_params)
+        self._model = llama_cpp.llama_model_load_from_file(
+            str(model_path).encode(), model_params
+        )
         if not self._model:
             detail = "; ".join(_last_native_errors) or "llama.cpp could not read it"
             raise ModelFileError(
@@ -209,7 +216,9 @@ class LlamaEngine:
 
     def _load_chat_format(self) -> tuple[ChatFormat, str]:
         template_ptr = llama_cpp.llama_model_chat_template(self._model, None)
-        template = template_ptr.decode("utf-8", errors="replace") if template_ptr else None
+        template = (
+            template_ptr.decode("utf-8", errors="replace") if template_ptr else None
+        )
         bos = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
         eos = self.token_text(llama_cpp.llama_vocab_eos(self._vocab))
         if template:
@@ -244,20 +253,28 @@ class LlamaEngine:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, True)
+        n = llama_cpp.llama_tokenize(
+            self._vocab, data, len(data), buf, capacity, add_bos, True
+        )
         if n < 0:  # the buffer was too small; -n is the size needed
             capacity = -n
             buf = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, True)
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buf, capacity, add_bos, True
+            )
         return list(buf[:n])
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         """The bytes a token stands for (special markers only if ``special``)."""
         buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        n = llama_cpp.llama_token_to_piece(
+            self._vocab, token, buf, len(buf), 0, special
+        )
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            n = llama_cpp.llama_token_to_piece(
+                self._vocab, token, buf, len(buf), 0, special
+            )
         return buf.raw[:n]
 
     def token_text(self, token: int) -> str:
@@ -272,7 +289,11 @@ class LlamaEngine:
 
     # --- decoding --------------------------------------------------------------
 
-    def decode(self, tokens: list[int] | tuple[int, ...], chunks: list[int] | tuple[int, ...] | None = None) -> list[int]:
+    def decode(
+        self,
+        tokens: list[int] | tuple[int, ...],
+        chunks: list[int] | tuple[int, ...] | None = None,
+    ) -> list[int]:
         """Append ``tokens`` at ``n_past`` and compute logits for the last one.
 
         ``chunks`` are batch sizes to use (a replay of how the tokens were first
@@ -288,7 +309,11 @@ class LlamaEngine:
                 f"context holds {self.n_ctx}. Start a new branch higher up, or raise "
                 "the context size in the settings."
             )
-        if chunks is None or sum(chunks) != len(tokens) or max(chunks, default=0) > self.settings.n_batch:
+        if (
+            chunks is None
+            or sum(chunks) != len(tokens)
+            or max(chunks, default=0) > self.settings.n_batch
+        ):
             step = self.settings.n_batch
             chunks = [min(step, len(tokens) - i) for i in range(0, len(tokens), step)]
         offset = 0
@@ -386,7 +411,8 @@ class LlamaEngine:
         if ok:
             ok = (
                 llama_cpp.llama_memory_seq_pos_min(self._mem, SCRATCH_SEQ) == start
-                and llama_cpp.llama_memory_seq_pos_max(self._mem, SCRATCH_SEQ) == end - 1
+                and llama_cpp.llama_memory_seq_pos_max(self._mem, SCRATCH_SEQ)
+                == end - 1
             )
         if ok:
             llama_cpp.llama_memory_seq_cp(self._mem, SCRATCH_SEQ, MAIN_SEQ, -1, -1)
@@ -403,7 +429,9 @@ class LlamaEngine:
 
     def _set_seq_state(self, data: bytes, seq: int) -> bool:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        return llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), seq) == len(data)
+        return llama_cpp.llama_state_seq_set_data(
+            self._ctx, buf, len(data), seq
+        ) == len(data)
 
     # --- lifetime ----------------------------------------------------------------
 

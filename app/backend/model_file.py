@@ -15,7 +15,7 @@ _SAMPLE_POINTS = 16
 
 
 def check_model_file(path: Path) -> None:
-    """Raise ``ModelFileError`` with a readable message if ``path`` is no usable GGUF."""
+    """Raise ``ModelFileError`` (a readable message) if ``path`` is no usable GGUF."""
     if not path.exists():
         raise ModelFileError(f"The model file {path} does not exist.")
     if not path.is_file():
@@ -29,7 +29,9 @@ def check_model_file(path: Path) -> None:
         raise ModelFileError(f"{path.name} is not a GGUF model file.")
     version, n_tensors, _n_kv = struct.unpack("<IQQ", header[4:24])
     if version not in (2, 3):
-        raise ModelFileError(f"{path.name} uses GGUF version {version}, which is not supported.")
+        raise ModelFileError(
+            f"{path.name} uses GGUF version {version}, which is not supported."
+        )
     if n_tensors == 0:
         raise ModelFileError(f"{path.name} holds no tensors (a vocabulary-only file?).")
 

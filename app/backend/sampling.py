@@ -57,8 +57,12 @@ class SamplingParams:
 class Sampler:
     """A llama.cpp sampler chain; free it with ``close`` (or use ``with``)."""
 
-    def __init__(self, params: SamplingParams, history: Sequence[int], n_vocab: int) -> None:
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    def __init__(
+        self, params: SamplingParams, history: Sequence[int], n_vocab: int
+    ) -> None:
+        chain = llama_cpp.llama_sampler_chain_init(
+            llama_cpp.llama_sampler_chain_default_params()
+        )
         add = lambda sampler: llama_cpp.llama_sampler_chain_add(chain, sampler)  # noqa: E731
         if params.repeat_penalty != 1.0:
             add(
@@ -75,7 +79,9 @@ class Sampler:
             if params.min_p > 0:
                 add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
             add(llama_cpp.llama_sampler_init_temp(params.temperature))
-            seed = params.seed if params.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED
+            seed = (
+                params.seed if params.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED
+            )
             add(llama_cpp.llama_sampler_init_dist(seed))
         self._chain = chain
         # The penalty sampler remembers accepted tokens; feeding it the context's

@@ -7,7 +7,15 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 # Names of the KV cache element types a user can pick, as llama.cpp's ggml_type ids.
-KV_CACHE_TYPES = {"f16": 1, "f32": 0, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}
+KV_CACHE_TYPES = {
+    "f16": 1,
+    "f32": 0,
+    "q8_0": 8,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+}
 
 
 def _default_threads() -> int:

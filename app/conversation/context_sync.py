@@ -74,7 +74,7 @@ class ContextSync:
 
     def _common_prefix(self, path: list[NodeRecord]) -> int:
         shared = 0
-        for held, wanted in zip(self.loaded, path):
+        for held, wanted in zip(self.loaded, path, strict=False):
             if held.id != wanted.id or held.tokens != wanted.tokens:
                 break
             shared += 1
@@ -134,7 +134,10 @@ class ContextSync:
             reason = "missing"
         elif not stored.is_intact():
             reason = "corrupt (checksum mismatch)"
-        elif stored.kind != self._engine.state_kind or (stored.start_pos, stored.end_pos) != (
+        elif stored.kind != self._engine.state_kind or (
+            stored.start_pos,
+            stored.end_pos,
+        ) != (
             node.start_pos,
             node.end_pos,
         ):
@@ -148,7 +151,9 @@ class ContextSync:
             return False
         assert stored is not None
         stats.restore_ms += elapsed
-        stats.restored_tokens += len(node.tokens) if self._engine.state_kind == "delta" else node.end_pos
+        stats.restored_tokens += (
+            len(node.tokens) if self._engine.state_kind == "delta" else node.end_pos
+        )
         stats.checkpoint_bytes_read += len(stored.data)
         return True
 

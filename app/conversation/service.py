@@ -74,8 +74,13 @@ class ReplyStats:
     def add_sync(self, sync: SyncStats) -> None:
         """Include what moving the context to the parent cost."""
         for name in (
-            "kept_tokens", "restored_tokens", "reprocessed_tokens", "restore_ms",
-            "reprocess_ms", "checkpoint_bytes_read", "checkpoint_bytes_written",
+            "kept_tokens",
+            "restored_tokens",
+            "reprocessed_tokens",
+            "restore_ms",
+            "reprocess_ms",
+            "checkpoint_bytes_read",
+            "checkpoint_bytes_written",
         ):
             setattr(self, name, getattr(self, name) + getattr(sync, name))
         self.fallbacks.extend(sync.fallbacks)
@@ -120,11 +125,15 @@ class ConversationService:
             self.profile_id = repository.ensure_profile(
                 db, engine.profile_fingerprint, engine.profile_details
             )
-            self._sync = ContextSync(db, engine, self.profile_id, self._store_checkpoint)
+            self._sync = ContextSync(
+                db, engine, self.profile_id, self._store_checkpoint
+            )
 
     # --- reading ----------------------------------------------------------------
 
-    def list_conversations(self, text_filter: str | None = None) -> list[ConversationRecord]:
+    def list_conversations(
+        self, text_filter: str | None = None
+    ) -> list[ConversationRecord]:
         """Conversations, most recent first."""
         return repository.list_conversations(self.db, text_filter)
 
@@ -142,7 +151,9 @@ class ConversationService:
         self, system_prompt: str | None = None, title: str | None = None
     ) -> tuple[int, int]:
         """Create a conversation; return its id and its root node's id."""
-        conversation, root = repository.create_conversation(self.db, title, system_prompt)
+        conversation, root = repository.create_conversation(
+            self.db, title, system_prompt
+        )
         if self.engine is not None:
             spans.ensure_spans(self.db, self.engine, [root])
         return conversation.id, root.id
@@ -171,12 +182,13 @@ class ConversationService:
         on_token: TokenCallback | None = None,
         should_stop: StopCheck | None = None,
     ) -> Reply:
-        """Add a user message under ``parent_id`` (root or assistant) and reply to it."""
+        """Add a user message under ``parent_id`` (root or reply) and reply to it."""
         parent = repository.get_node(self.db, parent_id)
         if parent.role == "user":
             raise ServiceError(
                 f"Node {parent_id} is a user message; send continues from an "
-                "assistant reply or the conversation start (regenerate answers a user message)."
+                "assistant reply or the conversation start (regenerate answers "
+                "a user message)."
             )
         return self._add_user_and_reply(parent_id, text, params, on_token, should_stop)
 
@@ -192,7 +204,9 @@ class ConversationService:
         node = repository.get_node(self.db, user_node_id)
         if node.role != "user" or node.parent_id is None:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
-        return self._add_user_and_reply(node.parent_id, text, params, on_token, should_stop)
+        return self._add_user_and_reply(
+            node.parent_id, text, params, on_token, should_stop
+        )
 
     def regenerate(
         self,
@@ -246,8 +260,13 @@ class ConversationService:
         # The user's words are committed before any model work, so nothing they
         # typed is lost if generation fails or the process dies.
         user = repository.add_node(
-            self.db, parent_id, "user", text, tokens=tokens,
-            start_pos=path[-1].end_pos, vocab_id=engine.vocab_id,
+            self.db,
+            parent_id,
+            "user",
+            text,
+            tokens=tokens,
+            start_pos=path[-1].end_pos,
+            vocab_id=engine.vocab_id,
         )
         if parent_id == path[0].id:
             repository.title_if_unnamed(self.db, user.conversation_id, title_from(text))
@@ -288,8 +307,15 @@ class ConversationService:
 
         generation = {"params": params.as_dict(), "model": engine.info.name}
         reply = repository.add_node(
-            self.db, path[-1].id, "assistant", "", tokens=header, start_pos=start,
-            chunks=[len(header)], vocab_id=engine.vocab_id, status="generating",
+            self.db,
+            path[-1].id,
+            "assistant",
+            "",
+            tokens=header,
+            start_pos=start,
+            chunks=[len(header)],
+            vocab_id=engine.vocab_id,
+            status="generating",
             generation=generation,
         )
         history = [t for node in path for t in node.tokens] + header
@@ -313,7 +339,9 @@ class ConversationService:
                 token = engine.sample(sampler)
                 if engine.is_end_of_generation(token):
                     stop_reason = "end_of_turn"
-                    if engine.token_text(token) and engine.chat_format.footer.startswith(
+                    if engine.token_text(
+                        token
+                    ) and engine.chat_format.footer.startswith(
                         engine.token_text(token)
                     ):
                         pending.append(token)
@@ -332,8 +360,11 @@ class ConversationService:
                 if now - last_save >= PARTIAL_SAVE_SECONDS:
                     last_save = now
                     repository.update_node(
-                        self.db, reply.id, text="".join(text_parts),
-                        tokens=[*header, *sampled], chunks=[len(header)] + [1] * len(sampled),
+                        self.db,
+                        reply.id,
+                        text="".join(text_parts),
+                        tokens=[*header, *sampled],
+                        chunks=[len(header)] + [1] * len(sampled),
                     )
         tail = text_stream.flush()
         if tail:
@@ -366,7 +397,11 @@ class ConversationService:
             tokens_per_second=round(stats.tokens_per_second, 2),
         )
         reply = repository.update_node(
-            self.db, reply.id, text=text, tokens=span, chunks=chunks,
+            self.db,
+            reply.id,
+            text=text,
+            tokens=span,
+            chunks=chunks,
             status="stopped" if stop_reason == "stopped" else "complete",
             generation=generation,
         )
@@ -404,6 +439,11 @@ class ConversationService:
     def _store_checkpoint(self, node: NodeRecord, data: bytes) -> int:
         assert self.engine is not None and self.profile_id is not None
         return repository.save_checkpoint(
-            self.db, node.id, self.profile_id, self.engine.state_kind,
-            node.start_pos, node.end_pos, data,
+            self.db,
+            node.id,
+            self.profile_id,
+            self.engine.state_kind,
+            node.start_pos,
+            node.end_pos,
+            data,
         )

@@ -41,16 +41,24 @@ def message_tokens(
 ) -> list[int]:
     """Tokens that a message of ``role`` appends after ``path`` (a closed turn)."""
     return engine.tokenize(
-        engine.chat_format.message_text(system_of(path), turns_of(path), Message(role, text))
+        engine.chat_format.message_text(
+            system_of(path), turns_of(path), Message(role, text)
+        )
     )
 
 
-def assistant_header_tokens(engine: LlamaEngine, path: Sequence[NodeRecord]) -> list[int]:
+def assistant_header_tokens(
+    engine: LlamaEngine, path: Sequence[NodeRecord]
+) -> list[int]:
     """Tokens that open the assistant's turn after ``path``."""
-    return engine.tokenize(engine.chat_format.assistant_header(system_of(path), turns_of(path)))
+    return engine.tokenize(
+        engine.chat_format.assistant_header(system_of(path), turns_of(path))
+    )
 
 
-def ensure_spans(db: Database, engine: LlamaEngine, path: list[NodeRecord]) -> list[NodeRecord]:
+def ensure_spans(
+    db: Database, engine: LlamaEngine, path: list[NodeRecord]
+) -> list[NodeRecord]:
     """Return ``path`` with every span valid for ``engine``, re-rendering as needed.
 
     From the first node whose span is missing, made by another tokenizer, not
@@ -79,7 +87,10 @@ def _rerender(
     changes: dict[str, object] = {}
     if node.role == "root":
         tokens = root_tokens(engine, node.text or None)
-    elif node.status in ("interrupted", "generating") and node.vocab_id == engine.vocab_id:
+    elif (
+        node.status in ("interrupted", "generating")
+        and node.vocab_id == engine.vocab_id
+    ):
         # A reply cut off by a killed process: keep its sampled ids and close the
         # turn, as a stopped reply would have been closed.
         footer = engine.tokenize(engine.chat_format.footer)
