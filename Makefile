@@ -21,7 +21,7 @@ WHEEL_DIR ?= $(HOME)/.cache/arbor/llama-wheels/$(WHEEL_KEY)
 .PHONY: run test setup bench clean
 
 run: setup
-	$(BIN)/arbor chat
+	$(BIN)/arbor
 
 test: setup
 	$(BIN)/pip install -q -e ".[test]"

@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
     delete.add_argument("node", type=int)
 
+    sub.add_parser("info", help="the model, this build's GPU support and the data folder")
+
     chat = sub.add_parser("chat", help="chat interactively in the terminal")
     chat.add_argument("--system", help="system prompt")
     _sampling_flags(chat)
@@ -164,13 +166,16 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.verbose:
             logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
-        command = args.command or "chat"
-        if command == "chat" and args.command is None:
-            args = build_parser().parse_args([*(argv or sys.argv[1:]), "chat"])
-        return _COMMANDS[command](args)
+        if args.command is None:
+            raise UsageError("name a command")
+        return _COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"arbor: usage error: {exc} (see arbor --help)", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (e.g. `arbor tree 1 | head`): not an error.
+        sys.stderr.close()
+        return 0
     except EXPECTED_ERRORS as exc:
         print(f"arbor: error: {exc}", file=sys.stderr)
         return 1
@@ -292,6 +297,18 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return _emit({"deleted": args.node, "active_node": parent})
 
 
+def _cmd_info(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=True)
+    assert service.engine is not None
+    return _emit(
+        {
+            "model": vars(service.engine.info),
+            "profile": service.engine.profile_details,
+            "database": str(service.db.path),
+        }
+    )
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     from app.chat_repl import chat_loop
 
@@ -316,6 +333,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": _cmd_list,
     "restore": _cmd_restore,
     "delete": _cmd_delete,
+    "info": _cmd_info,
     "chat": _cmd_chat,
     "bench": _cmd_bench,
 }
