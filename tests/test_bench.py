@@ -61,6 +61,7 @@ def test_markdown_has_every_section(bench):
         for key in (
             "cold_resume",
             "sibling_switch",
+            "switch_breakdown",
             "storage",
             "compression",
             "overhead",
@@ -98,6 +99,17 @@ def test_sibling_switch_reads_only_the_suffix(bench):
         assert row["vs_full_restore"] == pytest.approx(
             row["full_restore_ms"] / row["switch_ms"], rel=1e-3
         )
+    breakdown = data["switch_breakdown"]
+    assert len(breakdown) == len(rows)
+    for row in breakdown:
+        assert row["suffix_nodes"] == 2
+        for key in (
+            "get_path_ms",
+            "per_node_read_ms",
+            "batched_read_ms",
+            "set_active_ms",
+        ):
+            assert row[key] > 0, key
 
 
 def test_storage_and_compression_rows(bench):

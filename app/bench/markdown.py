@@ -121,6 +121,33 @@ def render(report: Report) -> str:
             for r in report.sibling_switch
         ],
     )
+    lines += [
+        "",
+        "Where a switch's database time goes (each step timed on its own; the "
+        "batched read is a prototype, not what ships):",
+        "",
+    ]
+    lines += _table(
+        [
+            "prefix tokens",
+            "suffix tokens (nodes)",
+            "path query ms",
+            "checkpoint reads, one transaction each ms",
+            "same, one batched read-only query ms",
+            "set active node ms",
+        ],
+        [
+            [
+                r.prefix_tokens,
+                f"{r.suffix_tokens} ({r.suffix_nodes})",
+                _ms(r.get_path_ms),
+                _ms(r.per_node_read_ms),
+                _ms(r.batched_read_ms),
+                _ms(r.set_active_ms),
+            ]
+            for r in report.switch_breakdown
+        ],
+    )
     lines += ["", "### 3. Storage: checkpoint bytes per token of conversation", ""]
     lines += _table(
         [

@@ -46,6 +46,19 @@ class SiblingSwitchRow:
 
 
 @dataclass(frozen=True)
+class SwitchBreakdownRow:
+    """The database steps of one sibling switch, each timed on its own."""
+
+    prefix_tokens: int
+    suffix_tokens: int
+    suffix_nodes: int
+    get_path_ms: float  # the recursive path query (plus token unpacking)
+    per_node_read_ms: float  # shipped: one ORM transaction per checkpoint, verified
+    batched_read_ms: float  # prototype: one read-only Core query, verified
+    set_active_ms: float  # remembering the active node (a write transaction)
+
+
+@dataclass(frozen=True)
 class StorageRow:
     """Checkpoint bytes of one conversation shape."""
 
@@ -118,6 +131,7 @@ class Report:
     config: dict[str, object]
     cold_resume: list[ColdResumeRow] = field(default_factory=list)
     sibling_switch: list[SiblingSwitchRow] = field(default_factory=list)
+    switch_breakdown: list[SwitchBreakdownRow] = field(default_factory=list)
     storage: list[StorageRow] = field(default_factory=list)
     sqlite: dict[str, int] = field(default_factory=dict)
     compression: list[CompressionRow] = field(default_factory=list)

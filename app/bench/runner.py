@@ -27,6 +27,7 @@ from app.bench.overhead import node_write_rows, run_overhead
 from app.bench.results import Report
 from app.bench.sibling_switch import run_sibling_switch
 from app.bench.storage_cost import linear_storage, sqlite_footprint, tree_storage
+from app.bench.switch_breakdown import measure_switch_breakdown
 from storage import repository
 from storage.db import open_database
 
@@ -140,6 +141,11 @@ def _run_scenarios(
                 cold_by_node[fork_id].reprocess_ms,
                 config.repeats,
                 progress,
+            )
+        )
+        report.switch_breakdown.append(
+            measure_switch_breakdown(
+                db, service.profile_id, fork_id, pair.leaves[1], config.repeats
             )
         )
 
