@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.backend.engine import LlamaEngine
@@ -50,40 +50,24 @@ class ServiceError(ValueError):
 
 
 @dataclass
-class ReplyStats:
-    """Figures of one reply: how the context was reached, and the generation."""
+class ReplyStats(SyncStats):
+    """Figures of one reply: how the context was reached (the ``SyncStats``
+    fields), then the prompt and the generation."""
 
-    kept_tokens: int = 0
-    restored_tokens: int = 0
-    reprocessed_tokens: int = 0
-    restore_ms: float = 0.0
-    reprocess_ms: float = 0.0
-    checkpoint_bytes_read: int = 0
     prompt_tokens: int = 0
     prompt_ms: float = 0.0
     generated_tokens: int = 0
     generate_ms: float = 0.0
     tokens_per_second: float = 0.0
-    checkpoint_bytes_written: int = 0
     context_tokens: int = 0
     n_ctx: int = 0
     stop_reason: str = ""
     logits_digest: str = ""
-    fallbacks: list[str] = field(default_factory=list)
 
-    def add_sync(self, sync: SyncStats) -> None:
-        """Include what moving the context to the parent cost."""
-        for name in (
-            "kept_tokens",
-            "restored_tokens",
-            "reprocessed_tokens",
-            "restore_ms",
-            "reprocess_ms",
-            "checkpoint_bytes_read",
-            "checkpoint_bytes_written",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(sync, name))
-        self.fallbacks.extend(sync.fallbacks)
+    @classmethod
+    def after(cls, sync: SyncStats) -> ReplyStats:
+        """Start a reply's figures with what moving to its parent cost."""
+        return cls(**asdict(sync))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict with times rounded for display."""
@@ -233,8 +217,7 @@ class ConversationService:
         path = spans.ensure_spans(self.db, engine, self.path(user_node_id))
         if path[-1].role != "user":
             raise ServiceError(f"Node {user_node_id} is not a user message.")
-        stats = ReplyStats()
-        stats.add_sync(self._move_to(path))
+        stats = ReplyStats.after(self._move_to(path))
         return self._generate(path, None, params, stats, on_token, should_stop)
 
     def _add_user_and_reply(
@@ -270,8 +253,7 @@ class ConversationService:
         )
         if parent_id == path[0].id:
             repository.title_if_unnamed(self.db, user.conversation_id, title_from(text))
-        stats = ReplyStats()
-        stats.add_sync(self._move_to(path))
+        stats = ReplyStats.after(self._move_to(path))
         return self._generate(path, user, params, stats, on_token, should_stop)
 
     def _generate(
