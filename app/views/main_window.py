@@ -140,7 +140,7 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.center)
         self.splitter.addWidget(self.tree_panel)
         self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([250, 690, 340])
+        self.splitter.setSizes([240, 660, 380])
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
         self.status = ArborStatusBar()

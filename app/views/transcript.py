@@ -136,7 +136,10 @@ class TranscriptView(QScrollArea):
         self.streaming_card = None
         self._stream_parts = []
         for card in self.cards:
+            # Hidden now, deleted later: the card may be the sender of the
+            # signal that led here (a click on its navigator).
             self._layout.removeWidget(card)
+            card.hide()
             card.deleteLater()
         self.cards = []
 
