@@ -53,7 +53,7 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def run_cli(*args: str | os.PathLike[str], timeout: float = 120) -> CliResult:
+def run_cli(*args: str | os.PathLike[str], timeout: float = 600) -> CliResult:
     """Run ``python -m app ARGS`` in a new process, as a user would."""
     completed = subprocess.run(
         [sys.executable, "-m", "app", *map(str, args)],
