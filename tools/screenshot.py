@@ -51,6 +51,13 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 300) -> None:
         raise TimeoutError("the window did not get there in time")
 
 
+def settle(milliseconds: int = 500) -> None:
+    """Let pending layout passes run (message heights follow their text)."""
+    loop = QEventLoop()
+    QTimer.singleShot(milliseconds, loop.quit)
+    loop.exec()
+
+
 def idle(window: MainWindow) -> bool:
     """Whether the engine has nothing queued or running."""
     return not window.engine.busy and not window.generating
@@ -98,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 prefs,
                 system_prompt=SYSTEM_PROMPT,
                 backend=replace(prefs.backend, n_ctx=2048, n_threads=1),
-                sampling=SamplingParams(temperature=0.6, seed=11, max_tokens=args.max_tokens),
+                # No fixed seed: a regenerated reply should differ from the first.
+                sampling=SamplingParams(temperature=0.7, max_tokens=args.max_tokens),
             ),
         )
         window = build_window(db, model, gpu_supported=False)
@@ -107,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_until(lambda: window.model_info is not None and idle(window))
         build_conversation(window)
         window.rename_conversation(window.conversation_id, "Binary trees")
+        settle()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         if not window.grab().save(str(args.out)):
             print(f"could not write {args.out}", file=sys.stderr)

@@ -244,6 +244,7 @@ class MainWindow(QMainWindow):
     def load_model(self, path: Path) -> None:
         """Load a model in the background (the composer waits for it)."""
         self._loading_model = str(path)
+        self.status.set_busy(BUSY_TEXTS["load"])  # at once: loading can take a while
         self._update_composer()
         self.engine.load_model(path, self.prefs.backend)
 

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.models.conversation_list import ConversationIdRole, ConversationListModel
+from app.views.conversation_delegate import ConversationDelegate
 from app.views.theme import icon
 
 # Filtering queries the database; wait until typing pauses.
@@ -70,6 +71,7 @@ class Sidebar(QWidget):
         self.list_view = QListView()
         self.list_view.setObjectName("ConversationList")
         self.list_view.setModel(model)
+        self.list_view.setItemDelegate(ConversationDelegate(self.list_view))
         self.list_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.list_view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.list_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)

@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
 
 log = logging.getLogger(__name__)
 
+_open_dialogs: list[CrashDialog] = []
+
 
 class CrashDialog(QDialog):
     """Explains that something went wrong and offers the details to copy.
@@ -79,6 +81,9 @@ def _excepthook(
         details,
         QApplication.activeWindow(),
     )
+    # Without a parent, nothing else keeps the dialog alive until it closes.
+    _open_dialogs.append(dialog)
+    dialog.finished.connect(lambda _result: _open_dialogs.remove(dialog))
     dialog.show()
 
 
