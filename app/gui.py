@@ -41,7 +41,9 @@ def init_logging(data_dir: Path, verbose: bool = False) -> None:
     handler = logging.handlers.RotatingFileHandler(
         data_dir / APP_LOG, maxBytes=1_000_000, backupCount=2, encoding="utf-8"
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -66,9 +68,7 @@ def init_faulthandler(data_dir: Path) -> str | None:
     return previous
 
 
-def build_window(
-    db: Database, model: Path | None, gpu_supported: bool
-) -> MainWindow:
+def build_window(db: Database, model: Path | None, gpu_supported: bool) -> MainWindow:
     """Wire the engine thread and the window on an open database, and start it.
 
     ``model`` None means: the remembered model, else the starter model, else

@@ -43,23 +43,36 @@ class Preferences:
     @property
     def checkpoint_budget_bytes(self) -> int | None:
         """The budget in bytes, or None for no limit."""
-        return self.checkpoint_budget_mb * 1024 * 1024 if self.checkpoint_budget_mb > 0 else None
+        return (
+            self.checkpoint_budget_mb * 1024 * 1024
+            if self.checkpoint_budget_mb > 0
+            else None
+        )
 
     def with_model(self, path: str) -> Preferences:
         """These preferences with ``path`` as the model, first in the recent list."""
         recent = [path, *(p for p in self.recent_models if p != path)]
-        return replace(self, model_path=path, recent_models=tuple(recent[:RECENT_MODELS_LIMIT]))
+        return replace(
+            self, model_path=path, recent_models=tuple(recent[:RECENT_MODELS_LIMIT])
+        )
 
 
 def load_preferences(db: Database) -> Preferences:
-    """Read the preferences, falling back to the defaults for what is unset or invalid."""
-    values = {key: repository.get_setting(db, key, default) for key, default in DEFAULTS.items()}
+    """Read the preferences; unset or invalid ones fall back to the defaults."""
+    values = {
+        key: repository.get_setting(db, key, default)
+        for key, default in DEFAULTS.items()
+    }
     try:
-        backend = BackendSettings.from_dict({**DEFAULTS["backend"], **values["backend"]})
+        backend = BackendSettings.from_dict(
+            {**DEFAULTS["backend"], **values["backend"]}
+        )
     except (TypeError, ValueError):
         backend = BackendSettings()
     try:
-        sampling = SamplingParams.from_dict({**DEFAULTS["sampling"], **values["sampling"]})
+        sampling = SamplingParams.from_dict(
+            {**DEFAULTS["sampling"], **values["sampling"]}
+        )
     except (TypeError, ValueError):
         sampling = SamplingParams()
     return Preferences(

@@ -1,4 +1,4 @@
-"""Keep PySide6 wheels built for immortal ``None``/``True``/``False`` safe on Python 3.11.
+"""Keep PySide6 builds that assume immortal None/True/False safe on Python 3.11.
 
 PySide6 6.12.0 (an abi3 wheel) returns ``None``, ``True`` and ``False`` from
 bound functions without taking a reference, as Python 3.12+ allows because
@@ -35,8 +35,8 @@ def singletons_leak() -> bool:
         probe.setObjectName("probe")  # returns None
         probe.fired.emit()  # returns False (no receiver)
     after = [sys.getrefcount(obj) for obj in _SINGLETONS]
-    dropped = [b - a for a, b in zip(after, before)]
-    for obj, count in zip(_SINGLETONS, dropped):
+    dropped = [b - a for a, b in zip(after, before, strict=True)]
+    for obj, count in zip(_SINGLETONS, dropped, strict=True):
         _add_references(obj, max(0, count))  # undo the probe's own damage
     return any(count > 0 for count in dropped)
 

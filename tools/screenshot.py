@@ -5,7 +5,8 @@ two questions, a regenerated reply, and a branch from the first answer, then
 grabs the window. By default it uses the starter model, so the text is real::
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python tools/screenshot.py
-    QT_QPA_PLATFORM=offscreen .venv/bin/python tools/screenshot.py --dark --out docs/screenshot-dark.png
+    QT_QPA_PLATFORM=offscreen .venv/bin/python tools/screenshot.py --dark \
+        --out docs/screenshot-dark.png
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 300) -> None:
     loop = QEventLoop()
     timer = QTimer()
     timer.setInterval(20)
-    timer.timeout.connect(lambda: loop.quit() if condition() or time.monotonic() > deadline else None)
+    timer.timeout.connect(
+        lambda: loop.quit() if condition() or time.monotonic() > deadline else None
+    )
     timer.start()
     if not condition():
         loop.exec()
@@ -85,7 +88,9 @@ def build_conversation(window: MainWindow) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Render the screenshot; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="GGUF model (default: the starter model)")
+    parser.add_argument(
+        "--model", type=Path, help="GGUF model (default: the starter model)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshot.png")
     parser.add_argument("--dark", action="store_true", help="use the dark palette")
     parser.add_argument("--max-tokens", type=int, default=90)

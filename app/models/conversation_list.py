@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+)
 
 from app.models.conversation_tree import format_bytes
 from storage import repository
@@ -55,7 +61,7 @@ class ConversationListModel(QAbstractListModel):
         """The conversation shown at ``row``."""
         return self._records[row]
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._records)
 
     def flags(self, index: Index) -> Qt.ItemFlag:
@@ -74,7 +80,8 @@ class ConversationListModel(QAbstractListModel):
         if role in (SubtitleRole, Qt.ItemDataRole.ToolTipRole):
             messages = max(0, record.node_count - 1)  # the root is not a message
             when = record.updated_at.astimezone().strftime("%b %d, %H:%M")
-            return f"{messages} messages · {format_bytes(record.checkpoint_bytes)} · {when}"
+            size = format_bytes(record.checkpoint_bytes)
+            return f"{messages} messages · {size} · {when}"
         return None
 
     def rename(self, row: int, title: str) -> None:

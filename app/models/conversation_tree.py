@@ -127,7 +127,9 @@ class ConversationTreeModel(QAbstractItemModel):
 
     def set_active(self, node_id: int | None) -> None:
         """Mark ``node_id`` and its ancestors as the active path."""
-        new_path = set(self._snapshot.path(node_id)) if node_id in self._snapshot else set()
+        new_path = (
+            set(self._snapshot.path(node_id)) if node_id in self._snapshot else set()
+        )
         changed = (new_path ^ self._active_path) | {
             n for n in (self._active_id, node_id) if n is not None
         }
@@ -146,7 +148,12 @@ class ConversationTreeModel(QAbstractItemModel):
 
     # --- QAbstractItemModel ---------------------------------------------------------
 
-    def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
+    def index(
+        self,
+        row: int,
+        column: int,
+        parent: Index = QModelIndex(),  # noqa: B008 - Qt's own signature
+    ) -> QModelIndex:
         if not self.hasIndex(row, column, parent):
             return QModelIndex()
         parent_item = parent.internalPointer() if parent.isValid() else self._root
@@ -160,17 +167,20 @@ class ConversationTreeModel(QAbstractItemModel):
             return QModelIndex()
         return self.createIndex(parent_item.row(), 0, parent_item)
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         if parent.column() > 0:
             return 0
         item = parent.internalPointer() if parent.isValid() else self._root
         return len(item.children)
 
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return len(COLUMNS)
 
-    def headerData(  # noqa: N802
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    def headerData(
+        self,
+        section: int,
+        orientation: Qt.Orientation,
+        role: int = Qt.ItemDataRole.DisplayRole,
     ) -> Any:
         if (
             orientation == Qt.Orientation.Horizontal
@@ -223,13 +233,17 @@ class ConversationTreeModel(QAbstractItemModel):
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
             label = ROLE_LABELS.get(node.role, node.role)
-            text = node.text if node.text.strip() else (
-                "(conversation start)" if node.role == "root" else "(empty)"
+            text = (
+                node.text
+                if node.text.strip()
+                else ("(conversation start)" if node.role == "root" else "(empty)")
             )
             return f"{label}: {snippet(text)}"
         if column == 1:
             return f"{node.n_tokens:,}"
-        return f"✓ {format_bytes(node.checkpoint_bytes)}" if node.checkpoint_bytes else "—"
+        return (
+            f"✓ {format_bytes(node.checkpoint_bytes)}" if node.checkpoint_bytes else "—"
+        )
 
     @staticmethod
     def _tooltip(node: NodeSummary) -> str:
@@ -239,7 +253,8 @@ class ConversationTreeModel(QAbstractItemModel):
             else "no checkpoint (rebuilt from its tokens when needed)"
         )
         status = "" if node.status == "complete" else f" · {node.status}"
-        return f"{snippet(node.text, 400)}\n\n{node.n_tokens:,} tokens · {checkpoint}{status}"
+        figures = f"{node.n_tokens:,} tokens · {checkpoint}{status}"
+        return f"{snippet(node.text, 400)}\n\n{figures}"
 
     def _parent_item(self, node_id: int) -> _Item:
         parent_id = self._snapshot.nodes[node_id].parent_id
@@ -255,7 +270,9 @@ class ConversationTreeModel(QAbstractItemModel):
         gone = [nid for nid in self._items if nid not in snapshot]
         for node_id in gone:
             item = self._items.get(node_id)
-            if item is None or (item.parent is not None and item.parent.node_id in gone):
+            if item is None or (
+                item.parent is not None and item.parent.node_id in gone
+            ):
                 continue  # removed with its ancestor's subtree
             assert item.parent is not None
             row = item.row()

@@ -27,7 +27,9 @@ class TreeSnapshot:
         self.conversation_id = conversation_id
         self.nodes: dict[int, NodeSummary] = {n.id: n for n in nodes}
         self.children: dict[int | None, list[int]] = {}
-        for node in nodes:  # parents come first and ids grow: children stay oldest first
+        for (
+            node
+        ) in nodes:  # parents come first and ids grow: children stay oldest first
             self.children.setdefault(node.parent_id, []).append(node.id)
             self.children.setdefault(node.id, [])
 
@@ -63,7 +65,9 @@ class TreeSnapshot:
         entries = []
         for nid in self.path(node_id):
             siblings = self.siblings(nid)
-            entries.append(PathEntry(self.nodes[nid], siblings.index(nid), len(siblings)))
+            entries.append(
+                PathEntry(self.nodes[nid], siblings.index(nid), len(siblings))
+            )
         return entries
 
     def latest_leaf(self, node_id: int) -> int:

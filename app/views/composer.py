@@ -22,7 +22,10 @@ from PySide6.QtWidgets import (
 from app.views.theme import icon
 
 HINT = "Ctrl+Enter to send · Enter for a new line · Esc to stop"
-EDIT_HINT = "Editing a message: Ctrl+Enter sends it as a new branch (the original stays) · Esc cancels"
+EDIT_HINT = (
+    "Editing a message: Ctrl+Enter sends it as a new branch (the original stays)"
+    " · Esc cancels"
+)
 
 
 class Composer(QWidget):
@@ -56,7 +59,9 @@ class Composer(QWidget):
         self.edit_banner.setObjectName("EditBanner")
         banner_layout = QHBoxLayout(self.edit_banner)
         banner_layout.setContentsMargins(8, 2, 4, 2)
-        banner_label = QLabel("Editing a message — sending creates a new branch; nothing is erased.")
+        banner_label = QLabel(
+            "Editing a message — sending creates a new branch; nothing is erased."
+        )
         banner_layout.addWidget(banner_label, 1)
         cancel = QToolButton()
         cancel.setText("Cancel")
@@ -78,7 +83,9 @@ class Composer(QWidget):
         row.addWidget(self.edit, 1)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("SendButton")
-        self.send_button.setIcon(icon("send", role=self.palette().ColorRole.HighlightedText))
+        self.send_button.setIcon(
+            icon("send", role=self.palette().ColorRole.HighlightedText)
+        )
         self.send_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.send_button.clicked.connect(self._on_send_button_clicked)
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
@@ -107,9 +114,14 @@ class Composer(QWidget):
         self._generating = generating
         self.send_button.setText("Stop" if generating else "Send")
         self.send_button.setIcon(
-            icon("stop" if generating else "send", role=self.palette().ColorRole.HighlightedText)
+            icon(
+                "stop" if generating else "send",
+                role=self.palette().ColorRole.HighlightedText,
+            )
         )
-        self.send_button.setToolTip("Stop generating (Esc)" if generating else "Send (Ctrl+Enter)")
+        self.send_button.setToolTip(
+            "Stop generating (Esc)" if generating else "Send (Ctrl+Enter)"
+        )
         self.send_button.setProperty("stopping", generating)
         self.send_button.style().unpolish(self.send_button)
         self.send_button.style().polish(self.send_button)
@@ -134,9 +146,12 @@ class Composer(QWidget):
         self.edit_banner.hide()
         self.hint.setText(HINT)
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         # The frame draws the focus ring around the whole composer.
-        if watched is self.edit and event.type() in (QEvent.Type.FocusIn, QEvent.Type.FocusOut):
+        if watched is self.edit and event.type() in (
+            QEvent.Type.FocusIn,
+            QEvent.Type.FocusOut,
+        ):
             self.frame.setProperty("focused", event.type() == QEvent.Type.FocusIn)
             self.frame.style().unpolish(self.frame)
             self.frame.style().polish(self.frame)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
 from PySide6.QtGui import QFont, QPainter, QPalette
-from PySide6.QtWidgets import QApplication, QStyle, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtWidgets import (
+    QApplication,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+)
 
 from app.models.conversation_list import SubtitleRole
 
@@ -15,16 +20,23 @@ class ConversationDelegate(QStyledItemDelegate):
     """Draws the title and, below it in a smaller font, messages · size · date."""
 
     def paint(
-        self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+        self,
+        painter: QPainter,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
     ) -> None:
         opt = QStyleOptionViewItem(option)
         self.initStyleOption(opt, index)
         title, opt.text = opt.text, ""
         style = opt.widget.style() if opt.widget else QApplication.style()
-        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        style.drawControl(
+            QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget
+        )
 
         selected = bool(opt.state & QStyle.StateFlag.State_Selected)
-        text_role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
+        text_role = (
+            QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
+        )
         rect = opt.rect.adjusted(PADDING + 2, PADDING - 2, -PADDING, -PADDING + 2)
         title_font = QFont(opt.font)
         title_font.setWeight(QFont.Weight.DemiBold)
@@ -34,20 +46,30 @@ class ConversationDelegate(QStyledItemDelegate):
         painter.save()
         painter.setPen(opt.palette.color(text_role))
         painter.setFont(title_font)
-        elided = painter.fontMetrics().elidedText(title, Qt.TextElideMode.ElideRight, rect.width())
-        painter.drawText(QRect(rect.left(), rect.top(), rect.width(), line), Qt.AlignmentFlag.AlignVCenter, elided)
+        elided = painter.fontMetrics().elidedText(
+            title, Qt.TextElideMode.ElideRight, rect.width()
+        )
+        painter.drawText(
+            QRect(rect.left(), rect.top(), rect.width(), line),
+            Qt.AlignmentFlag.AlignVCenter,
+            elided,
+        )
         painter.setFont(small)
         if not selected:
             painter.setPen(opt.palette.color(QPalette.ColorRole.PlaceholderText))
         subtitle = painter.fontMetrics().elidedText(
-            str(index.data(SubtitleRole) or ""), Qt.TextElideMode.ElideRight, rect.width()
+            str(index.data(SubtitleRole) or ""),
+            Qt.TextElideMode.ElideRight,
+            rect.width(),
         )
         painter.drawText(
-            QRect(rect.left(), rect.top() + line, rect.width(), line), Qt.AlignmentFlag.AlignVCenter, subtitle
+            QRect(rect.left(), rect.top() + line, rect.width(), line),
+            Qt.AlignmentFlag.AlignVCenter,
+            subtitle,
         )
         painter.restore()
 
-    def sizeHint(  # noqa: N802
+    def sizeHint(
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> QSize:
         height = option.fontMetrics.height()

@@ -55,7 +55,11 @@ FAILURE_TITLES = {
     "restore": "Could not go to that message",
     "delete": "Could not delete the branch",
 }
-BUSY_TEXTS = {"load": "Loading the model…", "restore": "Restoring…", "delete": "Deleting…"}
+BUSY_TEXTS = {
+    "load": "Loading the model…",
+    "restore": "Restoring…",
+    "delete": "Deleting…",
+}
 SHORTCUTS_HELP = (
     "Ctrl+Enter\tsend (Enter inserts a new line)\n"
     "Esc\tstop generating / cancel editing\n"
@@ -114,7 +118,7 @@ class MainWindow(QMainWindow):
         self._connect()
         self._update_composer()
 
-    # --- construction ---------------------------------------------------------------
+    # --- construction -----------------------------------------------------------------
 
     def _build_widgets(self) -> None:
         self.sidebar = Sidebar(self.list_model)
@@ -146,7 +150,9 @@ class MainWindow(QMainWindow):
         self.status = ArborStatusBar()
         self.setStatusBar(self.status)
 
-    def _action(self, text: str, slot, shortcut=None, icon_name: str | None = None) -> QAction:  # noqa: ANN001
+    def _action(
+        self, text: str, slot, shortcut=None, icon_name: str | None = None
+    ) -> QAction:
         action = QAction(text, self)
         if icon_name:
             action.setIcon(icon(icon_name))
@@ -158,32 +164,58 @@ class MainWindow(QMainWindow):
         return action
 
     def _build_actions(self) -> None:
-        self.new_action = self._action("&New conversation", self._on_new_action_triggered, "Ctrl+N", "plus")
+        self.new_action = self._action(
+            "&New conversation", self._on_new_action_triggered, "Ctrl+N", "plus"
+        )
         self.new_with_prompt_action = self._action(
-            "New conversation with system &prompt…", self._on_new_with_prompt_action_triggered,
+            "New conversation with system &prompt…",
+            self._on_new_with_prompt_action_triggered,
             "Ctrl+Shift+N",
         )
         self.open_model_action = self._action(
-            "&Open model file…", self._on_open_model_action_triggered, "Ctrl+O", "folder"
+            "&Open model file…",
+            self._on_open_model_action_triggered,
+            "Ctrl+O",
+            "folder",
         )
         self.settings_action = self._action(
             "&Settings…", self._on_settings_action_triggered, "Ctrl+,", "settings"
         )
-        self.storage_action = self._action("S&torage…", self._on_storage_action_triggered, None, "storage")
-        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.storage_action = self._action(
+            "S&torage…", self._on_storage_action_triggered, None, "storage"
+        )
+        self.quit_action = self._action(
+            "&Quit", self.close, QKeySequence.StandardKey.Quit
+        )
         self.send_action = self._action(
-            "&Send", self._on_send_action_triggered, ["Ctrl+Return", "Ctrl+Enter"], "send"
+            "&Send",
+            self._on_send_action_triggered,
+            ["Ctrl+Return", "Ctrl+Enter"],
+            "send",
         )
-        self.stop_action = self._action("S&top generating", self._on_stop_action_triggered, "Esc", "stop")
-        self.rename_action = self._action("&Rename conversation…", self._on_rename_action_triggered, "F2")
+        self.stop_action = self._action(
+            "S&top generating", self._on_stop_action_triggered, "Esc", "stop"
+        )
+        self.rename_action = self._action(
+            "&Rename conversation…", self._on_rename_action_triggered, "F2"
+        )
         self.delete_conversation_action = self._action(
-            "&Delete conversation…", self._on_delete_conversation_action_triggered, None, "delete"
+            "&Delete conversation…",
+            self._on_delete_conversation_action_triggered,
+            None,
+            "delete",
         )
-        self.filter_action = self._action("&Filter conversations", self._on_filter_action_triggered, "Ctrl+F")
-        self.tree_action = self._action("Show conversation &tree", self._on_tree_action_toggled, "Ctrl+T")
+        self.filter_action = self._action(
+            "&Filter conversations", self._on_filter_action_triggered, "Ctrl+F"
+        )
+        self.tree_action = self._action(
+            "Show conversation &tree", self._on_tree_action_toggled, "Ctrl+T"
+        )
         self.tree_action.setCheckable(True)
         self.tree_action.setChecked(True)
-        self.shortcuts_action = self._action("&Keyboard shortcuts", self._on_shortcuts_action_triggered)
+        self.shortcuts_action = self._action(
+            "&Keyboard shortcuts", self._on_shortcuts_action_triggered
+        )
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
@@ -197,7 +229,9 @@ class MainWindow(QMainWindow):
         chat_menu = menu.addMenu("&Conversation")
         chat_menu.addActions([self.send_action, self.stop_action])
         chat_menu.addSeparator()
-        chat_menu.addActions([self.rename_action, self.delete_conversation_action, self.filter_action])
+        chat_menu.addActions(
+            [self.rename_action, self.delete_conversation_action, self.filter_action]
+        )
         tools = menu.addMenu("&Tools")
         tools.addActions([self.settings_action, self.storage_action])
         view = menu.addMenu("&View")
@@ -210,7 +244,9 @@ class MainWindow(QMainWindow):
         self.engine.token_received.connect(self._on_engine_token_received)
         self.engine.failed.connect(self._on_engine_failed)
         self.engine.finished.connect(self._on_engine_finished)
-        self.sidebar.conversation_selected.connect(self._on_sidebar_conversation_selected)
+        self.sidebar.conversation_selected.connect(
+            self._on_sidebar_conversation_selected
+        )
         self.sidebar.new_requested.connect(self._on_new_action_triggered)
         self.sidebar.rename_requested.connect(self._on_sidebar_rename_requested)
         self.sidebar.delete_requested.connect(self._on_sidebar_delete_requested)
@@ -218,7 +254,9 @@ class MainWindow(QMainWindow):
         self.tree_panel.delete_requested.connect(self._on_tree_panel_delete_requested)
         self.transcript.sibling_requested.connect(self._on_transcript_sibling_requested)
         self.transcript.edit_requested.connect(self._on_transcript_edit_requested)
-        self.transcript.regenerate_requested.connect(self._on_transcript_regenerate_requested)
+        self.transcript.regenerate_requested.connect(
+            self._on_transcript_regenerate_requested
+        )
         self.transcript.branch_requested.connect(self._on_tree_panel_node_activated)
         self.composer.send_clicked.connect(self._on_send_action_triggered)
         self.composer.stop_clicked.connect(self._on_stop_action_triggered)
@@ -279,7 +317,8 @@ class MainWindow(QMainWindow):
         self.tree_panel.show_active(node_id)
         if node_id is not None:
             self.transcript.show_path(
-                snapshot.transcript(node_id), {n: snapshot.siblings(n) for n in snapshot.path(node_id)}
+                snapshot.transcript(node_id),
+                {n: snapshot.siblings(n) for n in snapshot.path(node_id)},
             )
             try:
                 repository.set_active_node(self.db, node_id)
@@ -302,7 +341,9 @@ class MainWindow(QMainWindow):
 
     def _active_role(self) -> str | None:
         snapshot = self.tree_model.snapshot
-        return snapshot.nodes[self.active_id].role if self.active_id in snapshot else None
+        return (
+            snapshot.nodes[self.active_id].role if self.active_id in snapshot else None
+        )
 
     def _update_composer(self) -> None:
         generating = self.generating
@@ -310,30 +351,47 @@ class MainWindow(QMainWindow):
         if self._loading_model is not None:
             self.composer.set_available(False, "Loading the model…")
         elif self.model_info is None:
-            self.composer.set_available(False, "Choose a model to start chatting (File → Open model file, Ctrl+O).")
+            self.composer.set_available(
+                False,
+                "Choose a model to start chatting (File → Open model file, Ctrl+O).",
+            )
         elif self._active_role() == "user":
-            self.composer.set_available(True, "Ctrl+Enter generates a reply to the message above.")
+            self.composer.set_available(
+                True, "Ctrl+Enter generates a reply to the message above."
+            )
         else:
             self.composer.set_available(True, "Write a message…  (Ctrl+Enter to send)")
         idle = not generating
-        for widget in (self.sidebar, self.tree_panel.view, self.tree_panel.delete_button):
+        for widget in (
+            self.sidebar,
+            self.tree_panel.view,
+            self.tree_panel.delete_button,
+        ):
             widget.setEnabled(idle)
         for action in (
-            self.new_action, self.new_with_prompt_action, self.open_model_action, self.settings_action,
-            self.storage_action, self.rename_action, self.delete_conversation_action,
+            self.new_action,
+            self.new_with_prompt_action,
+            self.open_model_action,
+            self.settings_action,
+            self.storage_action,
+            self.rename_action,
+            self.delete_conversation_action,
         ):
             action.setEnabled(idle)
         self.transcript.set_actions_enabled(idle and self.model_info is not None)
 
-    # --- generating ---------------------------------------------------------------------
+    # --- generating -------------------------------------------------------------------
 
     def _sampling(self) -> SamplingParams:
         return self.prefs.sampling
 
-    def _begin_generation(self, job: jobs.Job, prefix_id: int, pending_text: str | None) -> None:
+    def _begin_generation(
+        self, job: jobs.Job, prefix_id: int, pending_text: str | None
+    ) -> None:
         snapshot = self.tree_model.snapshot
         self.transcript.show_path(
-            snapshot.transcript(prefix_id), {n: snapshot.siblings(n) for n in snapshot.path(prefix_id)}
+            snapshot.transcript(prefix_id),
+            {n: snapshot.siblings(n) for n in snapshot.path(prefix_id)},
         )
         self.transcript.begin_stream(pending_text)
         self._generating_job = job
@@ -365,15 +423,19 @@ class MainWindow(QMainWindow):
         if self.conversation_id is None:
             return None
         try:
-            return repository.get_conversation(self.db, self.conversation_id).active_node_id
+            return repository.get_conversation(
+                self.db, self.conversation_id
+            ).active_node_id
         except (StorageUnavailable, NotFound):
             return self.active_id
 
-    # --- engine signals -----------------------------------------------------------------
+    # --- engine signals ---------------------------------------------------------------
 
     @Slot(str)
     def _on_engine_started(self, kind: str) -> None:
-        self.status.set_busy("Generating…" if kind in GENERATING_KINDS else BUSY_TEXTS.get(kind))
+        self.status.set_busy(
+            "Generating…" if kind in GENERATING_KINDS else BUSY_TEXTS.get(kind)
+        )
 
     @Slot(str)
     def _on_engine_token_received(self, piece: str) -> None:
@@ -381,7 +443,9 @@ class MainWindow(QMainWindow):
 
     @Slot(str, str)
     def _on_engine_failed(self, kind: str, message: str) -> None:
-        show_error(self, FAILURE_TITLES.get(kind, "Could not generate a reply"), message)
+        show_error(
+            self, FAILURE_TITLES.get(kind, "Could not generate a reply"), message
+        )
 
     @Slot(object)
     def _on_engine_finished(self, result: JobResult) -> None:
@@ -423,11 +487,16 @@ class MainWindow(QMainWindow):
         if self.active_id is not None:
             self.engine.submit(jobs.Restore(self.active_id))
 
-    # --- user actions -------------------------------------------------------------------
+    # --- user actions -----------------------------------------------------------------
 
     @Slot()
     def _on_send_action_triggered(self) -> None:
-        if self.generating or self.model_info is None or self._loading_model or self.active_id is None:
+        if (
+            self.generating
+            or self.model_info is None
+            or self._loading_model
+            or self.active_id is None
+        ):
             return
         text = self.composer.text.strip()
         editing = self.composer.editing_node
@@ -440,18 +509,31 @@ class MainWindow(QMainWindow):
             self.composer.end_edit()
             self.composer.clear()
             self._begin_generation(
-                jobs.Edit(editing, text, self._sampling(), self.prefs.checkpoint_budget_bytes), parent, text
+                jobs.Edit(
+                    editing, text, self._sampling(), self.prefs.checkpoint_budget_bytes
+                ),
+                parent,
+                text,
             )
         elif self._active_role() == "user":
             self._begin_generation(
-                jobs.GenerateReply(self.active_id, self._sampling(), self.prefs.checkpoint_budget_bytes),
-                self.active_id, None,
+                jobs.GenerateReply(
+                    self.active_id, self._sampling(), self.prefs.checkpoint_budget_bytes
+                ),
+                self.active_id,
+                None,
             )
         elif text:
             self.composer.clear()
             self._begin_generation(
-                jobs.Send(self.active_id, text, self._sampling(), self.prefs.checkpoint_budget_bytes),
-                self.active_id, text,
+                jobs.Send(
+                    self.active_id,
+                    text,
+                    self._sampling(),
+                    self.prefs.checkpoint_budget_bytes,
+                ),
+                self.active_id,
+                text,
             )
 
     @Slot()
@@ -469,13 +551,19 @@ class MainWindow(QMainWindow):
         parent = self.tree_model.snapshot.nodes[node_id].parent_id
         assert parent is not None
         self._begin_generation(
-            jobs.Regenerate(node_id, self._sampling(), self.prefs.checkpoint_budget_bytes), parent, None
+            jobs.Regenerate(
+                node_id, self._sampling(), self.prefs.checkpoint_budget_bytes
+            ),
+            parent,
+            None,
         )
 
     @Slot(int)
     def _on_transcript_edit_requested(self, node_id: int) -> None:
         if not self.generating:
-            self.composer.begin_edit(node_id, self.tree_model.snapshot.nodes[node_id].text)
+            self.composer.begin_edit(
+                node_id, self.tree_model.snapshot.nodes[node_id].text
+            )
 
     @Slot(int)
     def _on_transcript_sibling_requested(self, node_id: int) -> None:
@@ -492,8 +580,14 @@ class MainWindow(QMainWindow):
         snapshot = self.tree_model.snapshot
         below = self._count_below(snapshot, node_id)
         text = "Delete this message"
-        text += f" and the {below} message{'s' if below != 1 else ''} below it?" if below else "?"
-        if not self.generating and confirm(self, "Delete branch", text + " This cannot be undone.", "Delete"):
+        text += (
+            f" and the {below} message{'s' if below != 1 else ''} below it?"
+            if below
+            else "?"
+        )
+        if not self.generating and confirm(
+            self, "Delete branch", text + " This cannot be undone.", "Delete"
+        ):
             self.engine.submit(jobs.DeleteBranch(node_id))
 
     @staticmethod
@@ -531,7 +625,10 @@ class MainWindow(QMainWindow):
         if row < 0:
             return
         title, ok = QInputDialog.getText(
-            self, "Rename conversation", "Title:", text=self.list_model.record(row).title
+            self,
+            "Rename conversation",
+            "Title:",
+            text=self.list_model.record(row).title,
         )
         if ok and title.strip():
             self.rename_conversation(conversation_id, title.strip())
@@ -556,8 +653,10 @@ class MainWindow(QMainWindow):
         row = self.list_model.row_of(conversation_id)
         title = self.list_model.record(row).title if row >= 0 else "this conversation"
         if confirm(
-            self, "Delete conversation",
-            f"Delete “{title}” with all its branches? This cannot be undone.", "Delete",
+            self,
+            "Delete conversation",
+            f"Delete “{title}” with all its branches? This cannot be undone.",
+            "Delete",
         ):
             self.delete_conversation(conversation_id)
 
@@ -594,7 +693,10 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_open_model_action_triggered(self) -> None:
-        path = choose_model_file(self, str(Path(self.prefs.model_path).parent) if self.prefs.model_path else "")
+        path = choose_model_file(
+            self,
+            str(Path(self.prefs.model_path).parent) if self.prefs.model_path else "",
+        )
         if path is not None:
             self.load_model(path)
 
@@ -612,7 +714,9 @@ class MainWindow(QMainWindow):
         """Save new preferences; reload the model if it or its settings changed."""
         old = self.prefs
         self._save_prefs(prefs)
-        model_changed = prefs.model_path != old.model_path or prefs.backend != old.backend
+        model_changed = (
+            prefs.model_path != old.model_path or prefs.backend != old.backend
+        )
         if prefs.model_path and (model_changed or self.model_info is None):
             self.load_model(Path(prefs.model_path))
 
@@ -638,12 +742,14 @@ class MainWindow(QMainWindow):
         for path in self.prefs.recent_models:
             action = self.recent_menu.addAction(Path(path).name)
             action.setToolTip(path)
-            action.triggered.connect(lambda _checked=False, p=path: self.load_model(Path(p)))
+            action.triggered.connect(
+                lambda _checked=False, p=path: self.load_model(Path(p))
+            )
         self.recent_menu.setEnabled(bool(self.prefs.recent_models))
 
-    # --- closing ------------------------------------------------------------------------
+    # --- closing ----------------------------------------------------------------------
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+    def closeEvent(self, event: QCloseEvent) -> None:
         # Stop the reply (the service keeps what was generated, marked
         # "stopped"), free the model and end the engine thread before closing.
         self.engine.shut_down()

@@ -6,7 +6,14 @@ get a tinted background and padding, which the reader does not add.
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QFontDatabase, QTextBlockFormat, QTextCursor, QTextDocument, QTextFormat
+from PySide6.QtGui import (
+    QColor,
+    QFontDatabase,
+    QTextBlockFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+)
 
 
 def markdown_to_html(text: str, code_background: QColor) -> str:

@@ -35,4 +35,6 @@ class MessageBody(QTextBrowser):
 
     @Slot(QSizeF)
     def _on_layout_document_size_changed(self, size: QSizeF) -> None:
-        self.setFixedHeight(max(self.fontMetrics().height(), math.ceil(size.height()) + 2))
+        self.setFixedHeight(
+            max(self.fontMetrics().height(), math.ceil(size.height()) + 2)
+        )

@@ -1,6 +1,6 @@
 """``MessageCard``: one message of the transcript with its actions.
 
-A header (role, status, ‹ 2/3 › sibling navigator, actions) above the text
+A header (role, status, the "< 2/3 >" sibling navigator, actions) above the text
 rendered from Markdown. The card only emits requests; the window decides.
 """
 
@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication, QPalette
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.views.markdown import markdown_to_html
 from app.views.message_body import MessageBody
@@ -104,7 +111,9 @@ class MessageCard(QFrame):
 
     # --- header ---------------------------------------------------------------------
 
-    def _tool_button(self, name: str, tooltip: str, object_name: str = "MessageAction") -> QToolButton:
+    def _tool_button(
+        self, name: str, tooltip: str, object_name: str = "MessageAction"
+    ) -> QToolButton:
         button = QToolButton()
         button.setObjectName(object_name)
         button.setIcon(icon(name))
@@ -118,12 +127,16 @@ class MessageCard(QFrame):
         position, count = self.sibling_position
         if count < 2:
             return
-        self.previous_button = self._tool_button("chevron-left", "Previous version", "SiblingButton")
+        self.previous_button = self._tool_button(
+            "chevron-left", "Previous version", "SiblingButton"
+        )
         self.previous_button.setEnabled(position > 1)
         self.previous_button.clicked.connect(self._on_previous_button_clicked)
         self.sibling_label = QLabel(f"{position}/{count}")
         self.sibling_label.setObjectName("SiblingLabel")
-        self.next_button = self._tool_button("chevron-right", "Next version", "SiblingButton")
+        self.next_button = self._tool_button(
+            "chevron-right", "Next version", "SiblingButton"
+        )
         self.next_button.setEnabled(position < count)
         self.next_button.clicked.connect(self._on_next_button_clicked)
         for widget in (self.previous_button, self.sibling_label, self.next_button):
@@ -135,7 +148,9 @@ class MessageCard(QFrame):
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         header.addWidget(self.copy_button)
         if self.role == "user":
-            self.edit_button = self._tool_button("edit", "Edit: creates a new branch, nothing is erased")
+            self.edit_button = self._tool_button(
+                "edit", "Edit: creates a new branch, nothing is erased"
+            )
             self.edit_button.clicked.connect(self._on_edit_button_clicked)
             header.addWidget(self.edit_button)
         if self.role == "assistant":
@@ -144,7 +159,9 @@ class MessageCard(QFrame):
             )
             self.regenerate_button.clicked.connect(self._on_regenerate_button_clicked)
             header.addWidget(self.regenerate_button)
-        self.branch_button = self._tool_button("branch", "Branch from here: continue from this message")
+        self.branch_button = self._tool_button(
+            "branch", "Branch from here: continue from this message"
+        )
         self.branch_button.clicked.connect(self._on_branch_button_clicked)
         header.addWidget(self.branch_button)
 

@@ -41,7 +41,9 @@ class Sidebar(QWidget):
     rename_requested = Signal(int)
     delete_requested = Signal(int)
 
-    def __init__(self, model: ConversationListModel, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, model: ConversationListModel, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("Sidebar")
         self.model = model
@@ -51,7 +53,9 @@ class Sidebar(QWidget):
 
         self.new_button = QPushButton("New conversation")
         self.new_button.setObjectName("NewButton")
-        self.new_button.setIcon(icon("plus", role=self.palette().ColorRole.HighlightedText))
+        self.new_button.setIcon(
+            icon("plus", role=self.palette().ColorRole.HighlightedText)
+        )
         self.new_button.setToolTip("New conversation (Ctrl+N)")
         self.new_button.clicked.connect(self.new_requested)
         layout.addWidget(self.new_button)
@@ -60,7 +64,9 @@ class Sidebar(QWidget):
         self.filter_edit.setObjectName("FilterEdit")
         self.filter_edit.setPlaceholderText("Filter conversations")
         self.filter_edit.setClearButtonEnabled(True)
-        self.filter_edit.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
+        self.filter_edit.addAction(
+            icon("search"), QLineEdit.ActionPosition.LeadingPosition
+        )
         self.filter_edit.textChanged.connect(self._on_filter_edit_text_changed)
         layout.addWidget(self.filter_edit)
 
@@ -75,7 +81,9 @@ class Sidebar(QWidget):
         self.list_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.list_view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.list_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.list_view.customContextMenuRequested.connect(self._on_list_view_context_menu_requested)
+        self.list_view.customContextMenuRequested.connect(
+            self._on_list_view_context_menu_requested
+        )
         self.list_view.clicked.connect(self._on_list_view_clicked)
         self.list_view.activated.connect(self._on_list_view_clicked)
         layout.addWidget(self.list_view, 1)

@@ -25,10 +25,14 @@ def describe_sync(stats: SyncFigures) -> str:
     parts = []
     if stats.restored_tokens:
         parts.append(
-            f"restored {stats.restored_tokens:,} tokens from checkpoints in {stats.restore_ms:,.0f} ms"
+            f"restored {stats.restored_tokens:,} tokens from checkpoints "
+            f"in {stats.restore_ms:,.0f} ms"
         )
     if stats.reprocessed_tokens:
-        parts.append(f"reprocessed {stats.reprocessed_tokens:,} tokens in {stats.reprocess_ms:,.0f} ms")
+        parts.append(
+            f"reprocessed {stats.reprocessed_tokens:,} tokens "
+            f"in {stats.reprocess_ms:,.0f} ms"
+        )
     elif stats.restored_tokens:
         parts.append("0 reprocessed")
     if not parts:
@@ -64,7 +68,12 @@ class ArborStatusBar(QStatusBar):
         self.speed_label = self._label("StatusSpeed", "")
         self.addWidget(self.busy_bar)
         self.addWidget(self.busy_label)
-        for label in (self.restore_label, self.speed_label, self.context_label, self.layers_label):
+        for label in (
+            self.restore_label,
+            self.speed_label,
+            self.context_label,
+            self.layers_label,
+        ):
             self.addPermanentWidget(label)
         self.addPermanentWidget(self.model_label)
 
@@ -85,7 +94,9 @@ class ArborStatusBar(QStatusBar):
             self.layers_label.setText("")
             return
         self.model_label.setText(info.name)
-        self.model_label.setToolTip(f"{info.path}\nstate: {info.state_kind} — {info.state_note}")
+        self.model_label.setToolTip(
+            f"{info.path}\nstate: {info.state_kind} — {info.state_note}"
+        )
         self.layers_label.setText(describe_layers(info))
 
     def set_context(self, used: int, n_ctx: int) -> None:

@@ -73,7 +73,11 @@ def dark_palette() -> QPalette:
     }
     for role, color in colors.items():
         palette.setColor(role, QColor(color))
-    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText, QPalette.ColorRole.WindowText):
+    for role in (
+        QPalette.ColorRole.Text,
+        QPalette.ColorRole.ButtonText,
+        QPalette.ColorRole.WindowText,
+    ):
         palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#6d7178"))
     return palette
 
@@ -96,7 +100,9 @@ class ThemeManager(QObject):
         self._app = app
         self._forced = scheme
         app.setStyle("Fusion")
-        app.styleHints().colorSchemeChanged.connect(self._on_style_hints_color_scheme_changed)
+        app.styleHints().colorSchemeChanged.connect(
+            self._on_style_hints_color_scheme_changed
+        )
         self.apply()
 
     def apply(self) -> None:
@@ -106,7 +112,9 @@ class ThemeManager(QObject):
             scheme = self._app.styleHints().colorScheme()
         palette = dark_palette() if scheme == Qt.ColorScheme.Dark else light_palette()
         self._app.setPalette(palette)
-        self._app.setStyleSheet(get_asset("styles/arbor.qss").read_text(encoding="utf-8"))
+        self._app.setStyleSheet(
+            get_asset("styles/arbor.qss").read_text(encoding="utf-8")
+        )
 
     @Slot(Qt.ColorScheme)
     def _on_style_hints_color_scheme_changed(self, _scheme: Qt.ColorScheme) -> None:
@@ -130,11 +138,17 @@ class _TintedSvgEngine(QIconEngine):
     def _color(self, mode: QIcon.Mode) -> QColor:
         palette = QGuiApplication.palette()
         if mode == QIcon.Mode.Disabled:
-            return palette.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText)
+            return palette.color(
+                QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText
+            )
         return palette.color(self._role)
 
-    def paint(self, painter: QPainter, rect: QRect, mode: QIcon.Mode, state: QIcon.State) -> None:
-        source = _svg_source(self._name).replace("currentColor", self._color(mode).name())
+    def paint(
+        self, painter: QPainter, rect: QRect, mode: QIcon.Mode, state: QIcon.State
+    ) -> None:
+        source = _svg_source(self._name).replace(
+            "currentColor", self._color(mode).name()
+        )
         QSvgRenderer(QByteArray(source.encode())).render(painter, rect)
 
     def pixmap(self, size: QSize, mode: QIcon.Mode, state: QIcon.State) -> QPixmap:

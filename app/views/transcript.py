@@ -8,7 +8,14 @@ thread with a fast model for no visible gain.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.models.tree_snapshot import PathEntry
 from app.views.message_card import MessageCard
@@ -23,7 +30,8 @@ class TranscriptView(QScrollArea):
 
     Signals
     -------
-    sibling_requested(int), edit_requested(int), regenerate_requested(int), branch_requested(int)
+    sibling_requested(int), edit_requested(int), regenerate_requested(int),
+    branch_requested(int)
         Forwarded from the message cards.
     """
 
@@ -67,14 +75,18 @@ class TranscriptView(QScrollArea):
 
     # --- showing ------------------------------------------------------------------
 
-    def show_path(self, entries: list[PathEntry], siblings: dict[int, list[int]]) -> None:
-        """Show ``entries`` (root first); ``siblings`` maps a node to its siblings' ids."""
+    def show_path(
+        self, entries: list[PathEntry], siblings: dict[int, list[int]]
+    ) -> None:
+        """Show ``entries`` (root first); ``siblings`` maps nodes to sibling ids."""
         self._clear()
         for entry in entries:
             node = entry.node
             if node.role == "root" and not node.text.strip():
                 continue  # no system prompt: nothing worth a card
-            card = MessageCard(node.role, node.text, node.id, siblings[node.id], node.status)
+            card = MessageCard(
+                node.role, node.text, node.id, siblings[node.id], node.status
+            )
             card.sibling_requested.connect(self.sibling_requested)
             card.edit_requested.connect(self.edit_requested)
             card.regenerate_requested.connect(self.regenerate_requested)
@@ -107,7 +119,9 @@ class TranscriptView(QScrollArea):
     def set_actions_enabled(self, enabled: bool) -> None:
         """Enable or disable the cards' buttons (disabled while generating)."""
         for card in self.cards:
-            for button in card.findChildren(QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly):
+            for button in card.findChildren(
+                QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly
+            ):
                 if button is not card.body:
                     button.setEnabled(enabled)
             if card.node_id is not None:

@@ -16,7 +16,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.models.conversation_tree import ConversationTreeModel, MessageRoleRole, NodeIdRole
+from app.models.conversation_tree import (
+    ConversationTreeModel,
+    MessageRoleRole,
+    NodeIdRole,
+)
 from app.views.theme import icon
 
 
@@ -34,7 +38,9 @@ class TreePanel(QWidget):
     node_activated = Signal(int)
     delete_requested = Signal(int)
 
-    def __init__(self, model: ConversationTreeModel, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, model: ConversationTreeModel, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("TreePanel")
         self.model = model
@@ -62,7 +68,9 @@ class TreePanel(QWidget):
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.view.setExpandsOnDoubleClick(False)
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.view.customContextMenuRequested.connect(self._on_view_context_menu_requested)
+        self.view.customContextMenuRequested.connect(
+            self._on_view_context_menu_requested
+        )
         self.view.clicked.connect(self._on_view_clicked)
         self.view.activated.connect(self._on_view_clicked)
         header_view = self.view.header()
@@ -72,15 +80,19 @@ class TreePanel(QWidget):
         header_view.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
         layout.addWidget(self.view, 1)
 
-        hint = QLabel("Click a message to continue from it. Bold: the active path. "
-                      "✓: restores instantly from its checkpoint.")
+        hint = QLabel(
+            "Click a message to continue from it. Bold: the active path. "
+            "✓: restores instantly from its checkpoint."
+        )
         hint.setObjectName("PanelHint")
         hint.setWordWrap(True)
         layout.addWidget(hint)
 
         self.delete_action = QAction(icon("delete"), "Delete branch…", self)
         self.delete_action.setShortcut(QKeySequence.StandardKey.Delete)
-        self.delete_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.delete_action.setShortcutContext(
+            Qt.ShortcutContext.WidgetWithChildrenShortcut
+        )
         self.delete_action.triggered.connect(self._on_delete_button_clicked)
         self.view.addAction(self.delete_action)
 
@@ -89,7 +101,7 @@ class TreePanel(QWidget):
         model.modelReset.connect(self._on_model_changed)
 
     def show_active(self, node_id: int | None) -> None:
-        """Select and scroll to the active node (without emitting ``node_activated``)."""
+        """Select and scroll to the active node (``node_activated`` is not emitted)."""
         if node_id is None:
             self.view.clearSelection()
             return

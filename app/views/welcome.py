@@ -22,7 +22,9 @@ GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 
 def choose_model_file(parent: QWidget | None, start: str = "") -> Path | None:
     """Ask for a GGUF file; None if cancelled."""
-    path, _ = QFileDialog.getOpenFileName(parent, "Choose a GGUF model", start, GGUF_FILTER)
+    path, _ = QFileDialog.getOpenFileName(
+        parent, "Choose a GGUF model", start, GGUF_FILTER
+    )
     return Path(path) if path else None
 
 
@@ -61,7 +63,9 @@ class WelcomePage(QWidget):
         layout.addWidget(self.message)
         self.choose_button = QPushButton("Choose a model file…")
         self.choose_button.setObjectName("SendButton")
-        self.choose_button.setIcon(icon("folder", role=self.palette().ColorRole.HighlightedText))
+        self.choose_button.setIcon(
+            icon("folder", role=self.palette().ColorRole.HighlightedText)
+        )
         self.choose_button.clicked.connect(self._on_choose_button_clicked)
         layout.addWidget(self.choose_button, 0, Qt.AlignmentFlag.AlignCenter)
         self.recent_title = QLabel("Recent models")

@@ -99,4 +99,3 @@ class EngineController(QObject):
     def _on_worker_finished(self, result: JobResult) -> None:
         self._pending -= 1
         self.finished.emit(result)
-

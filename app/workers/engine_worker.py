@@ -25,7 +25,14 @@ log = logging.getLogger(__name__)
 
 # Failures a person can understand and act on; anything else is a bug and is
 # reported with its traceback through the crash dialog.
-EXPECTED_ERRORS = (BackendError, StorageUnavailable, NotFound, ServiceError, ValueError, OSError)
+EXPECTED_ERRORS = (
+    BackendError,
+    StorageUnavailable,
+    NotFound,
+    ServiceError,
+    ValueError,
+    OSError,
+)
 
 
 class EngineWorker(QObject):
@@ -91,7 +98,9 @@ class EngineWorker(QObject):
         if isinstance(job, jobs.LoadModel):
             return self._load(job)
         if isinstance(job, jobs.NewConversation):
-            conversation, root = self._service.new_conversation(job.system_prompt, job.title)
+            conversation, root = self._service.new_conversation(
+                job.system_prompt, job.title
+            )
             return JobResult(kind=job.kind, conversation_id=conversation, node_id=root)
         if isinstance(job, jobs.Restore):
             sync = self._service.restore(job.node_id)
@@ -138,7 +147,9 @@ class EngineWorker(QObject):
             evicted = repository.evict_checkpoints(self._db, job.budget_bytes)
         return JobResult(
             kind=job.kind,
-            conversation_id=repository.get_node(self._db, reply.assistant_node).conversation_id,
+            conversation_id=repository.get_node(
+                self._db, reply.assistant_node
+            ).conversation_id,
             node_id=reply.assistant_node,
             reply=reply,
             context_tokens=reply.stats.context_tokens,

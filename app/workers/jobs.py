@@ -95,7 +95,16 @@ class DeleteBranch:
     kind: str = field(default="delete", init=False)
 
 
-Job = LoadModel | NewConversation | Send | Edit | Regenerate | GenerateReply | Restore | DeleteBranch
+Job = (
+    LoadModel
+    | NewConversation
+    | Send
+    | Edit
+    | Regenerate
+    | GenerateReply
+    | Restore
+    | DeleteBranch
+)
 
 # Jobs that stream tokens and can be stopped.
 GENERATING_KINDS = frozenset({"send", "edit", "regenerate", "reply"})

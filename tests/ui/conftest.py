@@ -39,7 +39,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
             # The offscreen platform's own notes, and fonts lacking a script the
             # tiny model's random bytes happen to use.
-            item.add_marker(pytest.mark.qt_log_ignore("propagateSizeHints", "OpenType support missing"))
+            item.add_marker(
+                pytest.mark.qt_log_ignore(
+                    "propagateSizeHints", "OpenType support missing"
+                )
+            )
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +65,7 @@ def _no_dangling_qthreads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 class WindowFactory:
     """Builds windows on the test's data folder and closes them afterwards."""
 
-    def __init__(self, qtbot, data_dir: Path, tiny_model: Path) -> None:  # noqa: ANN001
+    def __init__(self, qtbot, data_dir: Path, tiny_model: Path) -> None:
         self._qtbot = qtbot
         self.data_dir = data_dir
         self.tiny_model = tiny_model
@@ -73,14 +77,24 @@ class WindowFactory:
         prefs = load_preferences(db)
         if prefs.backend.n_threads != 1:
             save_preferences(
-                db, replace(prefs, backend=replace(prefs.backend, n_threads=1), sampling=TEST_SAMPLING)
+                db,
+                replace(
+                    prefs,
+                    backend=replace(prefs.backend, n_threads=1),
+                    sampling=TEST_SAMPLING,
+                ),
             )
         return db
 
-    def __call__(self, model: Path | None | bool = True, wait: bool = True) -> MainWindow:
-        """A shown window; ``model`` True means the tiny model, None the remembered/starter one."""
+    def __call__(
+        self, model: Path | bool | None = True, wait: bool = True
+    ) -> MainWindow:
+        """A shown window on the tiny model (``model=True``), a given one, or None:
+        the remembered or starter model."""
         db = self.open_db()
-        window = build_window(db, self.tiny_model if model is True else model or None, gpu_supported=False)
+        window = build_window(
+            db, self.tiny_model if model is True else model or None, gpu_supported=False
+        )
         self._qtbot.addWidget(window)
         window.show()
         self._opened.append((window, db))
@@ -95,30 +109,36 @@ class WindowFactory:
 
 
 @pytest.fixture
-def make_window(qtbot, data_dir: Path, tiny_model: Path) -> Iterator[WindowFactory]:  # noqa: ANN001
+def make_window(qtbot, data_dir: Path, tiny_model: Path) -> Iterator[WindowFactory]:
     """Build a window through the real stack; threads are stopped at teardown."""
     factory = WindowFactory(qtbot, data_dir, tiny_model)
     yield factory
     factory.close_all()
 
 
-def wait_idle(qtbot, window: MainWindow) -> None:  # noqa: ANN001
+def wait_idle(qtbot, window: MainWindow) -> None:
     """Wait until no job is queued or running (model loaded, reply done)."""
-    qtbot.waitUntil(lambda: not window.engine.busy and not window.generating, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: not window.engine.busy and not window.generating, timeout=WAIT_MS
+    )
 
 
-def send(qtbot, window: MainWindow, text: str) -> None:  # noqa: ANN001
+def send(qtbot, window: MainWindow, text: str) -> None:
     """Type ``text`` in the composer, press Ctrl+Enter, wait for the reply."""
     from PySide6.QtCore import Qt
 
     window.composer.edit.setFocus()
     qtbot.keyClicks(window.composer.edit, text)
-    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+    )
     assert window.generating or window.engine.busy, "Ctrl+Enter did not send"
     wait_idle(qtbot, window)
 
 
-def slow_down_generation(window: MainWindow, seconds_per_token: float) -> Callable[[], None]:
+def slow_down_generation(
+    window: MainWindow, seconds_per_token: float
+) -> Callable[[], None]:
     """Make each streamed token take a while, as with a big model on a slow CPU.
 
     The delay runs on the engine thread (a direct connection to the worker's

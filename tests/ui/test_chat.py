@@ -1,7 +1,8 @@
-"""Chatting in the window through the real stack: stream, stop, edit, regenerate, ‹ ›."""
+"""Chatting through the real stack: stream, stop, edit, regenerate, switch siblings."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
 
@@ -11,9 +12,11 @@ from storage import repository
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 
 
-def _long_replies(window) -> None:  # noqa: ANN001
+def _long_replies(window) -> None:
     # Greedy "hi" from the start makes the tiny model talk for ~250 tokens.
-    window.prefs = replace(window.prefs, sampling=replace(window.prefs.sampling, max_tokens=400))
+    window.prefs = replace(
+        window.prefs, sampling=replace(window.prefs.sampling, max_tokens=400)
+    )
 
 
 def test_send_streams_the_reply_into_the_transcript(qtbot, make_window):
@@ -50,9 +53,13 @@ def test_enter_inserts_a_newline_and_ctrl_enter_sends(qtbot, make_window):
     assert window.composer.text == "line one\nline two"
     assert not window.generating
     assert "Ctrl+Enter to send" in window.composer.hint.text()
-    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+    )
     wait_idle(qtbot, window)
-    assert repository.get_path(window.db, window.active_id)[1].text == "line one\nline two"
+    assert (
+        repository.get_path(window.db, window.active_id)[1].text == "line one\nline two"
+    )
 
 
 def test_escape_stops_generation_and_keeps_the_partial_reply(qtbot, make_window):
@@ -63,12 +70,14 @@ def test_escape_stops_generation_and_keeps_the_partial_reply(qtbot, make_window)
     window.engine.finished.connect(results.append)
     qtbot.keyClicks(window.composer.edit, "hi")
     with qtbot.waitSignal(window.engine.token_received, timeout=WAIT_MS):
-        qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClick(
+            window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+        )
     assert window.composer.send_button.text() == "Stop"
     qtbot.keyClick(window.composer.edit, Qt.Key.Key_Escape)
     wait_idle(qtbot, window)
 
-    reply = [r for r in results if r.kind == "send"][0].reply
+    reply = next(r for r in results if r.kind == "send").reply
     assert reply.stats.stop_reason == "stopped"
     node = repository.get_node(window.db, window.active_id)
     assert node.status == "stopped" and node.text == reply.text and node.text
@@ -85,7 +94,9 @@ def test_stop_button_stops_generation(qtbot, make_window):
     qtbot.keyClicks(window.composer.edit, "hi")
     with qtbot.waitSignal(window.engine.token_received, timeout=WAIT_MS):
         qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
-    qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)  # now "Stop"
+    qtbot.mouseClick(
+        window.composer.send_button, Qt.MouseButton.LeftButton
+    )  # now "Stop"
     wait_idle(qtbot, window)
     assert repository.get_node(window.db, window.active_id).status == "stopped"
 
@@ -101,14 +112,18 @@ def test_gui_thread_keeps_running_while_a_reply_streams(qtbot, make_window):
     qtbot.keyClicks(window.composer.edit, "hi")
     window.engine.started.connect(lambda _kind: timer.start())
     window.engine.finished.connect(lambda _result: timer.stop())
-    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+    )
     wait_idle(qtbot, window)
 
-    generated = repository.get_node(window.db, window.active_id).generation["generated_tokens"]
+    generated = repository.get_node(window.db, window.active_id).generation[
+        "generated_tokens"
+    ]
     assert generated > 100
     # Had generation run on the GUI thread, the timer could not have fired at all.
     assert len(ticks) >= 10
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < 0.5, f"the GUI thread was blocked for {max(gaps):.2f} s"
 
 
@@ -124,7 +139,9 @@ def test_edit_creates_a_sibling_branch_and_erases_nothing(qtbot, make_window):
     assert window.composer.edit_banner.isVisibleTo(window)
     window.composer.edit.selectAll()
     qtbot.keyClicks(window.composer.edit, "edited question")
-    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+    )
     wait_idle(qtbot, window)
 
     root = window.tree_model.snapshot.root_id
@@ -148,17 +165,26 @@ def test_escape_cancels_an_edit(qtbot, make_window):
 
 def test_regenerate_adds_a_sibling_reply_and_the_navigator_switches(qtbot, make_window):
     window = make_window()
-    window.prefs = replace(window.prefs, sampling=replace(window.prefs.sampling, temperature=0.9, seed=3))
+    window.prefs = replace(
+        window.prefs, sampling=replace(window.prefs.sampling, temperature=0.9, seed=3)
+    )
     send(qtbot, window, "Pick a colour.")
     first = window.active_id
     first_text = window.transcript.cards[-1].text
 
-    window.prefs = replace(window.prefs, sampling=replace(window.prefs.sampling, seed=4))
-    qtbot.mouseClick(window.transcript.cards[-1].regenerate_button, Qt.MouseButton.LeftButton)
+    window.prefs = replace(
+        window.prefs, sampling=replace(window.prefs.sampling, seed=4)
+    )
+    qtbot.mouseClick(
+        window.transcript.cards[-1].regenerate_button, Qt.MouseButton.LeftButton
+    )
     wait_idle(qtbot, window)
     second = window.active_id
     assert second != first
-    assert repository.get_node(window.db, second).parent_id == repository.get_node(window.db, first).parent_id
+    assert (
+        repository.get_node(window.db, second).parent_id
+        == repository.get_node(window.db, first).parent_id
+    )
     card = window.transcript.cards[-1]
     assert card.sibling_label.text() == "2/2" and card.node_id == second
 
@@ -169,14 +195,19 @@ def test_regenerate_adds_a_sibling_reply_and_the_navigator_switches(qtbot, make_
     assert not card.previous_button.isEnabled() and card.next_button.isEnabled()
     assert window.tree_panel.selected_node() == first
     wait_idle(qtbot, window)  # the background restore
-    assert repository.get_conversation(window.db, window.conversation_id).active_node_id == first
+    assert (
+        repository.get_conversation(window.db, window.conversation_id).active_node_id
+        == first
+    )
 
     qtbot.mouseClick(card.next_button, Qt.MouseButton.LeftButton)
     assert window.active_id == second
     wait_idle(qtbot, window)
 
 
-def test_sibling_navigation_follows_the_branch_to_its_latest_message(qtbot, make_window):
+def test_sibling_navigation_follows_the_branch_to_its_latest_message(
+    qtbot, make_window
+):
     window = make_window()
     send(qtbot, window, "one")
     send(qtbot, window, "two")
@@ -185,10 +216,14 @@ def test_sibling_navigation_follows_the_branch_to_its_latest_message(qtbot, make
     qtbot.mouseClick(first_user.edit_button, Qt.MouseButton.LeftButton)
     window.composer.edit.selectAll()
     qtbot.keyClicks(window.composer.edit, "one, edited")
-    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+    )
     wait_idle(qtbot, window)
 
-    qtbot.mouseClick(window.transcript.cards[0].previous_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(
+        window.transcript.cards[0].previous_button, Qt.MouseButton.LeftButton
+    )
     assert window.active_id == deep_leaf
     assert [c.text for c in window.transcript.cards][::2] == ["one", "two"]
     wait_idle(qtbot, window)

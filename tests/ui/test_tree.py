@@ -7,11 +7,11 @@ from datetime import datetime, timezone
 from PySide6.QtCore import Qt
 
 from app.models.conversation_tree import (
+    ConversationTreeModel,
     HasCheckpointRole,
     IsActiveRole,
     NodeIdRole,
     OnActivePathRole,
-    ConversationTreeModel,
 )
 from app.models.tree_snapshot import TreeSnapshot
 from storage import repository
@@ -19,18 +19,22 @@ from storage.repository import NodeSummary
 from tests.ui.conftest import send, wait_idle
 
 
-def _click_node(qtbot, window, node_id: int) -> None:  # noqa: ANN001
+def _click_node(qtbot, window, node_id: int) -> None:
     view = window.tree_panel.view
     index = window.tree_model.index_of(node_id)
     view.scrollTo(index)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
+    qtbot.mouseClick(
+        view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center()
+    )
 
 
-def _edit_first_message(qtbot, window, text: str) -> None:  # noqa: ANN001
+def _edit_first_message(qtbot, window, text: str) -> None:
     qtbot.mouseClick(window.transcript.cards[0].edit_button, Qt.MouseButton.LeftButton)
     window.composer.edit.selectAll()
     qtbot.keyClicks(window.composer.edit, text)
-    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+    )
     wait_idle(qtbot, window)
 
 
@@ -41,13 +45,15 @@ def test_clicking_an_earlier_node_restores_from_checkpoints_and_sending_branches
     send(qtbot, window, "first")
     first_reply = window.active_id
     send(qtbot, window, "second")
-    _edit_first_message(qtbot, window, "first, edited")  # the engine now holds the other branch
+    _edit_first_message(
+        qtbot, window, "first, edited"
+    )  # the engine now holds the other branch
     assert window.active_id not in repository.get_path(window.db, first_reply)
 
     _click_node(qtbot, window, first_reply)
     # The transcript follows at once, before the background restore is done.
     assert window.active_id == first_reply
-    assert [c.text for c in window.transcript.cards][0] == "first"
+    assert window.transcript.cards[0].text == "first"
     assert window.transcript.cards[-1].node_id == first_reply
     wait_idle(qtbot, window)
     restore = window.status.restore_label.text()
@@ -59,16 +65,18 @@ def test_clicking_an_earlier_node_restores_from_checkpoints_and_sending_branches
     assert [c.text for c in children] == ["second", "a new branch"]
     assert window.tree_model.rowCount(window.tree_model.index_of(first_reply)) == 2
     new_user = window.tree_model.index_of(children[1].id)
-    assert new_user.data(OnActivePathRole) and not window.tree_model.index_of(children[0].id).data(
-        OnActivePathRole
-    )
+    assert new_user.data(OnActivePathRole) and not window.tree_model.index_of(
+        children[0].id
+    ).data(OnActivePathRole)
     assert window.tree_model.index_of(window.active_id).data(IsActiveRole)
     assert window.tree_model.index_of(window.active_id).data(HasCheckpointRole)
     assert window.tree_model.index_of(window.active_id, 2).data().startswith("✓")
     qtmodeltester.check(window.tree_model)
 
 
-def test_delete_a_branch_from_the_tree_after_confirmation(qtbot, make_window, monkeypatch):
+def test_delete_a_branch_from_the_tree_after_confirmation(
+    qtbot, make_window, monkeypatch
+):
     window = make_window()
     send(qtbot, window, "keep me")
     kept_reply = window.active_id
@@ -77,7 +85,8 @@ def test_delete_a_branch_from_the_tree_after_confirmation(qtbot, make_window, mo
 
     asked: list[str] = []
     monkeypatch.setattr(
-        "app.views.main_window.confirm", lambda _p, _t, text, _a: asked.append(text) or False
+        "app.views.main_window.confirm",
+        lambda _p, _t, text, _a: asked.append(text) or False,
     )
     _click_node(qtbot, window, doomed_user)
     wait_idle(qtbot, window)
@@ -123,11 +132,15 @@ def test_closing_during_generation_stops_cleanly_and_keeps_the_partial_reply(
     from tests.ui.conftest import WAIT_MS, slow_down_generation
 
     window = make_window()
-    window.prefs = replace(window.prefs, sampling=replace(window.prefs.sampling, max_tokens=400))
+    window.prefs = replace(
+        window.prefs, sampling=replace(window.prefs.sampling, max_tokens=400)
+    )
     slow_down_generation(window, 0.01)
     qtbot.keyClicks(window.composer.edit, "hi")
     with qtbot.waitSignal(window.engine.token_received, timeout=WAIT_MS):
-        qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClick(
+            window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+        )
     conversation = window.conversation_id
     window.close()
 
@@ -139,29 +152,49 @@ def test_closing_during_generation_stops_cleanly_and_keeps_the_partial_reply(
 # --- the model alone ------------------------------------------------------------
 
 
-def _summary(node_id: int, parent: int | None, role: str, text: str = "x", size: int = 0) -> NodeSummary:
+def _summary(
+    node_id: int, parent: int | None, role: str, text: str = "x", size: int = 0
+) -> NodeSummary:
     return NodeSummary(
-        id=node_id, parent_id=parent, role=role, text=text, n_tokens=node_id * 3,
-        status="complete", checkpoint_bytes=size, created_at=datetime.now(timezone.utc),
+        id=node_id,
+        parent_id=parent,
+        role=role,
+        text=text,
+        n_tokens=node_id * 3,
+        status="complete",
+        checkpoint_bytes=size,
+        created_at=datetime.now(timezone.utc),
     )
 
 
 def test_tree_model_turns_snapshots_into_row_changes(qtbot, qtmodeltester):
     model = ConversationTreeModel()
     qtmodeltester.check(model)
-    base = [_summary(1, None, "root", ""), _summary(2, 1, "user"), _summary(3, 2, "assistant")]
+    base = [
+        _summary(1, None, "root", ""),
+        _summary(2, 1, "user"),
+        _summary(3, 2, "assistant"),
+    ]
     model.set_snapshot(TreeSnapshot(7, base))
     model.set_active(3)
     qtmodeltester.check(model)
 
-    grown = [*base, _summary(4, 1, "user", "sibling"), _summary(5, 4, "assistant", size=2048)]
+    grown = [
+        *base,
+        _summary(4, 1, "user", "sibling"),
+        _summary(5, 4, "assistant", size=2048),
+    ]
     with qtbot.waitSignals([model.rowsInserted, model.rowsInserted], order="strict"):
         model.set_snapshot(TreeSnapshot(7, grown))
     assert model.rowCount(model.index_of(1)) == 2
     assert model.index_of(5, 2).data() == "✓ 2.0 KB"
     qtmodeltester.check(model)
 
-    changed = [*base[:2], _summary(3, 2, "assistant", "longer now", size=10), *grown[3:]]
+    changed = [
+        *base[:2],
+        _summary(3, 2, "assistant", "longer now", size=10),
+        *grown[3:],
+    ]
     with qtbot.waitSignal(model.dataChanged):
         model.set_snapshot(TreeSnapshot(7, changed))
     assert model.index_of(3).data() == "Assistant: longer now"

@@ -19,12 +19,15 @@ from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 def _error_boxes() -> list[QMessageBox]:
     return [
-        w for w in QApplication.topLevelWidgets()
-        if isinstance(w, QMessageBox) and w.objectName() == "ErrorMessage" and w.isVisible()
+        w
+        for w in QApplication.topLevelWidgets()
+        if isinstance(w, QMessageBox)
+        and w.objectName() == "ErrorMessage"
+        and w.isVisible()
     ]
 
 
-def _listed_titles(window) -> list[str]:  # noqa: ANN001
+def _listed_titles(window) -> list[str]:
     model = window.list_model
     return [model.index(row, 0).data() for row in range(model.rowCount())]
 
@@ -50,7 +53,9 @@ def test_new_rename_filter_and_delete_conversations(qtbot, make_window, monkeypa
     # Selecting a conversation shows it at its active node.
     view = window.sidebar.list_view
     index = window.list_model.index(window.list_model.row_of(first), 0)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
+    qtbot.mouseClick(
+        view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center()
+    )
     assert window.conversation_id == first
     assert window.transcript.cards[0].text == "about oak trees"
     wait_idle(qtbot, window)
@@ -74,11 +79,14 @@ def test_new_rename_filter_and_delete_conversations(qtbot, make_window, monkeypa
 def test_rename_through_the_dialog(qtbot, make_window, monkeypatch):
     window = make_window()
     monkeypatch.setattr(
-        "app.views.main_window.QInputDialog.getText", lambda *_a, **_k: ("  Renamed  ", True)
+        "app.views.main_window.QInputDialog.getText",
+        lambda *_a, **_k: ("  Renamed  ", True),
     )
     qtbot.keyClick(window, Qt.Key.Key_F2)
     assert _listed_titles(window) == ["Renamed"]
-    assert window.list_model.index(0, 0).data(ConversationIdRole) == window.conversation_id
+    assert (
+        window.list_model.index(0, 0).data(ConversationIdRole) == window.conversation_id
+    )
 
 
 def test_new_conversation_with_a_system_prompt_uses_it(qtbot, make_window):
@@ -90,7 +98,9 @@ def test_new_conversation_with_a_system_prompt_uses_it(qtbot, make_window):
     assert window.transcript.cards[0].role == "root"
     assert window.transcript.cards[0].text == "Answer like a pirate."
     send(qtbot, window, "hello")
-    assert repository.get_conversation(window.db, window.conversation_id).title == "Pirate"
+    assert (
+        repository.get_conversation(window.db, window.conversation_id).title == "Pirate"
+    )
 
 
 # --- first run and model errors -----------------------------------------------
@@ -116,10 +126,14 @@ def test_first_run_without_a_model_asks_for_one_and_remembers_it(
     window.close()
 
     again = make_window(model=None)  # the remembered model loads by itself
-    assert again.model_info is not None and again.center.currentWidget() is again.chat_page
+    assert (
+        again.model_info is not None and again.center.currentWidget() is again.chat_page
+    )
 
 
-def test_starter_model_loads_automatically_on_first_run(qtbot, make_window, monkeypatch):
+def test_starter_model_loads_automatically_on_first_run(
+    qtbot, make_window, monkeypatch
+):
     monkeypatch.setattr("app.gui.starter_model_path", lambda: make_window.tiny_model)
     window = make_window(model=None)
     assert window.model_info is not None
@@ -140,7 +154,9 @@ def test_a_bad_model_file_shows_a_readable_error(qtbot, make_window, tmp_path):
 
 def test_a_full_context_is_reported_and_the_message_given_back(qtbot, make_window):
     window = make_window()
-    window.apply_preferences(replace(window.prefs, backend=replace(window.prefs.backend, n_ctx=256)))
+    window.apply_preferences(
+        replace(window.prefs, backend=replace(window.prefs.backend, n_ctx=256))
+    )
     wait_idle(qtbot, window)
     assert window.status.context_label.text().endswith(" / 256")
     long_text = "word " * 400
@@ -180,7 +196,10 @@ def test_settings_dialog_validates_inline_and_persists(qtbot, make_window):
     wait_idle(qtbot, window)  # the model reloads with the new context size
 
     stored = load_preferences(window.db)
-    assert stored.backend.n_ctx == 1024 and stored.sampling.temperature == pytest.approx(0.3)
+    assert (
+        stored.backend.n_ctx == 1024
+        and stored.sampling.temperature == pytest.approx(0.3)
+    )
     assert stored.sampling.seed == 42 and stored.system_prompt == "Be brief."
     assert window.status.context_label.text().endswith(" / 1,024")
 
@@ -201,7 +220,9 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     texts = [c.text for c in window.transcript.cards]
     dialog = StorageDialog(window.db, 2048, window)
     qtbot.addWidget(dialog)
-    assert str(window.db.path) in [label.text() for label in dialog.findChildren(type(dialog.total_label))]
+    assert str(window.db.path) in [
+        label.text() for label in dialog.findChildren(type(dialog.total_label))
+    ]
     total = repository.total_checkpoint_bytes(window.db)
     assert total > 0 and dialog.table.rowCount() == 1
 
@@ -236,11 +257,15 @@ def test_a_reply_evicts_checkpoints_beyond_the_budget_and_keeps_every_message(
     assert repository.total_checkpoint_bytes(window.db) > 0
     results = []
     window.engine.finished.connect(results.append)
-    window.engine.submit(jobs.Send(window.active_id, "two", window.prefs.sampling, budget_bytes=1))
+    window.engine.submit(
+        jobs.Send(window.active_id, "two", window.prefs.sampling, budget_bytes=1)
+    )
     wait_idle(qtbot, window)
     assert results[-1].evicted_bytes > 0
     assert repository.total_checkpoint_bytes(window.db) <= 1
-    assert [n.text for n in repository.get_path(window.db, results[-1].node_id)][1:4:2] == ["one", "two"]
+    assert [n.text for n in repository.get_path(window.db, results[-1].node_id)][
+        1:4:2
+    ] == ["one", "two"]
 
 
 # --- keyboard shortcuts -------------------------------------------------------
@@ -261,7 +286,9 @@ def test_fatal_startup_error_is_a_dialog_not_a_traceback(monkeypatch, tmp_path, 
     from app import gui
 
     shown = []
-    monkeypatch.setattr(gui.QMessageBox, "critical", lambda _p, title, text: shown.append((title, text)))
+    monkeypatch.setattr(
+        gui.QMessageBox, "critical", lambda _p, title, text: shown.append((title, text))
+    )
     monkeypatch.setattr(gui, "install_excepthook", lambda: None)
     monkeypatch.setattr(gui, "init_faulthandler", lambda _d: None)
     monkeypatch.setattr(gui, "init_logging", lambda _d, _v: None)
@@ -297,7 +324,9 @@ def test_screenshot_tool_renders_a_branched_conversation(tmp_path, qtbot, tiny_m
     from tools.screenshot import main
 
     out = tmp_path / "shot.png"
-    assert main(["--model", str(tiny_model), "--out", str(out), "--max-tokens", "24"]) == 0
+    assert (
+        main(["--model", str(tiny_model), "--out", str(out), "--max-tokens", "24"]) == 0
+    )
     assert out.stat().st_size > 20_000
 
 
@@ -326,10 +355,17 @@ def test_the_qt_free_modules_stay_qt_free_and_widgets_never_drive_the_engine():
                 names.add(node.module)
         return names
 
-    for name in ("app/preferences.py", "app/workers/jobs.py", "app/models/tree_snapshot.py", "app/assets.py"):
+    for name in (
+        "app/preferences.py",
+        "app/workers/jobs.py",
+        "app/models/tree_snapshot.py",
+        "app/assets.py",
+    ):
         assert not any(i.startswith("PySide6") for i in imports(root / name)), name
     views = [*(root / "app/views").rglob("*.py"), *(root / "app/models").rglob("*.py")]
     assert len(views) > 10
     for path in views:
-        forbidden = {i for i in imports(path) if i.startswith(("app.conversation", "llama_cpp"))}
+        forbidden = {
+            i for i in imports(path) if i.startswith(("app.conversation", "llama_cpp"))
+        }
         assert forbidden == set(), f"{path} imports {forbidden}"

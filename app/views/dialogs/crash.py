@@ -42,7 +42,9 @@ class CrashDialog(QDialog):
         The Qt parent.
     """
 
-    def __init__(self, summary: str, details: str, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, summary: str, details: str, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("CrashDialog")
         self.setWindowTitle("Arbor ran into a problem")
@@ -54,7 +56,9 @@ class CrashDialog(QDialog):
         layout.addWidget(message)
         self.details = QPlainTextEdit(details)
         self.details.setReadOnly(True)
-        self.details.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.details.setFont(
+            QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        )
         layout.addWidget(self.details)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         copy = buttons.addButton("Copy details", QDialogButtonBox.ButtonRole.ActionRole)

@@ -11,7 +11,9 @@ def show_error(parent: QWidget | None, title: str, text: str) -> QMessageBox:
 
     Plain text only: messages may contain paths or model output, never markup.
     """
-    box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, parent)
+    box = QMessageBox(
+        QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, parent
+    )
     box.setObjectName("ErrorMessage")
     box.setTextFormat(Qt.TextFormat.PlainText)
     box.setWindowModality(Qt.WindowModality.NonModal)
@@ -22,7 +24,13 @@ def show_error(parent: QWidget | None, title: str, text: str) -> QMessageBox:
 
 def confirm(parent: QWidget | None, title: str, text: str, action: str) -> bool:
     """Ask before a destructive ``action`` (the button's label); True if confirmed."""
-    box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, parent)
+    box = QMessageBox(
+        QMessageBox.Icon.Question,
+        title,
+        text,
+        QMessageBox.StandardButton.Cancel,
+        parent,
+    )
     box.setTextFormat(Qt.TextFormat.PlainText)
     accept = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)

@@ -23,7 +23,9 @@ class NewConversationDialog(QDialog):
         The Qt parent.
     """
 
-    def __init__(self, default_system_prompt: str, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, default_system_prompt: str, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("New conversation")
         self.setMinimumWidth(460)

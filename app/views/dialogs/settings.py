@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import Slot
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -52,7 +52,9 @@ class SettingsDialog(QDialog):
         The Qt parent.
     """
 
-    def __init__(self, prefs: Preferences, gpu_supported: bool, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, prefs: Preferences, gpu_supported: bool, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("SettingsDialog")
         self.setWindowTitle("Settings")
@@ -87,7 +89,9 @@ class SettingsDialog(QDialog):
         self.model_combo = QComboBox()
         self.model_combo.setEditable(True)
         self.model_combo.setMinimumContentsLength(30)
-        for path in dict.fromkeys([p for p in (prefs.model_path, *prefs.recent_models) if p]):
+        for path in dict.fromkeys(
+            [p for p in (prefs.model_path, *prefs.recent_models) if p]
+        ):
             self.model_combo.addItem(path)
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._on_browse_button_clicked)
@@ -126,7 +130,9 @@ class SettingsDialog(QDialog):
         self.kv_type = QComboBox()
         self.kv_type.addItems(list(KV_CACHE_TYPES))
         self.kv_type.setCurrentText(backend.kv_cache_type)
-        self.kv_type.setToolTip("Quantized types (q8_0, …) halve memory and need flash attention.")
+        self.kv_type.setToolTip(
+            "Quantized types (q8_0, …) halve memory and need flash attention."
+        )
         form.addRow("KV cache type", self.kv_type)
         return page
 
@@ -161,7 +167,9 @@ class SettingsDialog(QDialog):
     def _chat_tab(self, prefs: Preferences) -> QWidget:
         page = QWidget()
         layout = QVBoxLayout(page)
-        label = QLabel("Default system prompt for new conversations (empty: the model's own):")
+        label = QLabel(
+            "Default system prompt for new conversations (empty: the model's own):"
+        )
         label.setWordWrap(True)
         layout.addWidget(label)
         self.system_prompt = QPlainTextEdit(prefs.system_prompt)
@@ -193,7 +201,9 @@ class SettingsDialog(QDialog):
             kv_cache_type=self.kv_type.currentText(),
         )
         if backend.kv_cache_type not in ("f16", "f32") and not backend.flash_attn:
-            raise ValueError("A quantized KV cache needs flash attention: tick it or choose f16.")
+            raise ValueError(
+                "A quantized KV cache needs flash attention: tick it or choose f16."
+            )
         sampling = SamplingParams(
             temperature=self.temperature.value(),
             top_k=self.top_k.value(),
@@ -207,7 +217,9 @@ class SettingsDialog(QDialog):
         if model is not None and not Path(model).is_file():
             raise ValueError(f"There is no file at {model}.")
         prefs = replace(
-            self._prefs, backend=backend, sampling=sampling,
+            self._prefs,
+            backend=backend,
+            sampling=sampling,
             system_prompt=self.system_prompt.toPlainText().strip(),
         )
         return prefs.with_model(model) if model else prefs

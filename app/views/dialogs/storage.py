@@ -43,7 +43,9 @@ class StorageDialog(QDialog):
         The Qt parent.
     """
 
-    def __init__(self, db: Database, budget_mb: int, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, db: Database, budget_mb: int, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("StorageDialog")
         self.setWindowTitle("Storage")
@@ -70,7 +72,8 @@ class StorageDialog(QDialog):
         form.addRow("Checkpoint budget", budget_row)
         layout.addLayout(form)
         note = QLabel(
-            "Past the budget, the least recently used checkpoints are deleted after each reply. "
+            "Past the budget, the least recently used checkpoints are deleted after "
+            "each reply. "
             "Messages are never deleted: a message without a checkpoint is reprocessed "
             "(slower) the next time it is needed."
         )
@@ -79,11 +82,15 @@ class StorageDialog(QDialog):
         layout.addWidget(note)
 
         self.table = QTableWidget(0, 3)
-        self.table.setHorizontalHeaderLabels(["Conversation", "Messages", "Checkpoints"])
+        self.table.setHorizontalHeaderLabels(
+            ["Conversation", "Messages", "Checkpoints"]
+        )
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(
+            0, QHeaderView.ResizeMode.Stretch
+        )
         layout.addWidget(self.table, 1)
 
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
@@ -112,9 +119,13 @@ class StorageDialog(QDialog):
         self.table.setRowCount(len(conversations))
         for row, record in enumerate(conversations):
             size = QTableWidgetItem(format_bytes(record.checkpoint_bytes))
-            size.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            size.setTextAlignment(
+                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+            )
             count = QTableWidgetItem(str(max(0, record.node_count - 1)))
-            count.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            count.setTextAlignment(
+                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+            )
             self.table.setItem(row, 0, QTableWidgetItem(record.title))
             self.table.setItem(row, 1, count)
             self.table.setItem(row, 2, size)
@@ -132,7 +143,8 @@ class StorageDialog(QDialog):
     @Slot()
     def _on_clear_button_clicked(self) -> None:
         if not confirm(
-            self, "Clear checkpoints",
+            self,
+            "Clear checkpoints",
             "Delete every checkpoint? No message is lost; conversations will be "
             "reprocessed (slower) the next time they are opened.",
             "Clear checkpoints",
