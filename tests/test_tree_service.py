@@ -160,3 +160,13 @@ def test_first_message_names_an_unnamed_conversation(service):
         conv: "How do apple trees get pollinated when bees are…",
         named: "My title",
     }
+
+
+def test_deleting_the_loaded_branch_keeps_the_prefix_in_memory(service):
+    _conv, root = service.new_conversation(None)
+    first = service.send(root, "One", GREEDY)
+    second = service.send(first.assistant_node, "Two", GREEDY)
+    service.delete_branch(second.user_node)
+    again = service.send(first.assistant_node, "Two, again", GREEDY)
+    assert again.stats.kept_tokens == service.path(first.assistant_node)[-1].end_pos
+    assert again.stats.restored_tokens == again.stats.reprocessed_tokens == 0

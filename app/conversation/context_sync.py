@@ -62,6 +62,14 @@ class ContextSync:
         self._engine.truncate(0)
         self.loaded = []
 
+    def drop(self, node_id: int) -> None:
+        """Forget ``node_id`` and what follows it, keeping the prefix above it."""
+        held = [n.id for n in self.loaded]
+        if node_id in held:
+            index = held.index(node_id)
+            self._engine.truncate(self.loaded[index].start_pos)
+            self.loaded = self.loaded[:index] if self._engine.n_past else []
+
     def append(self, node: NodeRecord) -> None:
         """Record that ``node``'s span was just decoded at the end of the context."""
         self.loaded.append(node)

@@ -144,8 +144,8 @@ class ConversationService:
 
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id."""
-        if self._sync is not None and any(n.id == node_id for n in self._sync.loaded):
-            self._sync.forget()
+        if self._sync is not None:
+            self._sync.drop(node_id)
         return repository.delete_subtree(self.db, node_id)
 
     # --- moving and generating ----------------------------------------------------
