@@ -101,6 +101,9 @@ def run_cold_resume(
                 backend_ms=median(figures["backend"]),
                 reprocess_ms=reprocess,
                 speedup=ratio(reprocess, restore),
+                best_restore_ms=min(figures["restore"]),
+                best_reprocess_ms=min(figures["reprocess"]),
+                best_speedup=ratio(min(figures["reprocess"]), min(figures["restore"])),
                 load_ms=median(figures["load"]),
             )
         )

@@ -64,6 +64,8 @@ def render(report: Report) -> str:
             "of which llama.cpp ms",
             "reprocess ms",
             "speed-up",
+            "best restore / reprocess ms",
+            "speed-up, best runs",
             "model load ms",
         ],
         [
@@ -76,6 +78,8 @@ def render(report: Report) -> str:
                 _ms(r.backend_ms),
                 _ms(r.reprocess_ms),
                 _x(r.speedup),
+                f"{_ms(r.best_restore_ms)} / {_ms(r.best_reprocess_ms)}",
+                _x(r.best_speedup),
                 _ms(r.load_ms),
             ]
             for r in report.cold_resume
@@ -123,29 +127,34 @@ def render(report: Report) -> str:
     )
     lines += [
         "",
-        "Where a switch's database time goes (each step timed on its own; the "
-        "batched read is a prototype, not what ships):",
+        "Where a move's database time goes (each step timed on its own; the "
+        "batched read is a prototype, not what ships; llama.cpp's part is in the "
+        "tables above):",
         "",
     ]
     lines += _table(
         [
-            "prefix tokens",
-            "suffix tokens (nodes)",
+            "move",
+            "tokens kept",
+            "tokens moved (nodes)",
             "path query ms",
             "checkpoint reads, one transaction each ms",
-            "same, one batched read-only query ms",
+            "same blobs, one read-only query ms",
+            "SHA-256 verify ms",
             "set active node ms",
         ],
         [
             [
-                r.prefix_tokens,
-                f"{r.suffix_tokens} ({r.suffix_nodes})",
+                r.move,
+                r.kept_tokens,
+                f"{r.moved_tokens} ({r.moved_nodes})",
                 _ms(r.get_path_ms),
                 _ms(r.per_node_read_ms),
                 _ms(r.batched_read_ms),
+                _ms(r.verify_ms),
                 _ms(r.set_active_ms),
             ]
-            for r in report.switch_breakdown
+            for r in report.move_breakdown
         ],
     )
     lines += ["", "### 3. Storage: checkpoint bytes per token of conversation", ""]

@@ -21,6 +21,9 @@ class ColdResumeRow:
     backend_ms: float  # of which: inside llama.cpp
     reprocess_ms: float  # decoding the path's tokens in n_batch batches
     speedup: float  # reprocess_ms / restore_ms
+    best_restore_ms: float  # fastest of the repeats: the least disturbed by noise
+    best_reprocess_ms: float
+    best_speedup: float  # best_reprocess_ms / best_restore_ms
     load_ms: float  # loading the model, which both arms pay first
 
 
@@ -46,15 +49,17 @@ class SiblingSwitchRow:
 
 
 @dataclass(frozen=True)
-class SwitchBreakdownRow:
-    """The database steps of one sibling switch, each timed on its own."""
+class MoveBreakdownRow:
+    """The database steps of one move (switch or cold resume), each timed alone."""
 
-    prefix_tokens: int
-    suffix_tokens: int
-    suffix_nodes: int
+    move: str
+    kept_tokens: int
+    moved_tokens: int
+    moved_nodes: int
     get_path_ms: float  # the recursive path query (plus token unpacking)
-    per_node_read_ms: float  # shipped: one ORM transaction per checkpoint, verified
-    batched_read_ms: float  # prototype: one read-only Core query, verified
+    per_node_read_ms: float  # shipped: one ORM transaction per checkpoint
+    batched_read_ms: float  # prototype: one read-only Core query
+    verify_ms: float  # SHA-256 of the blobs read
     set_active_ms: float  # remembering the active node (a write transaction)
 
 
@@ -131,7 +136,7 @@ class Report:
     config: dict[str, object]
     cold_resume: list[ColdResumeRow] = field(default_factory=list)
     sibling_switch: list[SiblingSwitchRow] = field(default_factory=list)
-    switch_breakdown: list[SwitchBreakdownRow] = field(default_factory=list)
+    move_breakdown: list[MoveBreakdownRow] = field(default_factory=list)
     storage: list[StorageRow] = field(default_factory=list)
     sqlite: dict[str, int] = field(default_factory=dict)
     compression: list[CompressionRow] = field(default_factory=list)

@@ -27,7 +27,7 @@ from app.bench.overhead import node_write_rows, run_overhead
 from app.bench.results import Report
 from app.bench.sibling_switch import run_sibling_switch
 from app.bench.storage_cost import linear_storage, sqlite_footprint, tree_storage
-from app.bench.switch_breakdown import measure_switch_breakdown
+from app.bench.switch_breakdown import measure_move_breakdown
 from storage import repository
 from storage.db import open_database
 
@@ -120,6 +120,10 @@ def _run_scenarios(
     report.cold_resume = run_cold_resume(
         db, model_path, settings, chat.milestones, scratch, config.repeats, progress
     )
+    report.move_breakdown = [
+        measure_move_breakdown(db, service.profile_id, node, None, config.repeats)
+        for _target, node in sorted(chat.milestones.items())
+    ]
     cold_by_node = {
         chat.milestones[row.target_tokens]: row for row in report.cold_resume
     }
@@ -143,9 +147,9 @@ def _run_scenarios(
                 progress,
             )
         )
-        report.switch_breakdown.append(
-            measure_switch_breakdown(
-                db, service.profile_id, fork_id, pair.leaves[1], config.repeats
+        report.move_breakdown.append(
+            measure_move_breakdown(
+                db, service.profile_id, pair.leaves[1], fork_id, config.repeats
             )
         )
 

@@ -1,55 +1,58 @@
-"""Where a sibling switch's wall time goes, and what a batched read would save.
+"""Where the database part of a move goes, and what a batched read would save.
 
 A prototype for a proposed change to ``storage``/``context_sync``, measured
-here only: the shipped switch reads each divergent node's checkpoint in its
-own ORM transaction (which also writes ``last_used_at``), and around it reads
-the path with a recursive query and writes the active node. The batched read
-fetches every blob of the suffix with one read-only Core query.
+here only. A shipped move reads the path with a recursive query, reads each
+node's checkpoint in its own ORM transaction (which also writes
+``last_used_at``), verifies its SHA-256, and writes the active node. The
+batched read fetches every blob of the move with one read-only Core query.
+Each step is timed on its own, for a sibling switch (the nodes below the fork)
+and for a cold resume (the whole path).
 """
 
 from __future__ import annotations
-
-import hashlib
 
 from sqlalchemy import select
 
 from app.bench.errors import BenchError
 from app.bench.measure import Stopwatch, median
-from app.bench.results import SwitchBreakdownRow
+from app.bench.results import MoveBreakdownRow
 from storage import repository
 from storage.db import Database
 from storage.models import Checkpoint, CheckpointBlob
 
 
-def _batched_read(db: Database, node_ids: list[int], profile_id: int) -> int:
-    """Read and verify the checkpoints of ``node_ids`` in one query; return bytes."""
+def _batched_read(db: Database, node_ids: list[int], profile_id: int) -> list[bytes]:
+    """Read the checkpoints of ``node_ids`` with one read-only query."""
     query = (
-        select(Checkpoint.checksum, CheckpointBlob.data)
-        .join(CheckpointBlob, CheckpointBlob.checkpoint_id == Checkpoint.id)
+        select(CheckpointBlob.data)
+        .join(Checkpoint, CheckpointBlob.checkpoint_id == Checkpoint.id)
         .where(Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id)
     )
     with db.engine.connect() as connection:
-        rows = connection.execute(query).all()
-    if any(hashlib.sha256(data).hexdigest() != checksum for checksum, data in rows):
-        raise BenchError("a checkpoint failed its checksum")
-    return sum(len(data) for _, data in rows)
+        return list(connection.execute(query).scalars())
 
 
-def measure_switch_breakdown(
+def measure_move_breakdown(
     db: Database,
     profile_id: int,
-    fork_id: int,
     leaf_id: int,
+    fork_id: int | None,
     repeats: int,
-) -> SwitchBreakdownRow:
-    """Time each database step of switching to ``leaf_id`` (forked at ``fork_id``)."""
+) -> MoveBreakdownRow:
+    """Time each database step of moving to ``leaf_id``.
+
+    ``fork_id`` is the deepest node kept in memory (a sibling switch), or
+    None for a cold resume that restores the whole path.
+    """
     path = repository.get_path(db, leaf_id)
     ids = [node.id for node in path]
-    suffix_ids = ids[ids.index(fork_id) + 1 :]
+    first = ids.index(fork_id) + 1 if fork_id is not None else 0
+    moved = ids[first:]
     figures: dict[str, list[float]] = {
         "path": [],
         "per_node": [],
         "batched": [],
+        "verify": [],
         "active": [],
     }
     for _ in range(max(repeats, 5)):  # single steps are fast: a few more samples
@@ -57,23 +60,30 @@ def measure_switch_breakdown(
             repository.get_path(db, leaf_id)
         figures["path"].append(watch.ms)
         with Stopwatch() as watch:
-            for node_id in suffix_ids:
-                stored = repository.load_checkpoint(db, node_id, profile_id)
-                if stored is None or not stored.is_intact():
-                    raise BenchError(f"node {node_id} has no intact checkpoint")
+            stored = [repository.load_checkpoint(db, i, profile_id) for i in moved]
         figures["per_node"].append(watch.ms)
         with Stopwatch() as watch:
-            _batched_read(db, suffix_ids, profile_id)
+            intact = all(s is not None and s.is_intact() for s in stored)
+        figures["verify"].append(watch.ms)
+        if not intact:
+            raise BenchError(f"a checkpoint on the path to node {leaf_id} is missing")
+        with Stopwatch() as watch:
+            blobs = _batched_read(db, moved, profile_id)
         figures["batched"].append(watch.ms)
+        if sorted(map(len, blobs)) != sorted(len(s.data) for s in stored if s):
+            raise BenchError("the batched read returned other blobs")
         with Stopwatch() as watch:
             repository.set_active_node(db, leaf_id)
         figures["active"].append(watch.ms)
-    return SwitchBreakdownRow(
-        prefix_tokens=path[len(ids) - len(suffix_ids) - 1].end_pos,
-        suffix_tokens=path[-1].end_pos - path[len(ids) - len(suffix_ids) - 1].end_pos,
-        suffix_nodes=len(suffix_ids),
+    start = path[first - 1].end_pos if first else 0
+    return MoveBreakdownRow(
+        move="sibling switch" if fork_id is not None else "cold resume",
+        kept_tokens=start,
+        moved_tokens=path[-1].end_pos - start,
+        moved_nodes=len(moved),
         get_path_ms=median(figures["path"]),
         per_node_read_ms=median(figures["per_node"]),
         batched_read_ms=median(figures["batched"]),
+        verify_ms=median(figures["verify"]),
         set_active_ms=median(figures["active"]),
     )

@@ -27,9 +27,13 @@ def judge(report: Report) -> list[TargetRow]:
             TargetRow(
                 name=f"cold resume of a {cold.path_tokens}-token path",
                 target=f">= {COLD_RESUME_MIN_SPEEDUP:.0f}x faster than reprocessing",
-                measured=f"{cold.speedup:,.0f}x ({cold.restore_ms:.1f} ms vs "
-                f"{cold.reprocess_ms:,.0f} ms)",
-                met=cold.speedup >= COLD_RESUME_MIN_SPEEDUP,
+                measured=f"median {cold.speedup:,.0f}x ({cold.restore_ms:.1f} ms vs "
+                f"{cold.reprocess_ms:,.0f} ms); best runs {cold.best_speedup:,.0f}x "
+                f"({cold.best_restore_ms:.1f} ms vs {cold.best_reprocess_ms:,.0f} ms)",
+                # Noise from other work slows reprocessing (many threads) more
+                # than restoring (mostly copies): a target met only by the
+                # median of a noisy run is not met.
+                met=min(cold.speedup, cold.best_speedup) >= COLD_RESUME_MIN_SPEEDUP,
             )
         )
     if report.sibling_switch:
