@@ -23,11 +23,11 @@ from app.bench.config import REFERENCE_PATH_TOKENS, BenchConfig
 from app.bench.errors import BenchError
 from app.bench.instrumented import BenchService, TimedEngine
 from app.bench.machine import describe_machine, load_average
+from app.bench.move_breakdown import measure_move_breakdown
 from app.bench.overhead import node_write_rows, run_overhead
 from app.bench.results import Report
 from app.bench.sibling_switch import run_sibling_switch
 from app.bench.storage_cost import linear_storage, sqlite_footprint, tree_storage
-from app.bench.switch_breakdown import measure_move_breakdown
 from storage import repository
 from storage.db import open_database
 
