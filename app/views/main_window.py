@@ -461,6 +461,10 @@ class MainWindow(QMainWindow):
         elif result.kind == "restore" and result.sync is not None:
             self.status.set_restore(result.sync)
             self.status.set_context(result.context_tokens, result.n_ctx)
+            if result.sync.reprocessed_tokens:
+                # Reprocessing renders spans and writes checkpoints: show them.
+                self._reload_tree()
+                self.sidebar.refresh(self.conversation_id)
         elif result.kind == "delete":
             self._reload_tree()
             self.activate(result.node_id or self._stored_active_node(), restore=False)
