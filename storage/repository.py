@@ -467,28 +467,57 @@ def checkpointed_nodes(
         return {r.node_id: r.byte_size for r in rows}
 
 
+def load_checkpoints(
+    db: Database, node_ids: list[int], profile_id: int
+) -> dict[int, StoredCheckpoint]:
+    """Read the checkpoints of ``node_ids`` for the profile in one query.
+
+    Read-only: a move reads every checkpoint below the fork at once, then
+    marks the ones it used with ``touch_checkpoints`` (one write, not one
+    per node).
+    """
+    if not node_ids:
+        return {}
+    with db.transaction() as s:
+        rows = s.execute(
+            select(
+                Checkpoint.node_id,
+                Checkpoint.kind,
+                Checkpoint.start_pos,
+                Checkpoint.end_pos,
+                Checkpoint.checksum,
+                CheckpointBlob.data,
+            )
+            .join(CheckpointBlob, CheckpointBlob.checkpoint_id == Checkpoint.id)
+            .where(
+                Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id
+            )
+        )
+        return {row.node_id: StoredCheckpoint(*row) for row in rows}
+
+
+def touch_checkpoints(db: Database, node_ids: list[int], profile_id: int) -> None:
+    """Mark checkpoints as just used (eviction drops the least recently used)."""
+    if not node_ids:
+        return
+    with db.transaction() as s:
+        s.execute(
+            update(Checkpoint)
+            .where(
+                Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id
+            )
+            .values(last_used_at=utcnow())
+        )
+
+
 def load_checkpoint(
     db: Database, node_id: int, profile_id: int
 ) -> StoredCheckpoint | None:
-    """Read a node's checkpoint for the profile and mark it recently used."""
-    with db.transaction() as s:
-        row = s.execute(
-            select(Checkpoint, CheckpointBlob.data)
-            .join(CheckpointBlob, CheckpointBlob.checkpoint_id == Checkpoint.id)
-            .where(Checkpoint.node_id == node_id, Checkpoint.profile_id == profile_id)
-        ).first()
-        if row is None:
-            return None
-        checkpoint, data = row
-        checkpoint.last_used_at = utcnow()
-        return StoredCheckpoint(
-            node_id=node_id,
-            kind=checkpoint.kind,
-            start_pos=checkpoint.start_pos,
-            end_pos=checkpoint.end_pos,
-            checksum=checkpoint.checksum,
-            data=data,
-        )
+    """Read one node's checkpoint for the profile and mark it recently used."""
+    stored = load_checkpoints(db, [node_id], profile_id).get(node_id)
+    if stored is not None:
+        touch_checkpoints(db, [node_id], profile_id)
+    return stored
 
 
 def delete_checkpoints(

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QT_FREE = ["storage", "app/backend", "app/conversation"]
+QT_FREE = ["storage", "app/backend", "app/conversation", "app/bench"]
 
 
 def _imports(path: Path) -> set[str]:

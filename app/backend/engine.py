@@ -425,10 +425,12 @@ class LlamaEngine:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq)
-        return bytes(buf)[:written]
+        return ctypes.string_at(buf, written)
 
     def _set_seq_state(self, data: bytes, seq: int) -> bool:
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        # Point llama.cpp at the bytes object's own buffer (it only reads it):
+        # copying tens of megabytes first would cost more than the restore.
+        buf = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
         return llama_cpp.llama_state_seq_set_data(
             self._ctx, buf, len(data), seq
         ) == len(data)

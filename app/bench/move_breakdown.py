@@ -1,35 +1,21 @@
-"""Where the database part of a move goes, and what a batched read would save.
+"""Where the database part of a move goes, step by step.
 
-A prototype for a proposed change to ``storage``/``context_sync``, measured
-here only. A shipped move reads the path with a recursive query, reads each
-node's checkpoint in its own ORM transaction (which also writes
-``last_used_at``), verifies its SHA-256, and writes the active node. The
-batched read fetches every blob of the move with one read-only Core query.
-Each step is timed on its own, for a sibling switch (the nodes below the fork)
-and for a cold resume (the whole path).
+A move reads the path with a recursive query, reads the checkpoints below the
+fork in one read-only query (``repository.load_checkpoints``), verifies their
+SHA-256, and writes the active node. For comparison the same blobs are also
+read the way the first version did: one transaction per node, each also
+writing ``last_used_at`` (``repository.load_checkpoint``). Each step is timed
+on its own, for a sibling switch (the nodes below the fork) and for a cold
+resume (the whole path).
 """
 
 from __future__ import annotations
-
-from sqlalchemy import select
 
 from app.bench.errors import BenchError
 from app.bench.measure import Stopwatch, median
 from app.bench.results import MoveBreakdownRow
 from storage import repository
 from storage.db import Database
-from storage.models import Checkpoint, CheckpointBlob
-
-
-def _batched_read(db: Database, node_ids: list[int], profile_id: int) -> list[bytes]:
-    """Read the checkpoints of ``node_ids`` with one read-only query."""
-    query = (
-        select(CheckpointBlob.data)
-        .join(Checkpoint, CheckpointBlob.checkpoint_id == Checkpoint.id)
-        .where(Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id)
-    )
-    with db.engine.connect() as connection:
-        return list(connection.execute(query).scalars())
 
 
 def measure_move_breakdown(
@@ -68,9 +54,11 @@ def measure_move_breakdown(
         if not intact:
             raise BenchError(f"a checkpoint on the path to node {leaf_id} is missing")
         with Stopwatch() as watch:
-            blobs = _batched_read(db, moved, profile_id)
+            batched = repository.load_checkpoints(db, moved, profile_id)
         figures["batched"].append(watch.ms)
-        if sorted(map(len, blobs)) != sorted(len(s.data) for s in stored if s):
+        if sorted(len(b.data) for b in batched.values()) != sorted(
+            len(s.data) for s in stored if s
+        ):
             raise BenchError("the batched read returned other blobs")
         with Stopwatch() as watch:
             repository.set_active_node(db, leaf_id)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from app.backend.engine import LlamaEngine
 from storage import repository
 from storage.db import Database
-from storage.repository import NodeRecord
+from storage.repository import NodeRecord, StoredCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +97,24 @@ class ContextSync:
             shared, fork = 0, 0
         self.loaded = self.loaded[:shared]
         stats.kept_tokens = fork
+        below = path[shared:]
+        started = time.perf_counter()
+        stored = repository.load_checkpoints(
+            self._db, [n.id for n in below if n.tokens], self._profile_id
+        )
+        stats.restore_ms += (time.perf_counter() - started) * 1000
+        restored: list[int] = []
         restoring = True
-        for node in path[shared:]:
-            if restoring and self._try_restore(node, stats):
+        for node in below:
+            restoring = restoring and self._try_restore(
+                node, stored.get(node.id), stats
+            )
+            if restoring:
                 self.loaded.append(node)
-                continue
-            restoring = False
-            self._reprocess(node, stats)
+                restored.append(node.id)
+            else:
+                self._reprocess(node, stats)
+        repository.touch_checkpoints(self._db, restored, self._profile_id)
         return stats
 
     def _move_full(self, path: list[NodeRecord]) -> SyncStats:
@@ -121,7 +132,9 @@ class ContextSync:
         for index in reversed(range(shared, len(path))):
             if path[index].id not in sizes:
                 continue
-            if self._try_restore(path[index], stats):
+            node = path[index]
+            stored = repository.load_checkpoint(self._db, node.id, self._profile_id)
+            if self._try_restore(node, stored, stats):
                 self.loaded = list(path[: index + 1])
                 shared = index + 1
                 stats.kept_tokens = 0
@@ -132,11 +145,12 @@ class ContextSync:
             self._reprocess(node, stats)
         return stats
 
-    def _try_restore(self, node: NodeRecord, stats: SyncStats) -> bool:
+    def _try_restore(
+        self, node: NodeRecord, stored: StoredCheckpoint | None, stats: SyncStats
+    ) -> bool:
         if not node.tokens:
             return True
         started = time.perf_counter()
-        stored = repository.load_checkpoint(self._db, node.id, self._profile_id)
         reason = None
         if stored is None:
             reason = "missing"
@@ -145,10 +159,7 @@ class ContextSync:
         elif stored.kind != self._engine.state_kind or (
             stored.start_pos,
             stored.end_pos,
-        ) != (
-            node.start_pos,
-            node.end_pos,
-        ):
+        ) != (node.start_pos, node.end_pos):
             reason = "stale (made for a different span)"
         elif not self._engine.restore(stored.data, node.start_pos, node.end_pos):
             reason = "rejected by llama.cpp"
