@@ -117,7 +117,7 @@ class Checkpoint(Base):
     start_pos: Mapped[int] = mapped_column(Integer)
     end_pos: Mapped[int] = mapped_column(Integer)
     byte_size: Mapped[int] = mapped_column(Integer)
-    checksum: Mapped[str] = mapped_column(String(64))  # sha256 hex of the blob
+    checksum: Mapped[str] = mapped_column(String(64))  # repository.blob_checksum
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 

@@ -6,7 +6,7 @@ objects, so callers on any thread can hold them safely.
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -96,7 +96,17 @@ class StoredCheckpoint:
 
     def is_intact(self) -> bool:
         """Whether the bytes still match the checksum written with them."""
-        return hashlib.sha256(self.data).hexdigest() == self.checksum
+        return blob_checksum(self.data) == self.checksum
+
+
+def blob_checksum(data: bytes) -> str:
+    """The checksum stored with a checkpoint and verified before every restore.
+
+    It guards against corruption (a flipped bit, a torn write), not against an
+    attacker, so CRC-32 serves: it is about twice as fast as SHA-256 on tens
+    of megabytes, which is a visible share of a cold resume.
+    """
+    return f"crc32:{zlib.crc32(data):08x}"
 
 
 def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
@@ -432,7 +442,7 @@ def save_checkpoint(
 
     Returns the number of bytes stored.
     """
-    checksum = hashlib.sha256(data).hexdigest()
+    checksum = blob_checksum(data)
     with db.transaction() as s:
         s.execute(
             delete(Checkpoint).where(

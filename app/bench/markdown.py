@@ -140,7 +140,7 @@ def render(report: Report) -> str:
             "path query ms",
             "one transaction per checkpoint ms (earlier)",
             "one read-only query ms (shipped)",
-            "SHA-256 verify ms",
+            "checksum verify ms",
             "set active node ms",
         ],
         [

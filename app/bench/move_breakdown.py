@@ -2,7 +2,7 @@
 
 A move reads the path with a recursive query, reads the checkpoints below the
 fork in one read-only query (``repository.load_checkpoints``), verifies their
-SHA-256, and writes the active node. For comparison the same blobs are also
+CRC-32, and writes the active node. For comparison the same blobs are also
 read the way the first version did: one transaction per node, each also
 writing ``last_used_at`` (``repository.load_checkpoint``). Each step is timed
 on its own, for a sibling switch (the nodes below the fork) and for a cold

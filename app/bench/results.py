@@ -59,7 +59,7 @@ class MoveBreakdownRow:
     get_path_ms: float  # the recursive path query (plus token unpacking)
     per_node_read_ms: float  # the earlier way: one transaction per checkpoint
     batched_read_ms: float  # one read-only query for the move (as shipped)
-    verify_ms: float  # SHA-256 of the blobs read
+    verify_ms: float  # checksums of the blobs read
     set_active_ms: float  # remembering the active node (a write transaction)
 
 
