@@ -76,6 +76,9 @@ def _on_connect(
     # readers (the UI) unblocked while the worker writes, and with
     # synchronous=NORMAL a crash can lose the last commit but never corrupts.
     cursor = dbapi_connection.cursor()
+    # Takes effect only in a file with no tables yet (a new database): lets
+    # deleted checkpoints give their pages back (repository.release_space).
+    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")

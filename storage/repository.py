@@ -6,11 +6,13 @@ objects, so callers on any thread can hold them safely.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -27,6 +29,36 @@ from storage.models import (
     Setting,
     utcnow,
 )
+
+T = TypeVar("T")
+
+
+def _releases_space(function: Callable[..., T]) -> Callable[..., T]:
+    """Run ``release_space`` after a function that deletes rows."""
+
+    @functools.wraps(function)
+    def wrapper(db: Database, *args: Any, **kwargs: Any) -> T:
+        result = function(db, *args, **kwargs)
+        release_space(db)
+        return result
+
+    return wrapper
+
+
+def release_space(db: Database) -> None:
+    """Give the pages freed by deletions back to the file system.
+
+    Checkpoints are most of the file; without this, deleting them would free
+    room inside the file but never shrink it.
+    """
+    connection = db.engine.raw_connection()
+    try:
+        # The pragma frees one page per step and sqlite3's execute() steps once;
+        # executescript() runs it to the end.
+        connection.driver_connection.executescript("PRAGMA incremental_vacuum;")
+    finally:
+        connection.close()
+
 
 # --- records -----------------------------------------------------------------
 
@@ -228,6 +260,7 @@ def title_if_unnamed(db: Database, conversation_id: int, title: str) -> None:
             conv.title = title
 
 
+@_releases_space
 def delete_conversation(db: Database, conversation_id: int) -> None:
     """Delete a conversation with all its nodes and checkpoints."""
     with db.transaction() as s:
@@ -383,6 +416,7 @@ def tree(
         ]
 
 
+@_releases_space
 def delete_subtree(db: Database, node_id: int) -> int:
     """Delete a node, its descendants and their checkpoints; return the parent id.
 
@@ -530,6 +564,7 @@ def load_checkpoint(
     return stored
 
 
+@_releases_space
 def delete_checkpoints(
     db: Database, node_ids: list[int] | None = None, conversation_id: int | None = None
 ) -> int:
@@ -563,6 +598,7 @@ def total_checkpoint_bytes(db: Database) -> int:
         )
 
 
+@_releases_space
 def evict_checkpoints(db: Database, budget_bytes: int) -> int:
     """Delete least-recently-used checkpoints until the total fits the budget.
 

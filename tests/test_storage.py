@@ -135,3 +135,26 @@ def test_filter_matches_titles_and_messages(db):
     assert [c.id for c in repository.list_conversations(db, "garden")] == [first.id]
     assert [c.id for c in repository.list_conversations(db, "APPLE")] == [second.id]
     assert [c.id for c in repository.list_conversations(db)] == [second.id, first.id]
+
+
+def test_clearing_checkpoints_shrinks_the_file(db, tmp_path: Path):
+    ids = _chain(db, 4)
+    profile = repository.ensure_profile(db, "fp", {})
+    for node in ids:
+        repository.save_checkpoint(
+            db, node, profile, "delta", 0, 2, b"\x07" * 2_000_000
+        )
+    path = tmp_path / "arbor.sqlite3"
+    with sqlite3.connect(path) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    full = path.stat().st_size
+    repository.delete_checkpoints(db)
+    with sqlite3.connect(path) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert path.stat().st_size < full / 10
+    assert [n.text for n in repository.get_path(db, ids[-1])][1:] == [
+        "m0",
+        "m1",
+        "m2",
+        "m3",
+    ]
