@@ -19,20 +19,11 @@ from app import paths
 from app.backend.errors import BackendError
 from app.backend.sampling import SamplingParams
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
-from app.conversation.service import ConversationService, Reply, ServiceError
+from app.conversation.errors import USER_ERRORS
+from app.conversation.service import ConversationService, Reply
 from app.starter_model import starter_model_path
 from storage import repository
 from storage.db import open_database
-from storage.errors import NotFound, StorageUnavailable
-
-EXPECTED_ERRORS = (
-    BackendError,
-    StorageUnavailable,
-    NotFound,
-    ServiceError,
-    ValueError,
-    OSError,
-)
 
 
 class UsageError(Exception):
@@ -239,7 +230,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         # The reader went away (e.g. `arbor tree 1 | head`): not an error.
         sys.stderr.close()
         return 0
-    except EXPECTED_ERRORS as exc:
+    except USER_ERRORS as exc:
         print(f"arbor: error: {exc}", file=sys.stderr)
         return 1
 

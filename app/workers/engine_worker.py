@@ -13,26 +13,14 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.backend.errors import BackendError
-from app.conversation.service import ConversationService, Reply, ServiceError
+from app.conversation.errors import USER_ERRORS
+from app.conversation.service import ConversationService, Reply
 from app.workers import jobs
 from app.workers.jobs import JobResult
 from storage import repository
 from storage.db import Database
-from storage.errors import NotFound, StorageUnavailable
 
 log = logging.getLogger(__name__)
-
-# Failures a person can understand and act on; anything else is a bug and is
-# reported with its traceback through the crash dialog.
-EXPECTED_ERRORS = (
-    BackendError,
-    StorageUnavailable,
-    NotFound,
-    ServiceError,
-    ValueError,
-    OSError,
-)
 
 
 class EngineWorker(QObject):
@@ -70,7 +58,7 @@ class EngineWorker(QObject):
         self.started.emit(job.kind)
         try:
             result = self._dispatch(job)
-        except EXPECTED_ERRORS as exc:
+        except USER_ERRORS as exc:
             log.info("%s failed: %s", job.kind, exc)
             self.failed.emit(job.kind, str(exc))
             result = JobResult(kind=job.kind, error=str(exc))
