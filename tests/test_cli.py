@@ -122,3 +122,18 @@ def test_newer_database_is_refused_untouched(data_dir: Path):
     line = _one_line_error(run_cli("--data-dir", data_dir, "list"))
     assert "newer version of Arbor" in line
     assert db.read_bytes() == before
+
+
+def test_info_reports_the_model_and_gpu_support(arbor, data_dir):
+    info = arbor("info")
+    assert info["model"]["name"] == "arbor-tiny-test"
+    assert isinstance(info["model"]["gpu_offload_supported"], bool)
+    assert info["model"]["state_kind"] == "delta"
+    assert info["profile"]["n_ctx"] == info["model"]["n_ctx"]
+    assert info["database"] == str(data_dir / "arbor.sqlite3")
+
+
+def test_help_is_plain_text():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "send" in result.stdout and "Traceback" not in result.stderr
