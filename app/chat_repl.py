@@ -11,21 +11,9 @@ import sys
 
 from app.backend.sampling import SamplingParams
 from app.conversation.service import ConversationService
+from app.interrupt import StopRequest
 
 HELP = "Type a message. /regen: another reply, /new: new conversation, /quit: exit."
-
-
-class _StopRequest:
-    """Set by Ctrl+C while a reply streams; polled between tokens."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def request(self, *_: object) -> None:
-        self.requested = True
-
-    def __call__(self) -> bool:
-        return self.requested
 
 
 def chat_loop(
@@ -36,7 +24,7 @@ def chat_loop(
     info = service.engine.info
     print(f"Arbor — {info.name} ({info.n_ctx} tokens of context). {HELP}")
     _conversation, node = service.new_conversation(system)
-    stop = _StopRequest()
+    stop = StopRequest()
 
     while True:
         try:

@@ -21,6 +21,7 @@ from app.backend.sampling import SamplingParams
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
+from app.interrupt import StopRequest
 from app.starter_model import starter_model_path
 from storage import repository
 from storage.db import open_database
@@ -190,19 +191,6 @@ def resolve_model(explicit: Path | None) -> Path:
     return starter
 
 
-class _StopFlag:
-    """Set by Ctrl+C during a reply: the reply stops and keeps what it has."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def __call__(self) -> bool:
-        return self.requested
-
-    def install(self) -> None:
-        signal.signal(signal.SIGINT, lambda *_: setattr(self, "requested", True))
-
-
 def _reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     data = {
         "user_node": reply.user_node,
@@ -260,8 +248,8 @@ def _cmd_new(args: argparse.Namespace) -> int:
 
 
 def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
-    stop = _StopFlag()
-    stop.install()
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop.request)
     on_token = (
         (lambda piece: print(piece, end="", file=sys.stderr, flush=True))
         if args.stream

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.backend.engine import LlamaEngine
 from app.backend.errors import ContextFullError
-from app.backend.sampling import SamplingParams
+from app.backend.sampling import PENALTY_LAST_N, SamplingParams
 from app.backend.text_stream import Utf8Stream
 from app.conversation import spans
 from app.conversation.context_sync import ContextSync, SyncStats
@@ -76,6 +76,16 @@ class ReplyStats(SyncStats):
             if isinstance(value, float):
                 data[key] = round(value, 3)
         return data
+
+
+@dataclass
+class _SampledReply:
+    """What the sampling loop produced."""
+
+    tokens: list[int] = field(default_factory=list)  # the reply's content tokens
+    pending: list[int] = field(default_factory=list)  # sampled, not yet decoded
+    text: str = ""
+    stop_reason: str = "max_tokens"
 
 
 @dataclass(frozen=True)
@@ -281,7 +291,6 @@ class ConversationService:
             path = [*path, user]
         header = spans.assistant_header_tokens(engine, path)
         start = engine.n_past
-        footer = engine.tokenize(engine.chat_format.footer)
         engine.decode(header, [len(header)])
         stats.prompt_tokens += len(header)
         stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
@@ -300,88 +309,25 @@ class ConversationService:
             status="generating",
             generation=generation,
         )
-        history = [t for node in path for t in node.tokens] + header
-        sampled: list[int] = []
-        text_stream = Utf8Stream()
-        text_parts: list[str] = []
-        pending: list[int] = []  # sampled but not yet decoded
-        stop_reason = "max_tokens"
+        # The sampler's repeat penalty looks back PENALTY_LAST_N tokens at most.
+        history = [t for node in path for t in node.tokens][-PENALTY_LAST_N:] + header
         gen_started = time.perf_counter()
-        last_save = gen_started
-        # Room to close the turn must remain in the context.
-        room = engine.n_ctx - len(footer) - 1
-        with engine.sampler(params, history) as sampler:
-            while True:
-                if should_stop is not None and should_stop():
-                    stop_reason = "stopped"
-                    break
-                if engine.n_past >= room:
-                    stop_reason = "context_full"
-                    break
-                token = engine.sample(sampler)
-                if engine.is_end_of_generation(token):
-                    stop_reason = "end_of_turn"
-                    if engine.token_text(
-                        token
-                    ) and engine.chat_format.footer.startswith(
-                        engine.token_text(token)
-                    ):
-                        pending.append(token)
-                    break
-                sampled.append(token)
-                piece = text_stream.push(engine.token_bytes(token))
-                if piece:
-                    text_parts.append(piece)
-                    if on_token is not None:
-                        on_token(piece)
-                if len(sampled) >= params.max_tokens:
-                    pending.append(token)
-                    break
-                engine.decode([token], [1])
-                now = time.perf_counter()
-                if now - last_save >= PARTIAL_SAVE_SECONDS:
-                    last_save = now
-                    repository.update_node(
-                        self.db,
-                        reply.id,
-                        text="".join(text_parts),
-                        tokens=[*header, *sampled],
-                        chunks=[len(header)] + [1] * len(sampled),
-                    )
-        tail = text_stream.flush()
-        if tail:
-            text_parts.append(tail)
-            if on_token is not None:
-                on_token(tail)
+        sampled = self._sample(reply.id, params, history, header, on_token, should_stop)
         stats.generate_ms = (time.perf_counter() - gen_started) * 1000
-        stats.generated_tokens = len(sampled)
+        stats.generated_tokens = len(sampled.tokens)
         if stats.generate_ms > 0:
-            stats.tokens_per_second = len(sampled) / (stats.generate_ms / 1000)
-
-        # Close the turn so the next message starts on a clean context: decode
-        # what was sampled but not yet decoded, then the template's footer (minus
-        # the end-of-turn marker when the model produced it itself).
-        footer_text = engine.chat_format.footer
-        ended_by_model = bool(pending) and engine.is_end_of_generation(pending[-1])
-        if ended_by_model:
-            footer_text = footer_text[len(engine.token_text(pending[-1])) :]
-        closing = [*pending, *(engine.tokenize(footer_text) if footer_text else [])]
-        decoded_sampled = sampled if ended_by_model or not pending else sampled[:-1]
-        chunks = [len(header)] + [1] * len(decoded_sampled)
-        if closing:
-            engine.decode(closing, [len(closing)])
-            chunks.append(len(closing))
-        span = [*header, *decoded_sampled, *closing]
-        text = "".join(text_parts)
+            stats.tokens_per_second = len(sampled.tokens) / (stats.generate_ms / 1000)
+        span, chunks = self._close_turn(header, sampled)
+        stop_reason = sampled.stop_reason
         generation.update(
             stop_reason=stop_reason,
-            generated_tokens=len(sampled),
+            generated_tokens=len(sampled.tokens),
             tokens_per_second=round(stats.tokens_per_second, 2),
         )
         reply = repository.update_node(
             self.db,
             reply.id,
-            text=text,
+            text=sampled.text,
             tokens=span,
             chunks=chunks,
             status="stopped" if stop_reason == "stopped" else "complete",
@@ -397,9 +343,93 @@ class ConversationService:
         return Reply(
             user_node=user.id if user is not None else None,
             assistant_node=reply.id,
-            text=text,
+            text=sampled.text,
             stats=stats,
         )
+
+    def _sample(
+        self,
+        reply_id: int,
+        params: SamplingParams,
+        history: list[int],
+        header: list[int],
+        on_token: TokenCallback | None,
+        should_stop: StopCheck | None,
+    ) -> _SampledReply:
+        """Sample the reply token by token, streaming text and saving it as it grows."""
+        engine = self._require_engine()
+        result = _SampledReply()
+        text_stream = Utf8Stream()
+        parts: list[str] = []
+
+        def emit(piece: str) -> None:
+            if piece:
+                parts.append(piece)
+                if on_token is not None:
+                    on_token(piece)
+
+        # Room to close the turn must remain in the context.
+        room = engine.n_ctx - len(engine.tokenize(engine.chat_format.footer)) - 1
+        last_save = time.perf_counter()
+        with engine.sampler(params, history) as sampler:
+            while True:
+                if should_stop is not None and should_stop():
+                    result.stop_reason = "stopped"
+                    break
+                if engine.n_past >= room:
+                    result.stop_reason = "context_full"
+                    break
+                token = engine.sample(sampler)
+                if engine.is_end_of_generation(token):
+                    result.stop_reason = "end_of_turn"
+                    marker = engine.token_text(token)
+                    if marker and engine.chat_format.footer.startswith(marker):
+                        result.pending.append(token)
+                    break
+                result.tokens.append(token)
+                emit(text_stream.push(engine.token_bytes(token)))
+                if len(result.tokens) >= params.max_tokens:
+                    result.stop_reason = "max_tokens"
+                    result.pending.append(token)
+                    break
+                engine.decode([token], [1])
+                if time.perf_counter() - last_save >= PARTIAL_SAVE_SECONDS:
+                    last_save = time.perf_counter()
+                    repository.update_node(
+                        self.db,
+                        reply_id,
+                        text="".join(parts),
+                        tokens=[*header, *result.tokens],
+                        chunks=[len(header)] + [1] * len(result.tokens),
+                    )
+        emit(text_stream.flush())
+        result.text = "".join(parts)
+        return result
+
+    def _close_turn(
+        self, header: list[int], sampled: _SampledReply
+    ) -> tuple[list[int], list[int]]:
+        """Decode the end of the turn; return the reply's span and its batch sizes.
+
+        What was sampled but not yet decoded goes in, then the template's footer
+        (minus the end-of-turn marker when the model produced it itself), so the
+        next message starts on a clean context.
+        """
+        engine = self._require_engine()
+        footer_text = engine.chat_format.footer
+        pending = sampled.pending
+        ended_by_model = bool(pending) and engine.is_end_of_generation(pending[-1])
+        if ended_by_model:
+            footer_text = footer_text[len(engine.token_text(pending[-1])) :]
+        closing = [*pending, *(engine.tokenize(footer_text) if footer_text else [])]
+        decoded = (
+            sampled.tokens if ended_by_model or not pending else sampled.tokens[:-1]
+        )
+        chunks = [len(header)] + [1] * len(decoded)
+        if closing:
+            engine.decode(closing, [len(closing)])
+            chunks.append(len(closing))
+        return [*header, *decoded, *closing], chunks
 
     # --- internals ------------------------------------------------------------------
 
