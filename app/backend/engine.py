@@ -158,6 +158,7 @@ class LlamaEngine:
         self.path = model_path
         self.chat_format, chat_format_kind = self._load_chat_format()
         self.state_kind, state_note = self._state_kind()
+        has_gpu = gpu_offload_supported()
         self.info = ModelInfo(
             path=str(model_path),
             name=self._meta("general.name") or model_path.stem,
@@ -166,8 +167,8 @@ class LlamaEngine:
             n_vocab=self.n_vocab,
             n_ctx=self.n_ctx,
             n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
-            n_gpu_layers=settings.n_gpu_layers if gpu_offload_supported() else 0,
-            gpu_offload_supported=gpu_offload_supported(),
+            n_gpu_layers=settings.n_gpu_layers if has_gpu else 0,
+            gpu_offload_supported=has_gpu,
             state_kind=self.state_kind,
             state_note=state_note,
             chat_format=chat_format_kind,

@@ -15,6 +15,9 @@ from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord
 
+# Statuses of a reply whose turn was never closed (its process was killed).
+UNCLOSED = ("interrupted", "generating")
+
 
 def turns_of(path: Sequence[NodeRecord]) -> list[Message]:
     """The chat messages of a path, without the root."""
@@ -59,38 +62,37 @@ def assistant_header_tokens(
 def ensure_spans(
     db: Database, engine: LlamaEngine, path: list[NodeRecord]
 ) -> list[NodeRecord]:
-    """Return ``path`` with every span valid for ``engine``, re-rendering as needed.
+    """Return ``path`` with every span valid for ``engine``, fixing what is not.
 
-    From the first node whose span is missing, made by another tokenizer, not
-    closed (a reply killed mid-generation), or not where its parent ends,
-    every node below it on the path is rendered again and saved.
+    A span never rendered or made by another tokenizer is rendered again from
+    its text; a reply cut off by a killed process is closed. A node whose span
+    is fine but no longer starts where its parent ends (a node above it
+    changed length) keeps its tokens and only moves. Either way its stale
+    checkpoints are dropped.
     """
     result: list[NodeRecord] = []
-    position = 0
-    stale = False
     for node in path:
-        stale = stale or (
-            node.vocab_id != engine.vocab_id
-            or node.start_pos != position
-            or node.status in ("interrupted", "generating")
-        )
-        if stale:
-            node = _rerender(db, engine, result, node)
+        start = result[-1].end_pos if result else 0
+        if node.vocab_id != engine.vocab_id or node.status in UNCLOSED:
+            node = _rerender(db, engine, result, node, start)
+        elif node.start_pos != start:
+            repository.delete_checkpoints(db, node_ids=[node.id])
+            node = repository.update_node(db, node.id, start_pos=start)
         result.append(node)
-        position = node.end_pos
     return result
 
 
 def _rerender(
-    db: Database, engine: LlamaEngine, above: list[NodeRecord], node: NodeRecord
+    db: Database,
+    engine: LlamaEngine,
+    above: list[NodeRecord],
+    node: NodeRecord,
+    start: int,
 ) -> NodeRecord:
-    changes: dict[str, object] = {}
+    changes: dict[str, object] = {"chunks": []}
     if node.role == "root":
         tokens = root_tokens(engine, node.text or None)
-    elif (
-        node.status in ("interrupted", "generating")
-        and node.vocab_id == engine.vocab_id
-    ):
+    elif node.status in UNCLOSED and node.vocab_id == engine.vocab_id:
         # A reply cut off by a killed process: keep its sampled ids and close the
         # turn, as a stopped reply would have been closed.
         footer = engine.tokenize(engine.chat_format.footer)
@@ -99,8 +101,6 @@ def _rerender(
         changes["chunks"] = [*node.chunks, len(footer)] if footer else list(node.chunks)
     else:
         tokens = message_tokens(engine, above, node.role, node.text)
-    changes.setdefault("chunks", [])
-    start = above[-1].end_pos if above else 0
     repository.delete_checkpoints(db, node_ids=[node.id])
     return repository.update_node(
         db, node.id, tokens=tokens, start_pos=start, vocab_id=engine.vocab_id, **changes
