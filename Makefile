@@ -17,6 +17,12 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # does not (the build takes ~8 minutes on 2 cores).
 WHEEL_KEY := $(shell printf '%s' "$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)" | sha256sum | cut -c1-16)
 WHEEL_DIR ?= $(HOME)/.cache/arbor/llama-wheels/$(WHEEL_KEY)
+# The source distribution is kept: besides building the wheel, it carries
+# llama.cpp's reference chat templates and their expected renders, which the
+# template tests read (ARBOR_LLAMA_SDIST tells them where it is).
+SDIST_DIR ?= $(HOME)/.cache/arbor/llama-sdist
+SDIST := $(SDIST_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
+export ARBOR_LLAMA_SDIST := $(abspath $(SDIST))
 
 .PHONY: run test setup bench clean
 
@@ -35,9 +41,11 @@ setup: $(VENV)/.arbor-$(WHEEL_KEY)
 $(VENV)/.arbor-$(WHEEL_KEY): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	test -s $(SDIST) || $(BIN)/pip download -q --no-deps --no-binary :all: \
+		-d $(SDIST_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
 	test -n "$$(ls $(WHEEL_DIR)/llama_cpp_python-*.whl 2>/dev/null)" || \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir \
-			-w $(WHEEL_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
+			-w $(WHEEL_DIR) $(SDIST)
 	$(BIN)/pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-*.whl
 	$(BIN)/pip install -q -e .
 	# The starter model's wheel declares an `llm` plugin stack we do not use.

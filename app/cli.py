@@ -196,6 +196,7 @@ def _reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, 
         "user_node": reply.user_node,
         "assistant_node": reply.assistant_node,
         "text": reply.text,
+        **({"thinking": reply.thinking} if reply.thinking else {}),
         "stats": reply.stats.as_dict(),
     }
     data.update(extra or {})
@@ -291,7 +292,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     "id": n.id,
                     "role": "system" if n.role == "root" else n.role,
                     "text": n.text,
+                    **({"thinking": n.thinking} if n.thinking else {}),
                     "tokens": len(n.tokens),
+                    "start": n.start_pos,
                     "status": n.status,
                     **({"generation": n.generation} if n.generation else {}),
                 }

@@ -17,11 +17,25 @@ from sqlalchemy import Connection, Engine, inspect, text
 from storage.errors import StorageUnavailable
 from storage.models import Base
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-# Steps from version N to N+1, keyed by N. Version 1 is the first schema; the
-# ladder grows here when the schema changes.
-_STEPS: dict[int, Callable[[Connection], None]] = {}
+
+def _add_reasoning_and_span_text(connection: Connection) -> None:
+    # Version 2: replies keep their reasoning apart from the answer, nodes keep
+    # the text their span was rendered from, conversations their reasoning
+    # choice. Existing rows get "no reasoning" and an unknown span text (filled
+    # in from the tokens the next time a model loads them).
+    connection.execute(
+        text("ALTER TABLE node ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+    )
+    connection.execute(text("ALTER TABLE node ADD COLUMN span_text TEXT"))
+    connection.execute(
+        text("ALTER TABLE conversation ADD COLUMN reasoning VARCHAR(16)")
+    )
+
+
+# Steps from version N to N+1, keyed by N. Version 1 is the first schema.
+_STEPS: dict[int, Callable[[Connection], None]] = {1: _add_reasoning_and_span_text}
 
 
 def read_version(connection: Connection) -> int:

@@ -40,6 +40,9 @@ class Conversation(Base):
     system_prompt: Mapped[str | None] = mapped_column(Text)
     # The node the user last worked on: where the window reopens.
     active_node_id: Mapped[int | None] = mapped_column(Integer)
+    # The reasoning choice for replies ("on", "off", "low", ...), None for the
+    # model template's own default.
+    reasoning: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
@@ -48,10 +51,15 @@ class Node(Base):
     """One message of the tree and the exact tokens it appended to the context.
 
     ``tokens`` is the node's span (template markup + content) as little-endian
-    int32 ids; ``start_pos`` is its first position. ``chunks`` records the batch
-    sizes the span was decoded in, so reprocessing can replay the same batch
-    boundaries and reproduce the same KV bytes. ``vocab_id`` names the tokenizer
-    the span belongs to: a span made by another model's tokenizer is re-rendered.
+    int32 ids; ``start_pos`` is its first position, which is the end of an
+    earlier node on its path: usually its parent, or further up when the chat
+    template re-rendered earlier turns (the span then holds their new rendering
+    too). ``span_text`` is the text the span stands for, as the template
+    rendered it (None for nodes made before it was recorded). ``chunks`` records
+    the batch sizes the span was decoded in, so reprocessing can replay the same
+    batch boundaries and reproduce the same KV bytes. ``vocab_id`` names the
+    tokenizer the span belongs to: a span made by another model's tokenizer is
+    re-rendered. ``text`` of a reply is its answer; ``thinking`` its reasoning.
     """
 
     __tablename__ = "node"
@@ -68,6 +76,8 @@ class Node(Base):
     )
     role: Mapped[str] = mapped_column(String(16))  # root | user | assistant
     text: Mapped[str] = mapped_column(Text, default="")
+    thinking: Mapped[str] = mapped_column(Text, default="", server_default="")
+    span_text: Mapped[str | None] = mapped_column(Text)
     tokens: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
     n_tokens: Mapped[int] = mapped_column(Integer, default=0)
     start_pos: Mapped[int] = mapped_column(Integer, default=0)

@@ -75,6 +75,7 @@ class ConversationRecord:
     updated_at: datetime
     node_count: int = 0
     checkpoint_bytes: int = 0
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class NodeRecord:
     status: str
     generation: dict[str, Any] | None
     created_at: datetime
+    thinking: str = ""
+    span_text: str | None = None
 
     @property
     def end_pos(self) -> int:
@@ -168,6 +171,8 @@ def _node_record(node: Node) -> NodeRecord:
         status=node.status,
         generation=node.generation,
         created_at=node.created_at,
+        thinking=node.thinking or "",
+        span_text=node.span_text,
     )
 
 
@@ -183,6 +188,7 @@ def _conversation_record(
         updated_at=conv.updated_at,
         node_count=nodes,
         checkpoint_bytes=size,
+        reasoning=conv.reasoning,
     )
 
 
@@ -267,6 +273,12 @@ def delete_conversation(db: Database, conversation_id: int) -> None:
         s.delete(_get(s, Conversation, conversation_id))
 
 
+def set_reasoning(db: Database, conversation_id: int, choice: str | None) -> None:
+    """Store a conversation's reasoning choice (None: the template's default)."""
+    with db.transaction() as s:
+        _get(s, Conversation, conversation_id).reasoning = choice
+
+
 def set_active_node(db: Database, node_id: int) -> None:
     """Remember ``node_id`` as where its conversation continues."""
     with db.transaction() as s:
@@ -291,6 +303,8 @@ def add_node(
     vocab_id: str | None = None,
     status: str = "complete",
     generation: dict[str, Any] | None = None,
+    span_text: str | None = None,
+    thinking: str = "",
 ) -> NodeRecord:
     """Add a child of ``parent_id`` and make it its conversation's active node."""
     with db.transaction() as s:
@@ -307,6 +321,8 @@ def add_node(
             vocab_id=vocab_id,
             status=status,
             generation=generation,
+            span_text=span_text,
+            thinking=thinking,
         )
         s.add(node)
         s.flush()

@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.tiny_model import write_tiny_model, write_tiny_swa_model
+from tests.tiny_model import (
+    write_tiny_model,
+    write_tiny_recurrent_model,
+    write_tiny_swa_model,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,3 +93,11 @@ def arbor(data_dir: Path, tiny_model: Path):
 def tiny_swa_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny sliding-window (Gemma-2 style) model, whose state is not per token."""
     return write_tiny_swa_model(tmp_path_factory.mktemp("swa") / "tiny-swa.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_recurrent_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Mamba model: recurrent state, kept as whole snapshots."""
+    return write_tiny_recurrent_model(
+        tmp_path_factory.mktemp("recurrent") / "tiny-mamba.gguf"
+    )

@@ -1,8 +1,14 @@
-"""Models whose state cannot be split per token get whole-state snapshots, exactly."""
+"""Recurrent models, whose state cannot be split per token, get whole snapshots.
+
+The tiny Mamba's state is a fixed-size summary that every token rewrites, so a
+node's checkpoint is the whole state at its end; restoring one must still be
+exact. (Sliding-window models keep per-node deltas: ``test_swa_deltas.py``.)
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,58 +16,84 @@ from app.backend.engine import LlamaEngine
 from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
+from app.paths import database_path
+from storage import repository
 from storage.db import open_database
 from tests.conftest import run_cli
 
 GREEDY = SamplingParams(temperature=0, max_tokens=40)
-FLAGS = ("--temperature", "0", "--max-tokens", "40")
+SEEDED = SamplingParams(temperature=0.9, seed=1, max_tokens=40)
+# One thread: the model gains nothing from more, and on a busy machine threads
+# waiting for each other cost far more than they save.
+SETTINGS = BackendSettings(n_ctx=512, n_threads=1)
 
 
 @pytest.fixture
-def swa_service(tmp_path: Path, tiny_swa_model: Path):
-    db = open_database(tmp_path / "one.sqlite3")
-    with LlamaEngine(tiny_swa_model, BackendSettings()) as engine:
+def db(data_dir: Path):
+    # The database a CLI run on ``data_dir`` opens: a cold process picks up
+    # the snapshots this one stored.
+    opened = open_database(database_path(data_dir))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def recurrent_service(db, tiny_recurrent_model: Path):
+    with LlamaEngine(tiny_recurrent_model, SETTINGS) as engine:
         yield ConversationService(db, engine)
-    db.close()
 
 
-def test_sliding_window_model_is_detected(swa_service):
-    assert swa_service.engine.info.state_kind == "full"
-    assert "sliding-window" in swa_service.engine.info.state_note
+def test_recurrent_model_is_detected(recurrent_service):
+    info = recurrent_service.engine.info
+    assert info.state_kind == "full"
+    assert "recurrent" in info.state_note
+    assert info.kv_bytes_per_token == 0  # a fixed-size state, no per-token cells
 
 
-def test_sliding_window_resume_and_switch_are_exact(
-    swa_service, data_dir, tiny_swa_model
+def test_recurrent_resume_and_switch_are_exact(
+    recurrent_service, data_dir, tiny_recurrent_model
 ):
-    # Long enough that the 32-token window has slid past the early messages.
-    _conv, root = swa_service.new_conversation(None)
-    first = swa_service.send(root, "First message, long enough to slide.", GREEDY)
-    sibling = swa_service.regenerate(
-        first.assistant_node, SamplingParams(seed=1, max_tokens=40)
+    service = recurrent_service
+    conv, root = service.new_conversation(None)
+    first = service.send(root, "First message, a few dozen tokens long.", GREEDY)
+    # Sent straight after its reply, nothing restored: what later visits,
+    # here and in a cold process, must reproduce.
+    expected = {
+        first.assistant_node: service.send(first.assistant_node, "Next", GREEDY)
+    }
+    sibling = service.regenerate(first.assistant_node, SEEDED)
+    assert sibling.text != first.text
+    expected[sibling.assistant_node] = service.send(
+        sibling.assistant_node, "Next", GREEDY
     )
-    after_first = swa_service.send(first.assistant_node, "Next", GREEDY)
-    after_sibling = swa_service.send(sibling.assistant_node, "Next", GREEDY)
-    assert after_first.stats.logits_digest != after_sibling.stats.logits_digest
-    for reply in (after_first, after_sibling):
-        assert reply.stats.reprocessed_tokens == 0
 
-    def arbor(*args):
+    for node, continuous in [*expected.items(), *expected.items()]:
+        again = service.send(node, "Next", GREEDY)
+        assert again.stats.logits_digest == continuous.stats.logits_digest
+        assert again.text == continuous.text
+        # A snapshot cannot be cut back to the fork: the sibling's whole
+        # state is restored instead, and nothing is decoded again.
+        assert again.stats.reprocessed_tokens == 0
+        assert again.stats.restored_tokens > 0
+        assert again.stats.kept_tokens == 0
+
+    def arbor(*args: object) -> Any:
         return run_cli(
-            "--data-dir", data_dir, "--model", tiny_swa_model, *map(str, args)
+            *("--data-dir", data_dir, "--model", tiny_recurrent_model),
+            *("--n-ctx", str(SETTINGS.n_ctx), "--threads", str(SETTINGS.n_threads)),
+            *map(str, args),
         ).json
 
-    cold_root = arbor("new")["node"]
-    cold_first = arbor(
-        "send", cold_root, "First message, long enough to slide.", *FLAGS
-    )
-    cold_sibling = arbor(
-        "regenerate", cold_first["assistant_node"], "--seed", "1", "--max-tokens", "40"
-    )
-    assert cold_sibling["text"] == sibling.text
-    cold_next = arbor("send", cold_first["assistant_node"], "Next", *FLAGS)
-    assert cold_next["stats"]["logits_digest"] == after_first.stats.logits_digest
-    assert cold_next["stats"]["reprocessed_tokens"] == 0
-    tree = arbor("tree", 1)["nodes"]
-    # A snapshot holds the whole state, so a deep node's costs more than its span.
-    deepest = max(tree, key=lambda n: n["id"])
-    assert deepest["checkpoint_bytes"] > 0
+    for node, continuous in expected.items():
+        cold = arbor("send", node, "Next", "--temperature", "0", "--max-tokens", "40")
+        assert cold["stats"]["logits_digest"] == continuous.stats.logits_digest
+        assert cold["stats"]["reprocessed_tokens"] == 0
+        assert cold["stats"]["fallbacks"] == []
+
+    stored = [
+        repository.load_checkpoint(service.db, n.id, service.profile_id)
+        for n in service.tree(conv)
+    ]
+    assert {c.kind if c else None for c in stored} == {"full"}
+    # Each holds the whole state, whose size does not grow with the context.
+    assert len({len(c.data) for c in stored if c}) == 1

@@ -158,3 +158,37 @@ def test_clearing_checkpoints_shrinks_the_file(db, tmp_path: Path):
         "m2",
         "m3",
     ]
+
+
+def test_schema_1_database_is_upgraded_with_its_messages(tmp_path: Path):
+    # Build a version-1 file: today's schema minus the columns version 2 added.
+    path = tmp_path / "old.sqlite3"
+    db = open_database(path)
+    _conv, root = repository.create_conversation(db, "old", "Be brief.")
+    user = repository.add_node(db, root.id, "user", "Hi", tokens=[5, 6, 7])
+    db.close()
+    with sqlite3.connect(path) as con:
+        con.execute("ALTER TABLE node DROP COLUMN thinking")
+        con.execute("ALTER TABLE node DROP COLUMN span_text")
+        con.execute("ALTER TABLE conversation DROP COLUMN reasoning")
+        con.execute("PRAGMA user_version = 1")
+    con.close()
+
+    db = open_database(path)
+    try:
+        node = repository.get_node(db, user.id)
+        assert (node.text, node.tokens, node.thinking, node.span_text) == (
+            "Hi",
+            (5, 6, 7),
+            "",
+            None,
+        )
+        assert repository.get_conversation(db, node.conversation_id).reasoning is None
+        repository.set_reasoning(db, node.conversation_id, "off")
+        assert repository.get_conversation(db, node.conversation_id).reasoning == "off"
+    finally:
+        db.close()
+    assert (tmp_path / "old.sqlite3.v1.bak").exists()
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    con.close()

@@ -5,8 +5,9 @@ plus ChatML markers, and a ChatML chat template (with a default system prompt,
 like SmolLM2's) in the metadata. Fixed seeds: the files are the same every time.
 
 ``write_tiny_model`` makes a plain llama; ``write_tiny_swa_model`` a Gemma-2
-style model with sliding-window attention, whose state cannot be split per
-token.
+style model with sliding-window attention (and, like Gemma, a head size apart
+from n_embd / n_head); ``write_tiny_recurrent_model`` a Mamba, whose state is
+not made of per-token cells at all.
 """
 
 from __future__ import annotations
@@ -37,12 +38,23 @@ CONTEXT_LENGTH = 32768
 EOG_TOKENS = [2, 4]  # </s>, <|im_end|>
 
 
+# Reasoning markers, as user-defined tokens like Qwen3's (shown as text when
+# decoded, parsed as one token when tokenized).
+THINK_TOKENS = ["<think>", "</think>"]
+
+
 def _vocab() -> tuple[list[str], list[int]]:
     tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
     types = [gguf.TokenType.UNKNOWN] + [gguf.TokenType.CONTROL] * 4
     for byte in range(256):
         tokens.append(f"<0x{byte:02X}>")
         types.append(gguf.TokenType.BYTE)
+    tokens.extend(THINK_TOKENS)
+    types.extend([gguf.TokenType.USER_DEFINED] * len(THINK_TOKENS))
+    # SentencePiece writes spaces as "▁"; with it in the vocab, text
+    # round-trips through tokens (a byte-fallback "▁" would decode as itself).
+    tokens.append("\u2581")
+    types.append(gguf.TokenType.NORMAL)
     return tokens, [int(t) for t in types]
 
 
@@ -58,7 +70,13 @@ class _Weights:
         return np.ones(N_EMBD, dtype=np.float32)
 
 
-def _start(path: Path, arch: str, name: str, n_layer: int) -> gguf.GGUFWriter:
+def _start(
+    path: Path,
+    arch: str,
+    name: str,
+    n_layer: int,
+    chat_template: str | None = CHATML_TEMPLATE,
+) -> gguf.GGUFWriter:
     tokens, types = _vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
@@ -79,17 +97,22 @@ def _start(path: Path, arch: str, name: str, n_layer: int) -> gguf.GGUFWriter:
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_space_prefix(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     return writer
 
 
-def _attention_and_ffn(writer: gguf.GGUFWriter, w: _Weights, i: int) -> None:
-    n_embd_kv = HEAD_DIM * N_HEAD_KV
+def _attention_and_ffn(
+    writer: gguf.GGUFWriter, w: _Weights, i: int, head_dim: int = HEAD_DIM
+) -> None:
+    n_embd_kv = head_dim * N_HEAD_KV
     writer.add_tensor(f"blk.{i}.attn_norm.weight", w.ones())
-    writer.add_tensor(f"blk.{i}.attn_q.weight", w.random(N_EMBD, N_EMBD))
+    writer.add_tensor(f"blk.{i}.attn_q.weight", w.random(head_dim * N_HEAD, N_EMBD))
     writer.add_tensor(f"blk.{i}.attn_k.weight", w.random(n_embd_kv, N_EMBD))
     writer.add_tensor(f"blk.{i}.attn_v.weight", w.random(n_embd_kv, N_EMBD))
-    writer.add_tensor(f"blk.{i}.attn_output.weight", w.random(N_EMBD, N_EMBD))
+    writer.add_tensor(
+        f"blk.{i}.attn_output.weight", w.random(N_EMBD, head_dim * N_HEAD)
+    )
     writer.add_tensor(f"blk.{i}.ffn_norm.weight", w.ones())
     writer.add_tensor(f"blk.{i}.ffn_gate.weight", w.random(N_FF, N_EMBD))
     writer.add_tensor(f"blk.{i}.ffn_up.weight", w.random(N_FF, N_EMBD))
@@ -104,10 +127,19 @@ def _finish(writer: gguf.GGUFWriter, path: Path) -> Path:
     return path
 
 
-def write_tiny_model(path: Path, seed: int = 1234, n_layer: int = N_LAYER) -> Path:
-    """Write the tiny llama model to ``path`` and return it."""
+def write_tiny_model(
+    path: Path,
+    seed: int = 1234,
+    n_layer: int = N_LAYER,
+    chat_template: str | None = CHATML_TEMPLATE,
+) -> Path:
+    """Write the tiny llama model to ``path`` and return it.
+
+    ``chat_template`` replaces the ChatML template in the metadata (None: the
+    model has no template at all).
+    """
     w = _Weights(seed)
-    writer = _start(path, "llama", "arbor-tiny-test", n_layer)
+    writer = _start(path, "llama", "arbor-tiny-test", n_layer, chat_template)
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_tensor(
@@ -125,12 +157,17 @@ def write_tiny_model(path: Path, seed: int = 1234, n_layer: int = N_LAYER) -> Pa
     return _finish(writer, path)
 
 
+# Gemma's heads are wider than n_embd / n_head (Gemma 2 2B: 256, not 288): a
+# KV size computed from n_embd alone would be wrong for it, and for this model.
+SWA_HEAD_DIM = 2 * HEAD_DIM
+
+
 def write_tiny_swa_model(path: Path, window: int = 32, seed: int = 4321) -> Path:
     """Write a tiny Gemma-2 model whose attention looks back ``window`` tokens."""
     w = _Weights(seed)
     writer = _start(path, "gemma2", "arbor-tiny-swa", N_LAYER)
-    writer.add_key_length(HEAD_DIM)
-    writer.add_value_length(HEAD_DIM)
+    writer.add_key_length(SWA_HEAD_DIM)
+    writer.add_value_length(SWA_HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_sliding_window(window)
     # Gemma ties the output to the token embeddings and scales inputs by
@@ -141,7 +178,50 @@ def write_tiny_swa_model(path: Path, window: int = 32, seed: int = 4321) -> Path
     )
     writer.add_tensor("output_norm.weight", w.ones())
     for i in range(N_LAYER):
-        _attention_and_ffn(writer, w, i)
+        _attention_and_ffn(writer, w, i, head_dim=SWA_HEAD_DIM)
         writer.add_tensor(f"blk.{i}.post_attention_norm.weight", w.ones())
         writer.add_tensor(f"blk.{i}.post_ffw_norm.weight", w.ones())
+    return _finish(writer, path)
+
+
+def write_tiny_recurrent_model(path: Path, seed: int = 2468) -> Path:
+    """Write a tiny Mamba (selective state space) model to ``path``.
+
+    Its state is a fixed-size summary per layer (a convolution window and an
+    SSM state), rewritten by every token: it cannot be cut at a position, so
+    Arbor keeps whole snapshots for it. The attention head counts written by
+    ``_start`` are ignored by this architecture.
+    """
+    d_inner = 2 * N_EMBD  # llama.cpp supports Mamba's expansion factor 2 only
+    d_state, d_conv, dt_rank = 16, 4, 4
+    n_vocab = len(_vocab()[0])
+    w = _Weights(seed)
+    writer = _start(path, "mamba", "arbor-tiny-mamba", N_LAYER)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tensor("token_embd.weight", w.random(n_vocab, N_EMBD, scale=1.0))
+    writer.add_tensor("output_norm.weight", w.ones())
+    output = w.random(n_vocab, N_EMBD)
+    output[EOG_TOKENS] = 0.0  # as in write_tiny_model: greedy replies run long
+    writer.add_tensor("output.weight", output)
+    # A = -exp(A_log) with Mamba's initialisation A_log = log(1..d_state): a
+    # decaying, stable state (random A could grow without bound).
+    ssm_a = -np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1))
+    for i in range(N_LAYER):
+        # Shapes are numpy's (rows, columns): GGUF stores them reversed.
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", w.ones())
+        writer.add_tensor(f"blk.{i}.ssm_in.weight", w.random(2 * d_inner, N_EMBD))
+        writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w.random(d_inner, d_conv))
+        writer.add_tensor(f"blk.{i}.ssm_conv1d.bias", w.random(d_inner, scale=0.1))
+        writer.add_tensor(
+            f"blk.{i}.ssm_x.weight", w.random(dt_rank + 2 * d_state, d_inner)
+        )
+        writer.add_tensor(f"blk.{i}.ssm_dt.weight", w.random(d_inner, dt_rank))
+        writer.add_tensor(f"blk.{i}.ssm_dt.bias", w.random(d_inner, scale=0.1))
+        writer.add_tensor(f"blk.{i}.ssm_a", ssm_a)
+        writer.add_tensor(f"blk.{i}.ssm_d", np.ones(d_inner, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ssm_out.weight", w.random(N_EMBD, d_inner))
     return _finish(writer, path)

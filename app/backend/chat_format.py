@@ -1,21 +1,26 @@
-"""Render a model's chat template incrementally, one node span at a time.
+"""A model's chat format: the texts its template renders for a conversation.
 
-The context of a node is the concatenation of the spans on its path, so each
-message must render as text *appended* to what came before. We render the
-whole conversation with the model's Jinja template and take the new suffix;
-templates for which that does not hold (they rewrite earlier turns) are
-detected when the model loads, and a plain ChatML format is used instead.
+Arbor asks three things of a template: the text of the conversation start
+(``root_text``), the text of the whole conversation through its last turn and
+with the generation prompt (``prompt``), and the text that closes a reply
+(``footer``). How those texts become token spans of tree nodes, including
+templates that re-render earlier turns, is ``app.conversation.spans``'s job.
+
+The template is the model's own (GGUF ``tokenizer.chat_template``), rendered
+like llama.cpp does, polyfills included (``chat_template``). ChatML is used only
+for a model that has no template, or one whose template cannot render a plain
+conversation at all; ``kind`` and ``note`` say which, for the UI and the CLI.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from app.backend.chat_template import ChatTemplate, TemplateError
+
+__all__ = ["CHATML_TEMPLATE", "ChatFormat", "Message", "TemplateError", "load"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -25,148 +30,197 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# Contents that cannot occur in real messages, to find where a template puts
+# them.
 _PROBE = "\x01arbor-probe\x01"
-
-
-class TemplateError(ValueError):
-    """The chat template cannot be rendered incrementally."""
+_OTHER_PROBE = "\x02arbor-probe\x02"
 
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message as the template sees it."""
+    """One chat message as a template sees it; ``thinking`` is a reply's reasoning."""
 
     role: str
     content: str
+    thinking: str = ""
 
     def as_dict(self) -> dict[str, str]:
-        """Return the mapping Jinja chat templates expect."""
-        return {"role": self.role, "content": self.content}
+        """The mapping chat templates expect.
 
-
-def _raise(message: str) -> None:
-    raise TemplateError(message)
+        Templates read a reply's reasoning under different names:
+        ``reasoning_content`` (Qwen3, DeepSeek, GLM, Gemma 4, ...) or
+        ``thinking`` (gpt-oss); a template that knows neither drops it, as
+        llama.cpp does for the history it sends.
+        """
+        data = {"role": self.role, "content": self.content}
+        if self.thinking:
+            data["reasoning_content"] = self.thinking
+            data["thinking"] = self.thinking
+        return data
 
 
 class ChatFormat:
-    """Turns messages into the text each tree node appends to the context.
+    """Renders conversations with one chat template.
 
     Parameters
     ----------
     template
-        Jinja source from the GGUF metadata (``tokenizer.chat_template``).
+        Jinja source of the chat template.
     bos_token, eos_token
         Token texts that templates may reference.
+    kind
+        ``"gguf"`` for the model's own template, ``"chatml"`` for the fallback.
+    note
+        Why the fallback is used, for the status bar and ``arbor info``.
     """
 
-    def __init__(self, template: str, bos_token: str = "", eos_token: str = "") -> None:
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined
-        )
-        env.globals["raise_exception"] = _raise
-        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-        try:
-            self._template = env.from_string(template)
-        except jinja2.TemplateError as exc:
-            raise TemplateError(f"the chat template does not parse: {exc}") from exc
+    def __init__(
+        self,
+        template: str,
+        bos_token: str = "",
+        eos_token: str = "",
+        kind: str = "gguf",
+        note: str = "",
+    ) -> None:
+        self._template = ChatTemplate(template, bos_token, eos_token)
         self.source = template
-        self._bos = bos_token
-        self._eos = eos_token
+        self.kind = kind
+        self.note = note
         self.footer = self._probe_footer()
-        self._check_appends()
 
     def render(
-        self, messages: Sequence[Message], add_generation_prompt: bool = False
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = False,
+        variables: Mapping[str, Any] | None = None,
     ) -> str:
-        """Render the whole conversation as text."""
-        context: dict[str, Any] = {
-            "messages": [m.as_dict() for m in messages],
-            "add_generation_prompt": add_generation_prompt,
-            "bos_token": self._bos,
-            "eos_token": self._eos,
-        }
-        try:
-            return self._template.render(**context)
-        except TemplateError:
-            raise
-        except Exception as exc:  # a template can fail in any Jinja way
-            raise TemplateError(f"the chat template failed: {exc}") from exc
+        """Render the whole conversation as text; raises ``TemplateError``."""
+        return self._template.render(
+            [m.as_dict() for m in messages],
+            add_generation_prompt=add_generation_prompt,
+            **dict(variables or {}),
+        )
 
-    def root_text(self, system_prompt: str | None) -> str:
-        """Text of the conversation start: BOS markup and the system prompt.
+    def root_text(
+        self, system: str | None, variables: Mapping[str, Any] | None = None
+    ) -> str:
+        """Text of the conversation start: what every conversation begins with.
 
-        Without a system prompt this is whatever the template puts before the
-        first user turn (e.g. its default system prompt).
+        It is the longest text that renders the same before any first message,
+        cut back to the rendering of the system prompt alone (or of nothing)
+        where the template allows that: BOS, the system prompt, or a
+        template's default system prompt. The first user message's span holds
+        the rest.
         """
-        if system_prompt:
-            return self.render([Message("system", system_prompt)])
-        first_user = Message("user", _PROBE)
-        reply = Message("assistant", _PROBE)
-        with_one = self.render([first_user, reply])
-        with_two = self.render([first_user, reply, first_user])
-        user_turn = _suffix(with_one, with_two)
-        alone = self.render([first_user])
-        return alone[: -len(user_turn)] if alone.endswith(user_turn) else ""
-
-    def message_text(
-        self, system: str | None, turns: Sequence[Message], message: Message
-    ) -> str:
-        """Text that ``message`` appends after the root and the earlier ``turns``."""
-        return _suffix(
-            self._prefix(system, turns), self._render_turns(system, [*turns, message])
+        head = [Message("system", system)] if system else []
+        first = self._render_or_empty([*head, Message("user", _PROBE)], variables)
+        other = self._render_or_empty(
+            [
+                *head,
+                Message("user", _OTHER_PROBE),
+                Message("assistant", _PROBE),
+                Message("user", _PROBE),
+            ],
+            variables,
         )
-
-    def assistant_header(self, system: str | None, turns: Sequence[Message]) -> str:
-        """Text that opens the assistant's turn (the generation prompt)."""
-        return _suffix(
-            self._prefix(system, turns),
-            self._render_turns(system, turns, add_generation_prompt=True),
+        shared = first[: _common_prefix(first, other)]
+        alone = self._render_or_empty(head, variables)
+        if alone and shared.startswith(alone):
+            return alone
+        # The first user turn is whatever a second user turn appends, when the
+        # template renders a second one as plain appended text.
+        one_round = self._render_or_empty(
+            [*head, Message("user", _OTHER_PROBE), Message("assistant", _PROBE)],
+            variables,
         )
+        if one_round and other.startswith(one_round):
+            user_turn = other[len(one_round) :]
+            if first.endswith(user_turn) and shared.startswith(
+                first[: -len(user_turn)]
+            ):
+                return first[: -len(user_turn)]
+        return _cut_at_line(shared)
 
-    def _prefix(self, system: str | None, turns: Sequence[Message]) -> str:
-        # The root's text stands before the first turn; rendering no messages at
-        # all would miss a template's default system prompt.
-        return self._render_turns(system, turns) if turns else self.root_text(system)
-
-    def _render_turns(
+    def prompt(
         self,
         system: str | None,
         turns: Sequence[Message],
-        add_generation_prompt: bool = False,
+        variables: Mapping[str, Any] | None = None,
+    ) -> tuple[str, str]:
+        """Render a conversation ending with a user turn, ready for a reply.
+
+        Returns ``(through_turn, with_prompt)``: the text through the last user
+        turn, and the full text with the generation prompt (the first is a
+        prefix of the second; for a template that always opens the assistant's
+        turn they are equal).
+        """
+        messages = [*([Message("system", system)] if system else []), *turns]
+        with_prompt = self.render(messages, True, variables)
+        without = self.render(messages, False, variables)
+        return with_prompt[: _common_prefix(without, with_prompt)], with_prompt
+
+    def history(
+        self,
+        system: str | None,
+        turns: Sequence[Message],
+        variables: Mapping[str, Any] | None = None,
     ) -> str:
-        messages = [Message("system", system), *turns] if system else list(turns)
-        return self.render(messages, add_generation_prompt)
+        """Render a conversation as history (no generation prompt)."""
+        messages = [*([Message("system", system)] if system else []), *turns]
+        return self.render(messages, False, variables)
+
+    def _render_or_empty(
+        self, messages: Sequence[Message], variables: Mapping[str, Any] | None
+    ) -> str:
+        # Some templates refuse a conversation without a user turn.
+        try:
+            return self.render(messages, False, variables)
+        except TemplateError:
+            return ""
 
     def _probe_footer(self) -> str:
-        history = [Message("user", "hi")]
-        opened = self.render(history, add_generation_prompt=True)
-        closed = self.render([*history, Message("assistant", _PROBE)])
-        rest = _suffix(opened, closed)
-        if _PROBE not in rest:
-            raise TemplateError("the template drops the assistant's reply")
-        return rest.split(_PROBE, 1)[1]
-
-    def _check_appends(self) -> None:
-        # A conversation of two rounds must render as pure appends, with the
-        # assistant header included verbatim before each reply.
-        messages = [
-            Message("user", "a"),
-            Message("assistant", "b"),
-            Message("user", "c"),
-            Message("assistant", "d"),
-        ]
-        for system in (None, "s"):
-            for i, message in enumerate(messages):
-                text = self.message_text(system, messages[:i], message)
-                if message.role == "assistant":
-                    header = self.assistant_header(system, messages[:i])
-                    if not text.startswith(header):
-                        raise TemplateError(
-                            "the assistant turn does not start with its header"
-                        )
+        # What the template writes after a reply's content when the reply ends
+        # the conversation (e.g. "<|im_end|>\n"). A template that does not
+        # render a last reply (YandexGPT) gets no footer: the next turn's
+        # rendering of the reply replaces it anyway (see folding).
+        history = [Message("user", "hi"), Message("assistant", _PROBE)]
+        closed = self.render(history)
+        return closed.rsplit(_PROBE, 1)[1] if _PROBE in closed else ""
 
 
-def _suffix(before: str, after: str) -> str:
-    if not after.startswith(before):
-        raise TemplateError("the chat template rewrites earlier turns")
-    return after[len(before) :]
+def load(
+    template: str | None, bos_token: str, eos_token: str
+) -> ChatFormat:
+    """The chat format for a model's template, or ChatML with the reason why."""
+    if template:
+        try:
+            chat_format = ChatFormat(template, bos_token, eos_token)
+            # A plain two-round conversation, with and without a system
+            # prompt, must render; otherwise nothing would.
+            for system in (None, "s"):
+                chat_format.prompt(
+                    system,
+                    [Message("user", "a"), Message("assistant", "b"), Message("user", "c")],
+                )
+            return chat_format
+        except TemplateError as exc:
+            note = f"the model's chat template cannot be used ({exc}); using ChatML"
+    else:
+        note = "the model has no chat template; using ChatML"
+    return ChatFormat(CHATML_TEMPLATE, bos_token, eos_token, kind="chatml", note=note)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _cut_at_line(text: str) -> str:
+    # A shared start that ends inside a turn (the template writes the first
+    # user turn's header there) is cut after its last newline or special
+    # marker, so the root's span ends on a clean boundary.
+    cut = max(text.rfind("\n"), text.rfind(">"))
+    return text[: cut + 1] if cut >= 0 else ""

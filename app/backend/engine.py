@@ -18,7 +18,9 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from app.backend.chat_format import CHATML_TEMPLATE, ChatFormat, TemplateError
+from app.backend import chat_format as chat_formats
+from app.backend.chat_format import ChatFormat
+from app.backend import reasoning
 from app.backend.errors import BackendError, ContextFullError, ModelFileError
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.sampling import Sampler, SamplingParams
@@ -41,6 +43,10 @@ _KV_ELEMENT_BYTES = {
     "q5_0": 22 / 32,
     "q5_1": 24 / 32,
 }
+
+# Token attributes, from llama.h (the binding lists them only in a comment).
+_TOKEN_ATTR_CONTROL = 1 << 3
+_TOKEN_ATTR_USER_DEFINED = 1 << 4
 
 # llama.cpp logs through a C callback; keep a reference so it is never freed.
 _GGML_LOG_LEVEL_ERROR = 3  # from ggml.h; the binding does not export it
@@ -90,6 +96,10 @@ class ModelInfo:
     state_note: str
     chat_format: str  # "gguf" (the model's template) or "chatml" (fallback)
     kv_bytes_per_token: int
+    chat_format_note: str = ""  # why ChatML is used, when it is
+    reasoning_format: str = "none"  # how replies separate thinking from answer
+    reasoning_choices: tuple[str, ...] = ()  # the template's reasoning switch
+    reasoning_default: str | None = None
 
 
 class LlamaEngine:
@@ -131,6 +141,19 @@ class LlamaEngine:
         # unified KV cache lets both sequences share the same cells.
         ctx_params.n_seq_max = 2
         ctx_params.kv_unified = True
+        # Sliding-window layers keep every cell, not only the last window
+        # (llama.cpp's default, set here because correctness rests on it).
+        # Arbor cuts the context at arbitrary earlier points (a branch switch
+        # keeps the common prefix; a re-rendered turn starts inside its
+        # parent's span). A window-sized cache reuses old cells, so a cut far
+        # enough back finds its window gone; and once its cells wrap around,
+        # their order differs from a fresh run's, which changes logits in the
+        # last bits (measured: 3.6e-7), breaking bit-exact restores. The price
+        # is memory: those layers hold n_ctx cells instead of about
+        # 2 x window + n_batch (nothing for Gemma 2 at its 8k training
+        # context, ~1.5x the whole KV cache for Gemma 3 at 4k).
+        self.n_swa = int(llama_cpp.llama_model_n_swa(self._model))
+        ctx_params.swa_full = True
         ctx_params.n_threads = settings.threads
         ctx_params.n_threads_batch = settings.threads
         ctx_params.type_k = KV_CACHE_TYPES[settings.kv_cache_type]
@@ -156,7 +179,9 @@ class LlamaEngine:
         self.n_past = 0
 
         self.path = model_path
-        self.chat_format, chat_format_kind = self._load_chat_format()
+        self.chat_format = self._load_chat_format()
+        self.reasoning_format = reasoning.reasoning_format(self.chat_format.source)
+        self.reasoning_switch = reasoning.reasoning_switch(self.chat_format.source)
         self.state_kind, state_note = self._state_kind()
         has_gpu = gpu_offload_supported()
         self.info = ModelInfo(
@@ -171,8 +196,16 @@ class LlamaEngine:
             gpu_offload_supported=has_gpu,
             state_kind=self.state_kind,
             state_note=state_note,
-            chat_format=chat_format_kind,
+            chat_format=self.chat_format.kind,
             kv_bytes_per_token=self._kv_bytes_per_token(),
+            chat_format_note=self.chat_format.note,
+            reasoning_format=self.reasoning_format.name,
+            reasoning_choices=(
+                self.reasoning_switch.choices if self.reasoning_switch else ()
+            ),
+            reasoning_default=(
+                self.reasoning_switch.default if self.reasoning_switch else None
+            ),
         )
         self.vocab_id = self._vocab_identity()
         self.profile_details = {
@@ -202,32 +235,53 @@ class LlamaEngine:
             return "full", "recurrent model: its state cannot be split per token"
         if llama_cpp.llama_model_is_hybrid(self._model):
             return "full", "hybrid model: part of its state cannot be split per token"
-        if llama_cpp.llama_model_n_swa(self._model) > 0:
-            return "full", "sliding-window attention: old cells are dropped as it goes"
+        if self.n_swa > 0:
+            return "delta", (
+                "sliding-window attention: each node stores only the KV cells of "
+                "its own tokens (deltas, in window-sized pieces)"
+            )
         return "delta", "each node stores only the KV cells of its own tokens"
 
     def _kv_bytes_per_token(self) -> int:
-        # K + V per token = n_layer x 2 x n_head_kv x head_dim x bytes/element
-        # (a checkpoint adds a few bytes of cell metadata per token on top).
+        # K + V per token = n_layer x n_head_kv x (key_length + value_length) x
+        # bytes/element (a checkpoint adds a few bytes of cell metadata per token
+        # on top). Gemma-style models set the head size apart from
+        # n_embd / n_head (Gemma 2 2B: 256, not 288); the binding has no
+        # function for it, so it comes from the GGUF metadata. Per-layer
+        # differences (head counts, key_length_swa, MLA) are not counted.
+        if llama_cpp.llama_model_is_recurrent(self._model):
+            return 0  # a fixed-size state, nothing per token
         n_head = max(1, llama_cpp.llama_model_n_head(self._model))
         head_dim = llama_cpp.llama_model_n_embd(self._model) // n_head
+        arch = self._meta("general.architecture")
+        key_length = self._meta_int(f"{arch}.attention.key_length") or head_dim
+        value_length = self._meta_int(f"{arch}.attention.value_length") or key_length
         n_head_kv = llama_cpp.llama_model_n_head_kv(self._model)
-        elements = llama_cpp.llama_model_n_layer(self._model) * 2 * n_head_kv * head_dim
+        elements = (
+            llama_cpp.llama_model_n_layer(self._model)
+            * n_head_kv
+            * (key_length + value_length)
+        )
         return int(elements * _KV_ELEMENT_BYTES[self.settings.kv_cache_type])
 
-    def _load_chat_format(self) -> tuple[ChatFormat, str]:
+    def _meta_int(self, key: str) -> int | None:
+        value = self._meta(key)
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+    def _load_chat_format(self) -> ChatFormat:
         template_ptr = llama_cpp.llama_model_chat_template(self._model, None)
         template = (
             template_ptr.decode("utf-8", errors="replace") if template_ptr else None
         )
         bos = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
         eos = self.token_text(llama_cpp.llama_vocab_eos(self._vocab))
-        if template:
-            try:
-                return ChatFormat(template, bos, eos), "gguf"
-            except TemplateError as exc:
-                log.warning("chat template unusable (%s); falling back to ChatML", exc)
-        return ChatFormat(CHATML_TEMPLATE, bos, eos), "chatml"
+        chat_format = chat_formats.load(template, bos, eos)
+        if chat_format.note:
+            log.warning("%s", chat_format.note)
+        return chat_format
 
     def _vocab_identity(self) -> str:
         digest = hashlib.sha256(self.chat_format.source.encode())
@@ -283,6 +337,26 @@ class LlamaEngine:
         if token < 0:
             return ""
         return self.token_bytes(token, special=True).decode("utf-8", errors="replace")
+
+    def detokenize(self, tokens: list[int] | tuple[int, ...]) -> str:
+        """The text of ``tokens`` with special markers shown (the model's view)."""
+        data = b"".join(self.token_bytes(t, special=True) for t in tokens)
+        return data.decode("utf-8", errors="replace")
+
+    def is_special(self, token: int) -> bool:
+        """Whether ``token`` is markup rather than text (never shown as such).
+
+        Control tokens (``<|im_start|>``) always are; user-defined tokens are
+        when they look like a marker (``<think>``, ``<|channel|>``), since
+        llama.cpp prints user-defined tokens even when asked not to.
+        """
+        attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, token))
+        if attr & _TOKEN_ATTR_CONTROL:
+            return True
+        if attr & _TOKEN_ATTR_USER_DEFINED:
+            text = self.token_text(token).strip()
+            return len(text) > 2 and text[0] in "<[" and text[-1] in ">]"
+        return False
 
     def is_end_of_generation(self, token: int) -> bool:
         """Whether ``token`` ends the assistant's turn (EOS, EOT, <|im_end|>, ...)."""
@@ -356,7 +430,11 @@ class LlamaEngine:
     # --- KV state ----------------------------------------------------------------
 
     def truncate(self, pos: int) -> None:
-        """Forget every token from ``pos`` on (keep the first ``pos``)."""
+        """Forget every token from ``pos`` on (keep the first ``pos``).
+
+        When the context cannot be cut exactly there it is emptied instead:
+        ``n_past`` is then 0, which callers take as "start from the root".
+        """
         if pos >= self.n_past:
             return
         if pos <= 0 or self.state_kind == "full":
@@ -364,27 +442,48 @@ class LlamaEngine:
             llama_cpp.llama_memory_clear(self._mem, True)
             self.n_past = 0
             return
-        if not llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, pos, -1):
+        if not llama_cpp.llama_memory_seq_rm(
+            self._mem, MAIN_SEQ, pos, -1
+        ) or not self._window_intact(pos):
             llama_cpp.llama_memory_clear(self._mem, True)
             self.n_past = 0
             return
         self.n_past = pos
 
+    def _window_intact(self, pos: int) -> bool:
+        """Whether the sliding-window layers still hold what token ``pos`` sees.
+
+        The next token attends to the ``n_swa`` positions before it. With
+        ``swa_full`` nothing is ever dropped, so this is a guard, not a path
+        taken: were cells dropped (a window-sized cache reuses the oldest),
+        decoding would go on silently wrong. llama.cpp keeps every position
+        between a sequence's first and last cell (it purges below any cell it
+        reuses), and these two calls answer for the window cache, so the two
+        ends tell whether the whole window is there.
+        """
+        if not self.n_swa:
+            return True
+        low = llama_cpp.llama_memory_seq_pos_min(self._mem, MAIN_SEQ)
+        high = llama_cpp.llama_memory_seq_pos_max(self._mem, MAIN_SEQ)
+        return high == pos - 1 and 0 <= low <= max(0, pos - self.n_swa)
+
     def capture(self, start: int, end: int) -> bytes:
         """Serialize the KV cells of positions ``[start, end)`` of the conversation.
 
         For "full" models the whole state at ``end`` is serialized instead.
+        Sliding-window models get one serialized piece per window-aligned
+        stretch (see ``_window_pieces``), each with a length prefix.
         """
         if end != self.n_past:
             raise BackendError(f"capture at {end} but the context is at {self.n_past}")
         if self.state_kind == "full":
             return self._seq_state(MAIN_SEQ)
-        llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
-        llama_cpp.llama_memory_seq_cp(self._mem, MAIN_SEQ, SCRATCH_SEQ, start, end)
-        try:
-            return self._seq_state(SCRATCH_SEQ)
-        finally:
-            llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+        if not self.n_swa:
+            return self._capture_cells(start, end)
+        pieces = [
+            self._capture_cells(*span) for span in self._window_pieces(start, end)
+        ]
+        return b"".join(len(piece).to_bytes(8, "little") + piece for piece in pieces)
 
     def restore(self, data: bytes, start: int, end: int) -> bool:
         """Apply a checkpoint made by ``capture(start, end)``; True on success.
@@ -406,21 +505,90 @@ class LlamaEngine:
             return True
         if start != self.n_past:
             return False
-        ok = self._set_seq_state(data, SCRATCH_SEQ)
-        # The cells must sit exactly at the node's positions: a checkpoint of the
-        # right size but the wrong place would silently corrupt the context.
-        if ok:
+        if not self.n_swa:
+            ok = self._apply_cells(data, start, end)
+        else:
+            pieces = self._window_pieces(start, end)
+            states = self._split_pieces(data)
             ok = (
-                llama_cpp.llama_memory_seq_pos_min(self._mem, SCRATCH_SEQ) == start
-                and llama_cpp.llama_memory_seq_pos_max(self._mem, SCRATCH_SEQ)
-                == end - 1
+                states is not None
+                and len(states) == len(pieces)
+                and all(
+                    self._apply_cells(state, p0, p1)
+                    for state, (p0, p1) in zip(states, pieces, strict=True)
+                )
             )
-        if ok:
-            llama_cpp.llama_memory_seq_cp(self._mem, SCRATCH_SEQ, MAIN_SEQ, -1, -1)
-        llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+            if not ok:  # take back the pieces already applied
+                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, start, -1)
         if ok:
             self.n_past = end
         return ok
+
+    def _window_pieces(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``[start, end)`` cut at multiples of ``n_swa``.
+
+        llama.cpp serializes a sequence's window-layer cells only within the
+        window of its last position, so a delta of a longer span would lack
+        the window layers' cells of all but its last ``n_swa`` tokens. Such a
+        delta restores exactly at its end, but the context could not then be
+        cut inside that span (measured: wrong logits that no position check
+        notices). Pieces of at most one window, aligned so that chunked
+        attention (Llama 4) keeps them whole too, carry every cell.
+        """
+        pieces = []
+        while start < end:
+            cut = min(end, (start // self.n_swa + 1) * self.n_swa)
+            pieces.append((start, cut))
+            start = cut
+        return pieces
+
+    @staticmethod
+    def _split_pieces(data: bytes) -> list[bytes] | None:
+        """The pieces of a sliding-window delta, or None if it is malformed."""
+        pieces: list[bytes] = []
+        offset = 0
+        while offset < len(data):
+            size = int.from_bytes(data[offset : offset + 8], "little")
+            offset += 8
+            if size == 0 or offset + size > len(data):
+                return None
+            pieces.append(data[offset : offset + size])
+            offset += size
+        return pieces
+
+    def _capture_cells(self, start: int, end: int) -> bytes:
+        llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self._mem, MAIN_SEQ, SCRATCH_SEQ, start, end)
+        try:
+            # A window cache that dropped some of these cells would make a delta
+            # that restores a context with holes: refuse rather than store it.
+            if self.n_swa and not self._holds(SCRATCH_SEQ, start, end):
+                raise BackendError(
+                    f"The sliding-window cache no longer holds positions {start}-"
+                    f"{end - 1}; no checkpoint was made."
+                )
+            return self._seq_state(SCRATCH_SEQ)
+        finally:
+            llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+
+    def _apply_cells(self, data: bytes, start: int, end: int) -> bool:
+        """Add the cells of one serialized delta (piece) to the main sequence."""
+        ok = self._set_seq_state(data, SCRATCH_SEQ)
+        # The cells must sit exactly at the node's positions: a checkpoint of the
+        # right size but the wrong place would silently corrupt the context. A
+        # window-sized piece holds all its cells, so for sliding-window models
+        # (whose position queries answer for the window cache) this holds too.
+        ok = ok and self._holds(SCRATCH_SEQ, start, end)
+        if ok:
+            llama_cpp.llama_memory_seq_cp(self._mem, SCRATCH_SEQ, MAIN_SEQ, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
+        return ok
+
+    def _holds(self, seq: int, start: int, end: int) -> bool:
+        return (
+            llama_cpp.llama_memory_seq_pos_min(self._mem, seq) == start
+            and llama_cpp.llama_memory_seq_pos_max(self._mem, seq) == end - 1
+        )
 
     def _seq_state(self, seq: int) -> bytes:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)

@@ -1,8 +1,9 @@
 """Bring the engine's context to the end of a path: keep, restore, or reprocess.
 
-The engine remembers which nodes its context holds. To move to another node
-we keep the common prefix in memory, drop the rest, then apply the stored
-checkpoints of the nodes below the fork in order. The first checkpoint that is
+The engine remembers which nodes its context holds: the *effective* nodes of
+a path (``folding.effective``), whose spans follow each other. To move to
+another node we keep the common prefix in memory, drop the rest, then apply
+the stored checkpoints of the nodes below the fork in order. The first checkpoint that is
 missing, corrupt, made by another backend profile or refused by llama.cpp
 stops the restoring: from there the stored tokens are decoded again (never
 wrong, only slower) and their checkpoints are written anew.
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.backend.engine import LlamaEngine
+from app.conversation import folding
 from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord, StoredCheckpoint
@@ -75,7 +77,8 @@ class ContextSync:
         self.loaded.append(node)
 
     def move_to(self, path: list[NodeRecord]) -> SyncStats:
-        """Make the context hold exactly the spans of ``path``."""
+        """Make the context hold exactly the (effective) spans of ``path``."""
+        path = folding.effective(path)
         if self._engine.state_kind == "full":
             return self._move_full(path)
         return self._move_delta(path)

@@ -17,9 +17,11 @@ from typing import Any
 
 from app.backend.engine import LlamaEngine
 from app.backend.errors import ContextFullError
+from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.sampling import PENALTY_LAST_N, SamplingParams
 from app.backend.text_stream import Utf8Stream
 from app.conversation import spans
+from app.conversation.spans import Placement
 from app.conversation.context_sync import ContextSync, SyncStats
 from storage import repository
 from storage.db import Database
@@ -84,8 +86,18 @@ class _SampledReply:
 
     tokens: list[int] = field(default_factory=list)  # the reply's content tokens
     pending: list[int] = field(default_factory=list)  # sampled, not yet decoded
-    text: str = ""
+    text: str = ""  # the answer
+    thinking: str = ""  # the reasoning, where the model's format separates it
     stop_reason: str = "max_tokens"
+
+
+@dataclass(frozen=True)
+class _Streams:
+    """Where a reply's answer and reasoning go as they are generated."""
+
+    on_token: TokenCallback | None = None
+    on_thinking: TokenCallback | None = None
+    should_stop: StopCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,7 @@ class Reply:
     assistant_node: int
     text: str
     stats: ReplyStats
+    thinking: str = ""
 
 
 class ConversationService:
@@ -149,8 +162,22 @@ class ConversationService:
             self.db, title, system_prompt
         )
         if self.engine is not None:
-            spans.ensure_spans(self.db, self.engine, [root])
+            spans.ensure_spans(
+                self.db, self.engine, [root], self._variables(conversation.id)
+            )
         return conversation.id, root.id
+
+    def set_reasoning(self, conversation_id: int, choice: str | None) -> None:
+        """Store a conversation's reasoning choice; None is the template's default."""
+        engine = self.engine
+        switch = engine.reasoning_switch if engine is not None else None
+        if choice is not None and switch is not None and choice not in switch.choices:
+            raise ServiceError(
+                f"Reasoning {choice!r} is not one of this model's choices: "
+                + ", ".join(switch.choices)
+                + "."
+            )
+        repository.set_reasoning(self.db, conversation_id, choice)
 
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id."""
@@ -162,8 +189,7 @@ class ConversationService:
 
     def restore(self, node_id: int) -> SyncStats:
         """Put the engine at the end of ``node_id``'s path (e.g. a click on a node)."""
-        engine = self._require_engine()
-        path = spans.ensure_spans(self.db, engine, self.path(node_id))
+        path = self._ensured_path(node_id)
         stats = self._move_to(path)
         repository.set_active_node(self.db, node_id)
         return stats
@@ -175,8 +201,13 @@ class ConversationService:
         params: SamplingParams,
         on_token: TokenCallback | None = None,
         should_stop: StopCheck | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> Reply:
-        """Add a user message under ``parent_id`` (root or reply) and reply to it."""
+        """Add a user message under ``parent_id`` (root or reply) and reply to it.
+
+        The answer streams through ``on_token``, the reasoning of a model that
+        thinks through ``on_thinking``; ``should_stop`` ends the reply early.
+        """
         parent = repository.get_node(self.db, parent_id)
         if parent.role == "user":
             raise ServiceError(
@@ -184,7 +215,8 @@ class ConversationService:
                 "assistant reply or the conversation start (regenerate answers "
                 "a user message)."
             )
-        return self._add_user_and_reply(parent_id, text, params, on_token, should_stop)
+        streams = _Streams(on_token, on_thinking, should_stop)
+        return self._add_user_and_reply(parent_id, text, params, streams)
 
     def edit(
         self,
@@ -193,14 +225,14 @@ class ConversationService:
         params: SamplingParams,
         on_token: TokenCallback | None = None,
         should_stop: StopCheck | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> Reply:
         """Add an edited copy of a user message as its sibling, and reply to it."""
         node = repository.get_node(self.db, user_node_id)
         if node.role != "user" or node.parent_id is None:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
-        return self._add_user_and_reply(
-            node.parent_id, text, params, on_token, should_stop
-        )
+        streams = _Streams(on_token, on_thinking, should_stop)
+        return self._add_user_and_reply(node.parent_id, text, params, streams)
 
     def regenerate(
         self,
@@ -208,12 +240,13 @@ class ConversationService:
         params: SamplingParams,
         on_token: TokenCallback | None = None,
         should_stop: StopCheck | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> Reply:
         """Generate a new reply beside an existing one (a sibling)."""
         node = repository.get_node(self.db, assistant_node_id)
         if node.role != "assistant" or node.parent_id is None:
             raise ServiceError(f"Node {assistant_node_id} is not an assistant reply.")
-        return self.reply(node.parent_id, params, on_token, should_stop)
+        return self.reply(node.parent_id, params, on_token, should_stop, on_thinking)
 
     def reply(
         self,
@@ -221,35 +254,30 @@ class ConversationService:
         params: SamplingParams,
         on_token: TokenCallback | None = None,
         should_stop: StopCheck | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> Reply:
         """Generate a (new) assistant reply to the user message ``user_node_id``."""
         engine = self._require_engine()
-        path = spans.ensure_spans(self.db, engine, self.path(user_node_id))
+        path = self._ensured_path(user_node_id)
         if path[-1].role != "user":
             raise ServiceError(f"Node {user_node_id} is not a user message.")
-        stats = ReplyStats.after(self._move_to(path))
-        return self._generate(path, None, params, stats, on_token, should_stop)
+        opening = spans.place_reply(engine, path, self._variables_of(path))
+        self._check_room(opening.start_pos + len(opening.tokens))
+        stats = ReplyStats.after(self._move_to(opening.base))
+        streams = _Streams(on_token, on_thinking, should_stop)
+        return self._generate(path[-1], opening, None, params, stats, streams)
 
     def _add_user_and_reply(
-        self,
-        parent_id: int,
-        text: str,
-        params: SamplingParams,
-        on_token: TokenCallback | None,
-        should_stop: StopCheck | None,
+        self, parent_id: int, text: str, params: SamplingParams, streams: _Streams
     ) -> Reply:
         engine = self._require_engine()
         if not text.strip():
             raise ServiceError("The message is empty.")
-        path = spans.ensure_spans(self.db, engine, self.path(parent_id))
-        tokens = spans.message_tokens(engine, path, "user", text)
-        needed = path[-1].end_pos + len(tokens) + 8
-        if needed > engine.n_ctx:
-            raise ContextFullError(
-                f"This message needs about {needed} tokens of context but the model's "
-                f"context holds {engine.n_ctx}. Shorten it, branch from an earlier "
-                "point, or raise the context size in the settings."
-            )
+        path = self._ensured_path(parent_id)
+        variables = self._variables_of(path)
+        placement, prompt_text = spans.place_user(engine, path, text, variables)
+        prompt_tokens = engine.tokenize(prompt_text)
+        self._check_room(placement.start_pos + len(placement.tokens) + len(prompt_tokens))
         # The user's words are committed before any model work, so nothing they
         # typed is lost if generation fails or the process dies.
         user = repository.add_node(
@@ -257,24 +285,42 @@ class ConversationService:
             parent_id,
             "user",
             text,
-            tokens=tokens,
-            start_pos=path[-1].end_pos,
+            tokens=placement.tokens,
+            start_pos=placement.start_pos,
             vocab_id=engine.vocab_id,
+            span_text=placement.text,
         )
         if parent_id == path[0].id:
             repository.title_if_unnamed(self.db, user.conversation_id, title_from(text))
-        stats = ReplyStats.after(self._move_to(path))
-        return self._generate(path, user, params, stats, on_token, should_stop)
+        stats = ReplyStats.after(self._move_to(placement.base))
+        # The template's generation prompt follows the user's turn directly.
+        opening = Placement([*placement.base, user], prompt_text, prompt_tokens)
+        return self._generate(user, opening, user, params, stats, streams)
+
+    def _check_room(self, needed: int) -> None:
+        engine = self._require_engine()
+        needed += 8  # a reply needs room for at least a few tokens
+        if needed > engine.n_ctx:
+            raise ContextFullError(
+                f"This message needs about {needed} tokens of context but the model's "
+                f"context holds {engine.n_ctx}. Shorten it, branch from an earlier "
+                "point, or raise the context size in the settings."
+            )
 
     def _generate(
         self,
-        path: list[NodeRecord],
+        parent: NodeRecord,
+        opening: Placement,
         user: NodeRecord | None,
         params: SamplingParams,
         stats: ReplyStats,
-        on_token: TokenCallback | None,
-        should_stop: StopCheck | None,
+        streams: _Streams,
     ) -> Reply:
+        """Decode the new user turn (if any) and the reply's opening, then sample.
+
+        ``opening`` is the reply's first span text and tokens (the generation
+        prompt), placed after its effective nodes.
+        """
         engine = self._require_engine()
         sync = self._sync
         assert sync is not None
@@ -288,8 +334,7 @@ class ConversationService:
             stats.checkpoint_bytes_written += self._store_checkpoint(
                 user, engine.capture(user.start_pos, user.end_pos)
             )
-            path = [*path, user]
-        header = spans.assistant_header_tokens(engine, path)
+        header = opening.tokens
         start = engine.n_past
         engine.decode(header, [len(header)])
         stats.prompt_tokens += len(header)
@@ -299,7 +344,7 @@ class ConversationService:
         generation = {"params": params.as_dict(), "model": engine.info.name}
         reply = repository.add_node(
             self.db,
-            path[-1].id,
+            parent.id,
             "assistant",
             "",
             tokens=header,
@@ -308,16 +353,24 @@ class ConversationService:
             vocab_id=engine.vocab_id,
             status="generating",
             generation=generation,
+            span_text=opening.text,
         )
         # The sampler's repeat penalty looks back PENALTY_LAST_N tokens at most.
-        history = [t for node in path for t in node.tokens][-PENALTY_LAST_N:] + header
+        context = [t for node in sync.loaded for t in node.tokens]
+        history = context[-PENALTY_LAST_N:] + header
+        splitter = ReasoningSplitter(
+            engine.reasoning_format,
+            starts_in_thinking(engine.reasoning_format, opening.text),
+        )
         gen_started = time.perf_counter()
-        sampled = self._sample(reply.id, params, history, header, on_token, should_stop)
+        sampled = self._sample(
+            reply, params, history, header, opening.text, splitter, streams
+        )
         stats.generate_ms = (time.perf_counter() - gen_started) * 1000
         stats.generated_tokens = len(sampled.tokens)
         if stats.generate_ms > 0:
             stats.tokens_per_second = len(sampled.tokens) / (stats.generate_ms / 1000)
-        span, chunks = self._close_turn(header, sampled)
+        span, chunks, closing_text = self._close_turn(header, sampled)
         stop_reason = sampled.stop_reason
         generation.update(
             stop_reason=stop_reason,
@@ -328,8 +381,10 @@ class ConversationService:
             self.db,
             reply.id,
             text=sampled.text,
+            thinking=sampled.thinking,
             tokens=span,
             chunks=chunks,
+            span_text=opening.text + closing_text,
             status="stopped" if stop_reason == "stopped" else "complete",
             generation=generation,
         )
@@ -345,32 +400,38 @@ class ConversationService:
             assistant_node=reply.id,
             text=sampled.text,
             stats=stats,
+            thinking=sampled.thinking,
         )
 
     def _sample(
         self,
-        reply_id: int,
+        reply: NodeRecord,
         params: SamplingParams,
         history: list[int],
         header: list[int],
-        on_token: TokenCallback | None,
-        should_stop: StopCheck | None,
+        header_text: str,
+        splitter: ReasoningSplitter,
+        streams: _Streams,
     ) -> _SampledReply:
-        """Sample the reply token by token, streaming text and saving it as it grows."""
+        """Sample the reply token by token, streaming text and saving it as it grows.
+
+        Each token's text goes through ``splitter``, which sends reasoning and
+        answer to their own streams and hides markup tokens.
+        """
         engine = self._require_engine()
         result = _SampledReply()
         text_stream = Utf8Stream()
-        parts: list[str] = []
 
-        def emit(piece: str) -> None:
-            if piece:
-                parts.append(piece)
-                if on_token is not None:
-                    on_token(piece)
+        def emit(pieces: list[tuple[str, str]]) -> None:
+            for channel, piece in pieces:
+                target = streams.on_thinking if channel == "thinking" else streams.on_token
+                if piece and target is not None:
+                    target(piece)
 
         # Room to close the turn must remain in the context.
         room = engine.n_ctx - len(engine.tokenize(engine.chat_format.footer)) - 1
         last_save = time.perf_counter()
+        should_stop = streams.should_stop
         with engine.sampler(params, history) as sampler:
             while True:
                 if should_stop is not None and should_stop():
@@ -387,7 +448,9 @@ class ConversationService:
                         result.pending.append(token)
                     break
                 result.tokens.append(token)
-                emit(text_stream.push(engine.token_bytes(token)))
+                special = engine.is_special(token)
+                piece = text_stream.push(engine.token_bytes(token, special=True))
+                emit(splitter.push(piece, special=special))
                 if len(result.tokens) >= params.max_tokens:
                     result.stop_reason = "max_tokens"
                     result.pending.append(token)
@@ -397,23 +460,28 @@ class ConversationService:
                     last_save = time.perf_counter()
                     repository.update_node(
                         self.db,
-                        reply_id,
-                        text="".join(parts),
+                        reply.id,
+                        text=splitter.answer,
+                        thinking=splitter.thinking,
                         tokens=[*header, *result.tokens],
                         chunks=[len(header)] + [1] * len(result.tokens),
+                        span_text=header_text + engine.detokenize(result.tokens),
                     )
-        emit(text_stream.flush())
-        result.text = "".join(parts)
+        emit(splitter.push(text_stream.flush()))
+        emit(splitter.flush())
+        result.text = splitter.answer
+        result.thinking = splitter.thinking
         return result
 
     def _close_turn(
         self, header: list[int], sampled: _SampledReply
-    ) -> tuple[list[int], list[int]]:
-        """Decode the end of the turn; return the reply's span and its batch sizes.
+    ) -> tuple[list[int], list[int], str]:
+        """Decode the end of the turn; return the span, its batch sizes and its text.
 
         What was sampled but not yet decoded goes in, then the template's footer
         (minus the end-of-turn marker when the model produced it itself), so the
-        next message starts on a clean context.
+        next message starts on a clean context. The text is what the model
+        wrote and the footer, the header's text excluded.
         """
         engine = self._require_engine()
         footer_text = engine.chat_format.footer
@@ -429,9 +497,27 @@ class ConversationService:
         if closing:
             engine.decode(closing, [len(closing)])
             chunks.append(len(closing))
-        return [*header, *decoded, *closing], chunks
+        text = engine.detokenize([*decoded, *pending]) + footer_text
+        return [*header, *decoded, *closing], chunks, text
 
     # --- internals ------------------------------------------------------------------
+
+    def _variables(self, conversation_id: int) -> dict[str, Any]:
+        # The template variables of the conversation's reasoning choice.
+        switch = self.engine.reasoning_switch if self.engine is not None else None
+        if switch is None:
+            return {}
+        choice = repository.get_conversation(self.db, conversation_id).reasoning
+        return switch.variables(choice if choice in switch.choices else None)
+
+    def _variables_of(self, path: list[NodeRecord]) -> dict[str, Any]:
+        return self._variables(path[0].conversation_id)
+
+    def _ensured_path(self, node_id: int) -> list[NodeRecord]:
+        # The path to a node, its spans made valid for the loaded model.
+        engine = self._require_engine()
+        path = self.path(node_id)
+        return spans.ensure_spans(self.db, engine, path, self._variables_of(path))
 
     def _require_engine(self) -> LlamaEngine:
         if self.engine is None or self._sync is None:

@@ -1,16 +1,21 @@
 """Rendering nodes into token spans with the loaded model's tokenizer and template.
 
-Tokens are the truth: a node's span is rendered once and stored. A span is
-rendered again only when it was made for another tokenizer (a different
+Tokens are the truth: a node's span is rendered once and stored, together with
+the text it stands for. Where a new span starts is decided by ``folding``: after
+its parent, or further up when the template re-renders earlier turns. A span
+is rendered again only when it was made for another tokenizer (a different
 model) or never rendered (a conversation created before any model loaded).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from app.backend.chat_format import Message
 from app.backend.engine import LlamaEngine
+from app.conversation import folding
 from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord
@@ -18,10 +23,30 @@ from storage.repository import NodeRecord
 # Statuses of a reply whose turn was never closed (its process was killed).
 UNCLOSED = ("interrupted", "generating")
 
+Variables = Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a new span goes: after the effective nodes ``base``, with ``text``."""
+
+    base: list[NodeRecord]
+    text: str
+    tokens: list[int]
+
+    @property
+    def start_pos(self) -> int:
+        """The span's first position."""
+        return self.base[-1].end_pos if self.base else 0
+
 
 def turns_of(path: Sequence[NodeRecord]) -> list[Message]:
     """The chat messages of a path, without the root."""
-    return [Message(node.role, node.text) for node in path if node.role != "root"]
+    return [
+        Message(node.role, node.text, node.thinking)
+        for node in path
+        if node.role != "root"
+    ]
 
 
 def system_of(path: Sequence[NodeRecord]) -> str | None:
@@ -29,57 +54,95 @@ def system_of(path: Sequence[NodeRecord]) -> str | None:
     return path[0].text or None
 
 
-def root_tokens(engine: LlamaEngine, system_prompt: str | None) -> list[int]:
-    """Tokens of the conversation start, BOS included when the model wants one."""
-    text = engine.chat_format.root_text(system_prompt)
+def span_tokens(engine: LlamaEngine, text: str, at_start: bool) -> list[int]:
+    """Tokens of a span's text; the context's first span gets BOS if the model wants it."""
     tokens = engine.tokenize(text)
     bos = engine.bos_token
-    if engine.adds_bos and bos >= 0 and tokens[:1] != [bos]:
+    if at_start and engine.adds_bos and bos >= 0 and tokens[:1] != [bos]:
         tokens.insert(0, bos)
     return tokens
 
 
-def message_tokens(
-    engine: LlamaEngine, path: Sequence[NodeRecord], role: str, text: str
-) -> list[int]:
-    """Tokens that a message of ``role`` appends after ``path`` (a closed turn)."""
-    return engine.tokenize(
-        engine.chat_format.message_text(
-            system_of(path), turns_of(path), Message(role, text)
-        )
-    )
+def place(engine: LlamaEngine, path: Sequence[NodeRecord], target: str) -> Placement:
+    """Place a span so that the context after ``path`` reads ``target``."""
+    nodes = folding.effective(path)
+    k, text = folding.fold(nodes, target)
+    return Placement(nodes[: k + 1], text, span_tokens(engine, text, k < 0))
 
 
-def assistant_header_tokens(
-    engine: LlamaEngine, path: Sequence[NodeRecord]
-) -> list[int]:
-    """Tokens that open the assistant's turn after ``path``."""
-    return engine.tokenize(
-        engine.chat_format.assistant_header(system_of(path), turns_of(path))
+def place_user(
+    engine: LlamaEngine, path: Sequence[NodeRecord], text: str, variables: Variables
+) -> tuple[Placement, str]:
+    """Place a user message after ``path``; also return the generation prompt text."""
+    through, with_prompt = engine.chat_format.prompt(
+        system_of(path), [*turns_of(path), Message("user", text)], variables
     )
+    return place(engine, path, through), with_prompt[len(through) :]
+
+
+def place_reply(
+    engine: LlamaEngine, path: Sequence[NodeRecord], variables: Variables
+) -> Placement:
+    """Place the opening of a reply (the generation prompt) after ``path``."""
+    _through, with_prompt = engine.chat_format.prompt(
+        system_of(path), turns_of(path), variables
+    )
+    return place(engine, path, with_prompt)
 
 
 def ensure_spans(
-    db: Database, engine: LlamaEngine, path: list[NodeRecord]
+    db: Database, engine: LlamaEngine, path: list[NodeRecord], variables: Variables
 ) -> list[NodeRecord]:
     """Return ``path`` with every span valid for ``engine``, fixing what is not.
 
     A span never rendered or made by another tokenizer is rendered again from
-    its text; a reply cut off by a killed process is closed. A node whose span
-    is fine but no longer starts where its parent ends (a node above it
-    changed length) keeps its tokens and only moves. Either way its stale
-    checkpoints are dropped.
+    its message; a reply cut off by a killed process is closed. A node whose
+    span is fine but whose anchor above it changed length keeps its tokens
+    and only moves. Either way its stale checkpoints are dropped. Spans made
+    before their text was recorded get it from their tokens.
     """
     result: list[NodeRecord] = []
+    # (end before, end now) of each node fixed so far, to move the nodes below.
+    ends: list[tuple[int, int]] = []
     for node in path:
-        start = result[-1].end_pos if result else 0
-        if node.vocab_id != engine.vocab_id or node.status in UNCLOSED:
-            node = _rerender(db, engine, result, node, start)
-        elif node.start_pos != start:
-            repository.delete_checkpoints(db, node_ids=[node.id])
-            node = repository.update_node(db, node.id, start_pos=start)
+        old_end = node.end_pos
+        start = _anchor(node.start_pos, ends, is_root=not result)
+        same_vocab = node.vocab_id == engine.vocab_id
+        if same_vocab and start is not None and node.status in UNCLOSED:
+            node = _close_unfinished(db, engine, node, start)
+        elif not same_vocab or start is None or node.status in UNCLOSED:
+            node = _rerender(db, engine, result, node, variables)
+        else:
+            if node.span_text is None:
+                node = repository.update_node(
+                    db, node.id, span_text=_recorded_text(engine, node, not result)
+                )
+            if node.start_pos != start:
+                repository.delete_checkpoints(db, node_ids=[node.id])
+                node = repository.update_node(db, node.id, start_pos=start)
         result.append(node)
+        ends.append((old_end, node.end_pos))
     return result
+
+
+def _anchor(start: int, ends: list[tuple[int, int]], is_root: bool) -> int | None:
+    # A span starts at 0 or where a node above ended; find that node's end now.
+    if is_root or start == 0:
+        return 0 if start == 0 else None
+    for old, new in reversed(ends):
+        if old == start:
+            return new
+    return None
+
+
+def _recorded_text(engine: LlamaEngine, node: NodeRecord, is_root: bool) -> str:
+    tokens = list(node.tokens)
+    if is_root and engine.adds_bos and tokens[:1] == [engine.bos_token]:
+        # A BOS that Arbor added is not part of the template's text.
+        text = engine.detokenize(tokens[1:])
+        if span_tokens(engine, text, True) == tokens:
+            return text
+    return engine.detokenize(tokens)
 
 
 def _rerender(
@@ -87,21 +150,50 @@ def _rerender(
     engine: LlamaEngine,
     above: list[NodeRecord],
     node: NodeRecord,
-    start: int,
+    variables: Variables,
 ) -> NodeRecord:
-    changes: dict[str, object] = {"chunks": []}
     if node.role == "root":
-        tokens = root_tokens(engine, node.text or None)
-    elif node.status in UNCLOSED and node.vocab_id == engine.vocab_id:
-        # A reply cut off by a killed process: keep its sampled ids and close the
-        # turn, as a stopped reply would have been closed.
-        footer = engine.tokenize(engine.chat_format.footer)
-        tokens = [*node.tokens, *footer]
-        changes["status"] = "stopped"
-        changes["chunks"] = [*node.chunks, len(footer)] if footer else list(node.chunks)
+        text = engine.chat_format.root_text(node.text or None, variables)
+        placement = Placement([], text, span_tokens(engine, text, True))
+    elif node.role == "user":
+        placement, _prompt = place_user(engine, above, node.text, variables)
     else:
-        tokens = message_tokens(engine, above, node.role, node.text)
+        target = engine.chat_format.history(
+            system_of(above), [*turns_of(above), *turns_of([node])], variables
+        )
+        placement = place(engine, above, target)
     repository.delete_checkpoints(db, node_ids=[node.id])
     return repository.update_node(
-        db, node.id, tokens=tokens, start_pos=start, vocab_id=engine.vocab_id, **changes
+        db,
+        node.id,
+        tokens=placement.tokens,
+        start_pos=placement.start_pos,
+        span_text=placement.text,
+        vocab_id=engine.vocab_id,
+        chunks=[],
+    )
+
+
+def _close_unfinished(
+    db: Database, engine: LlamaEngine, node: NodeRecord, start: int
+) -> NodeRecord:
+    # A reply cut off by a killed process: keep its sampled ids and close the
+    # turn, as a stopped reply would have been closed.
+    footer = engine.chat_format.footer
+    footer_tokens = engine.tokenize(footer)
+    recorded = node.span_text
+    if recorded is None:
+        recorded = engine.detokenize(node.tokens)
+    chunks = list(node.chunks)
+    if footer_tokens:
+        chunks.append(len(footer_tokens))
+    repository.delete_checkpoints(db, node_ids=[node.id])
+    return repository.update_node(
+        db,
+        node.id,
+        tokens=[*node.tokens, *footer_tokens],
+        start_pos=start,
+        span_text=recorded + footer,
+        status="stopped",
+        chunks=chunks,
     )

@@ -2,13 +2,15 @@
 
 The send shortcut belongs to the window's Send action (so menus show it);
 the composer shows the convention in its hint and turns its button into Stop
-while a reply streams.
+while a reply streams. Beside the hint, for models whose chat template has a
+reasoning switch, a small "Reasoning" box sets it for the conversation.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import (
+    QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -22,6 +24,10 @@ from PySide6.QtWidgets import (
 from app.views.theme import icon
 
 HINT = "Ctrl+Enter to send · Enter for a new line · Esc to stop"
+REASONING_TOOLTIP = (
+    "How much this model reasons before it answers, for this conversation. "
+    "The next reply uses it; earlier replies stay as they are."
+)
 EDIT_HINT = (
     "Editing a message: Ctrl+Enter sends it as a new branch (the original stays)"
     " · Esc cancels"
@@ -39,11 +45,15 @@ class Composer(QWidget):
         The Stop button was pressed.
     edit_cancelled()
         The user left edit mode without sending.
+    reasoning_changed(object)
+        The user chose a reasoning setting: one of the model's choices, or
+        None for the template's default.
     """
 
     send_clicked = Signal()
     stop_clicked = Signal()
     edit_cancelled = Signal()
+    reasoning_changed = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -91,9 +101,28 @@ class Composer(QWidget):
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addWidget(self.frame)
 
+        footer = QHBoxLayout()
+        footer.setContentsMargins(0, 0, 0, 0)
+        footer.setSpacing(6)
         self.hint = QLabel(HINT)
         self.hint.setObjectName("ComposerHint")
-        outer.addWidget(self.hint)
+        footer.addWidget(self.hint, 1)
+        self.reasoning_label = QLabel("Reasoning:")
+        self.reasoning_label.setObjectName("ComposerHint")
+        self.reasoning_box = QComboBox()
+        self.reasoning_box.setObjectName("ReasoningBox")
+        self.reasoning_box.setToolTip(REASONING_TOOLTIP)
+        self.reasoning_box.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToContents
+        )
+        self.reasoning_label.setBuddy(self.reasoning_box)
+        # "activated", not "currentIndexChanged": only the user's choices are
+        # requests; showing a conversation's stored choice is not.
+        self.reasoning_box.activated.connect(self._on_reasoning_box_activated)
+        footer.addWidget(self.reasoning_label)
+        footer.addWidget(self.reasoning_box)
+        outer.addLayout(footer)
+        self.set_reasoning_choices((), None)
 
     @property
     def text(self) -> str:
@@ -132,6 +161,36 @@ class Composer(QWidget):
         self.edit.setPlaceholderText(placeholder)
         self.send_button.setEnabled(available or self._generating)
 
+    @property
+    def reasoning(self) -> str | None:
+        """The reasoning setting shown (None: the template's default)."""
+        return self.reasoning_box.currentData() or None
+
+    def set_reasoning_choices(
+        self, choices: tuple[str, ...], default: str | None
+    ) -> None:
+        """Offer the model's reasoning settings; hide the box when it has none."""
+        shown = self.reasoning
+        self.reasoning_box.clear()
+        self.reasoning_box.addItem(
+            # "" stands for None: an item without data cannot be searched for.
+            f"Default ({default.capitalize()})" if default else "Default",
+            "",
+        )
+        for choice in choices:
+            self.reasoning_box.addItem(choice.capitalize(), choice)
+        self.set_reasoning(shown)
+        for widget in (self.reasoning_label, self.reasoning_box):
+            widget.setVisible(bool(choices))
+
+    def set_reasoning(self, choice: str | None) -> None:
+        """Show a conversation's stored setting (without requesting anything).
+
+        A choice this model does not offer shows as the default.
+        """
+        index = self.reasoning_box.findData(choice or "")
+        self.reasoning_box.setCurrentIndex(max(index, 0))
+
     def begin_edit(self, node_id: int, text: str) -> None:
         """Put a user message in the editor to send as its edited sibling."""
         self.editing_node = node_id
@@ -163,6 +222,10 @@ class Composer(QWidget):
             self.stop_clicked.emit()
         else:
             self.send_clicked.emit()
+
+    @Slot(int)
+    def _on_reasoning_box_activated(self, index: int) -> None:
+        self.reasoning_changed.emit(self.reasoning_box.itemData(index) or None)
 
     @Slot()
     def _on_cancel_button_clicked(self) -> None:

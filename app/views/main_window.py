@@ -54,6 +54,7 @@ FAILURE_TITLES = {
     "new": "Could not create the conversation",
     "restore": "Could not go to that message",
     "delete": "Could not delete the branch",
+    "reasoning": "Could not change the reasoning setting",
 }
 BUSY_TEXTS = {
     "load": "Loading the model…",
@@ -107,6 +108,8 @@ class MainWindow(QMainWindow):
         self.active_id: int | None = None
         self._generating_job: jobs.Job | None = None
         self._pending_text: str | None = None
+        # The shown conversation's stored reasoning choice (None: the default).
+        self._reasoning: str | None = None
 
         self.setWindowTitle("Arbor")
         self.setWindowIcon(app_icon())
@@ -242,6 +245,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         self.engine.started.connect(self._on_engine_started)
         self.engine.token_received.connect(self._on_engine_token_received)
+        self.engine.thinking_received.connect(self._on_engine_thinking_received)
         self.engine.failed.connect(self._on_engine_failed)
         self.engine.finished.connect(self._on_engine_finished)
         self.sidebar.conversation_selected.connect(
@@ -260,6 +264,7 @@ class MainWindow(QMainWindow):
         self.transcript.branch_requested.connect(self._on_tree_panel_node_activated)
         self.composer.send_clicked.connect(self._on_send_action_triggered)
         self.composer.stop_clicked.connect(self._on_stop_action_triggered)
+        self.composer.reasoning_changed.connect(self._on_composer_reasoning_changed)
         self.welcome.model_chosen.connect(self._on_welcome_model_chosen)
 
     # --- startup ----------------------------------------------------------------------
@@ -301,6 +306,8 @@ class MainWindow(QMainWindow):
             show_error(self, "Could not open the conversation", str(exc))
             return
         self.conversation_id = conversation_id
+        self._reasoning = record.reasoning
+        self.composer.set_reasoning(record.reasoning)
         self.setWindowTitle(f"{record.title} — Arbor")
         self.sidebar.select(conversation_id)
         self._reload_tree()
@@ -319,6 +326,7 @@ class MainWindow(QMainWindow):
             self.transcript.show_path(
                 snapshot.transcript(node_id),
                 {n: snapshot.siblings(n) for n in snapshot.path(node_id)},
+                self._path_thinking(node_id),
             )
             try:
                 repository.set_active_node(self.db, node_id)
@@ -338,6 +346,14 @@ class MainWindow(QMainWindow):
             show_error(self, "Could not read the conversation", str(exc))
             return
         self.tree_model.set_snapshot(TreeSnapshot(self.conversation_id, nodes))
+
+    def _path_thinking(self, node_id: int) -> dict[int, str]:
+        """The reasoning of the replies on the path to ``node_id``, by node id."""
+        try:
+            path = repository.get_path(self.db, node_id)
+        except (StorageUnavailable, NotFound):
+            return {}  # the answers still show; reading the tree reported the error
+        return {node.id: node.thinking for node in path if node.thinking}
 
     def _active_role(self) -> str | None:
         snapshot = self.tree_model.snapshot
@@ -366,6 +382,7 @@ class MainWindow(QMainWindow):
             self.sidebar,
             self.tree_panel.view,
             self.tree_panel.delete_button,
+            self.composer.reasoning_box,
         ):
             widget.setEnabled(idle)
         for action in (
@@ -392,6 +409,7 @@ class MainWindow(QMainWindow):
         self.transcript.show_path(
             snapshot.transcript(prefix_id),
             {n: snapshot.siblings(n) for n in snapshot.path(prefix_id)},
+            self._path_thinking(prefix_id),
         )
         self.transcript.begin_stream(pending_text)
         self._generating_job = job
@@ -441,6 +459,10 @@ class MainWindow(QMainWindow):
     def _on_engine_token_received(self, piece: str) -> None:
         self.transcript.append_stream(piece)
 
+    @Slot(str)
+    def _on_engine_thinking_received(self, piece: str) -> None:
+        self.transcript.append_thinking(piece)
+
     @Slot(str, str)
     def _on_engine_failed(self, kind: str, message: str) -> None:
         show_error(
@@ -469,6 +491,8 @@ class MainWindow(QMainWindow):
             self._reload_tree()
             self.activate(result.node_id or self._stored_active_node(), restore=False)
             self.sidebar.refresh(self.conversation_id)
+        elif result.kind == "reasoning" and result.error is not None:
+            self._show_stored_reasoning()
         self._update_composer()
 
     def _on_model_loaded(self, result: JobResult) -> None:
@@ -483,6 +507,10 @@ class MainWindow(QMainWindow):
             return
         self.model_info = result.model
         self.status.set_model(result.model)
+        self.composer.set_reasoning_choices(
+            result.model.reasoning_choices, result.model.reasoning_default
+        )
+        self.composer.set_reasoning(self._reasoning)
         self.status.set_context(0, result.n_ctx)
         if path is not None:
             self._save_prefs(self.prefs.with_model(path))
@@ -547,6 +575,24 @@ class MainWindow(QMainWindow):
         elif self.composer.editing_node is not None:
             self.composer.end_edit()
             self.composer.clear()
+
+    @Slot(object)
+    def _on_composer_reasoning_changed(self, choice: str | None) -> None:
+        if self.conversation_id is None or choice == self._reasoning:
+            return
+        self._reasoning = choice
+        self.engine.submit(jobs.SetReasoning(self.conversation_id, choice))
+
+    def _show_stored_reasoning(self) -> None:
+        # After a failed change: show what is stored, not what was asked for.
+        if self.conversation_id is None:
+            return
+        try:
+            record = repository.get_conversation(self.db, self.conversation_id)
+        except (StorageUnavailable, NotFound):
+            return
+        self._reasoning = record.reasoning
+        self.composer.set_reasoning(record.reasoning)
 
     @Slot(int)
     def _on_transcript_regenerate_requested(self, node_id: int) -> None:

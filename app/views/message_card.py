@@ -1,7 +1,8 @@
 """``MessageCard``: one message of the transcript with its actions.
 
-A header (role, status, the "< 2/3 >" sibling navigator, actions) above the text
-rendered from Markdown. The card only emits requests; the window decides.
+A header (role, status, the "< 2/3 >" sibling navigator, actions), then, for a
+reply that reasoned, its folded thinking, then the text rendered from
+Markdown. The card only emits requests; the window decides.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
 from app.views.markdown import markdown_to_html
 from app.views.message_body import MessageBody
 from app.views.theme import icon
+from app.views.thinking import ThinkingSection
 
 ROLE_TITLES = {"root": "System prompt", "user": "You", "assistant": "Assistant"}
 STATUS_LABELS = {
@@ -31,6 +33,9 @@ STATUS_LABELS = {
 
 class MessageCard(QFrame):
     """A message; ``node_id`` is None while a reply streams in.
+
+    ``text`` is the message (for a reply: the answer); ``thinking`` is a
+    reply's reasoning, shown folded above the answer ("" shows no section).
 
     Signals
     -------
@@ -52,6 +57,7 @@ class MessageCard(QFrame):
         node_id: int | None = None,
         siblings: list[int] | None = None,
         status: str = "complete",
+        thinking: str = "",
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -81,15 +87,24 @@ class MessageCard(QFrame):
             self._add_navigator(header)
             self._add_actions(header)
         layout.addLayout(header)
+        self._layout = layout
 
+        self.thinking_section: ThinkingSection | None = None
         self.body = MessageBody()
         layout.addWidget(self.body)
+        if thinking:
+            self.set_thinking(thinking)
         self.set_text(text)
 
     @property
     def text(self) -> str:
         """The message's text (Markdown source)."""
         return self._text
+
+    @property
+    def thinking(self) -> str:
+        """The reply's reasoning ("" if none)."""
+        return self.thinking_section.text if self.thinking_section else ""
 
     @property
     def sibling_position(self) -> tuple[int, int]:
@@ -101,13 +116,39 @@ class MessageCard(QFrame):
     def set_text(self, text: str) -> None:
         """Show ``text`` (used as a reply streams in)."""
         self._text = text
+        # While a reply is still thinking, the open thinking section is the
+        # progress indicator; a "…" under it would only add noise.
+        thinking_only = self.node_id is None and self.thinking_section is not None
+        self.body.setVisible(bool(text) or not thinking_only)
         if not text:
-            self.body.setHtml("<i>…</i>" if self.node_id is None else "<i>(empty)</i>")
+            if self.node_id is None:
+                self.body.setHtml("<i>…</i>")
+            elif self.thinking_section is not None:
+                self.body.setHtml("<i>(no answer: the reply ended while thinking)</i>")
+            else:
+                self.body.setHtml("<i>(empty)</i>")
             return
         background = self.palette().color(QPalette.ColorRole.AlternateBase)
         if self.role == "user":
             background = self.palette().color(QPalette.ColorRole.Base)
         self.body.setHtml(markdown_to_html(text, background))
+
+    def set_thinking(self, thinking: str, streaming: bool = False) -> None:
+        """Show the reply's reasoning above its answer.
+
+        ``streaming`` keeps the section open under "Thinking…" while the
+        reasoning comes in; without it the section is folded to one line.
+        """
+        if self.thinking_section is None:
+            self.thinking_section = ThinkingSection()
+            # Between the header and the answer.
+            self._layout.insertWidget(
+                self._layout.indexOf(self.body), self.thinking_section
+            )
+            if self.node_id is None and not self._text:
+                self.body.hide()
+        self.thinking_section.set_text(thinking)
+        self.thinking_section.set_streaming(streaming)
 
     # --- header ---------------------------------------------------------------------
 
@@ -144,7 +185,9 @@ class MessageCard(QFrame):
         header.addSpacing(8)
 
     def _add_actions(self, header: QHBoxLayout) -> None:
-        self.copy_button = self._tool_button("copy", "Copy the text")
+        self.copy_button = self._tool_button(
+            "copy", "Copy the answer" if self.role == "assistant" else "Copy the text"
+        )
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         header.addWidget(self.copy_button)
         if self.role == "user":

@@ -1,4 +1,5 @@
-"""``ArborStatusBar``: model, layers, context use, last restore, speed, busy state."""
+"""``ArborStatusBar``: model, layers, context use, last restore, speed, busy state,
+and a note when the model has no chat template of its own."""
 
 from __future__ import annotations
 
@@ -40,6 +41,20 @@ def describe_sync(stats: SyncFigures) -> str:
     return ", ".join(parts)
 
 
+CHATML_NOTE = "No usable chat template — using ChatML"
+CHATML_EXPLANATION = (
+    "Arbor writes the conversation in ChatML, a common format. If the model "
+    "was trained on another format its replies may be worse; a GGUF of the "
+    "same model with its chat template built in avoids this."
+)
+
+
+def describe_chat_format(info: ModelInfo) -> str:
+    """Why ChatML is used, for the note's tooltip."""
+    note = info.chat_format_note or "the model has no usable chat template"
+    return f"{note[:1].upper()}{note[1:]}.\n\n{CHATML_EXPLANATION}"
+
+
 def describe_layers(info: ModelInfo) -> str:
     """Where the model runs: "CPU" or "GPU: 20 layers"."""
     if not info.gpu_offload_supported or info.n_gpu_layers == 0:
@@ -66,6 +81,8 @@ class ArborStatusBar(QStatusBar):
         self.context_label = self._label("StatusContext", "")
         self.restore_label = self._label("StatusRestore", "")
         self.speed_label = self._label("StatusSpeed", "")
+        self.chat_format_label = self._label("StatusChatFormat", CHATML_NOTE)
+        self.chat_format_label.hide()
         self.addWidget(self.busy_bar)
         self.addWidget(self.busy_label)
         for label in (
@@ -73,6 +90,7 @@ class ArborStatusBar(QStatusBar):
             self.speed_label,
             self.context_label,
             self.layers_label,
+            self.chat_format_label,
         ):
             self.addPermanentWidget(label)
         self.addPermanentWidget(self.model_label)
@@ -89,6 +107,10 @@ class ArborStatusBar(QStatusBar):
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded model's name and where it runs."""
+        chatml = info is not None and info.chat_format == "chatml"
+        self.chat_format_label.setVisible(chatml)
+        if info is not None and chatml:
+            self.chat_format_label.setToolTip(describe_chat_format(info))
         if info is None:
             self.model_label.setText("No model loaded")
             self.layers_label.setText("")

@@ -2,10 +2,14 @@
 
 While a reply streams, pieces are buffered and drawn at most every
 ``STREAM_REPAINT_MS``: re-rendering Markdown per token would load the GUI
-thread with a fast model for no visible gain.
+thread with a fast model for no visible gain. A reasoning model's thinking
+streams into its own buffer, shown open above the answer until the answer
+begins, then folded.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
@@ -64,6 +68,7 @@ class TranscriptView(QScrollArea):
         self.cards: list[MessageCard] = []
         self.streaming_card: MessageCard | None = None
         self._stream_parts: list[str] = []
+        self._thinking_parts: list[str] = []
         self._repaint_timer = QTimer(self)
         self._repaint_timer.setSingleShot(True)
         self._repaint_timer.setInterval(STREAM_REPAINT_MS)
@@ -76,16 +81,29 @@ class TranscriptView(QScrollArea):
     # --- showing ------------------------------------------------------------------
 
     def show_path(
-        self, entries: list[PathEntry], siblings: dict[int, list[int]]
+        self,
+        entries: list[PathEntry],
+        siblings: dict[int, list[int]],
+        thinking: Mapping[int, str] | None = None,
     ) -> None:
-        """Show ``entries`` (root first); ``siblings`` maps nodes to sibling ids."""
+        """Show ``entries`` (root first).
+
+        ``siblings`` maps nodes to sibling ids; ``thinking`` maps replies
+        that reasoned to their reasoning (shown folded above the answer).
+        """
         self._clear()
+        thinking = thinking or {}
         for entry in entries:
             node = entry.node
             if node.role == "root" and not node.text.strip():
                 continue  # no system prompt: nothing worth a card
             card = MessageCard(
-                node.role, node.text, node.id, siblings[node.id], node.status
+                node.role,
+                node.text,
+                node.id,
+                siblings[node.id],
+                node.status,
+                thinking.get(node.id, ""),
             )
             card.sibling_requested.connect(self.sibling_requested)
             card.edit_requested.connect(self.edit_requested)
@@ -101,6 +119,7 @@ class TranscriptView(QScrollArea):
             self._add_card(MessageCard("user", pending_user_text))
         self.streaming_card = MessageCard("assistant", "")
         self._stream_parts = []
+        self._thinking_parts = []
         self._add_card(self.streaming_card)
         self._placeholder.hide()
         self._scroll_to_end()
@@ -111,10 +130,21 @@ class TranscriptView(QScrollArea):
         if not self._repaint_timer.isActive():
             self._repaint_timer.start()
 
+    def append_thinking(self, piece: str) -> None:
+        """Add a piece of the streaming reply's reasoning."""
+        self._thinking_parts.append(piece)
+        if not self._repaint_timer.isActive():
+            self._repaint_timer.start()
+
     @property
     def streamed_text(self) -> str:
-        """The reply text received so far."""
+        """The reply text (the answer) received so far."""
         return "".join(self._stream_parts)
+
+    @property
+    def streamed_thinking(self) -> str:
+        """The reply's reasoning received so far."""
+        return "".join(self._thinking_parts)
 
     def set_actions_enabled(self, enabled: bool) -> None:
         """Enable or disable the cards' buttons (disabled while generating)."""
@@ -122,7 +152,8 @@ class TranscriptView(QScrollArea):
             for button in card.findChildren(
                 QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly
             ):
-                if button is not card.body:
+                # Folding the thinking open or shut changes nothing: always allowed.
+                if button is not card.body and button is not card.thinking_section:
                     button.setEnabled(enabled)
             if card.node_id is not None:
                 self._restore_navigator_limits(card, enabled)
@@ -149,6 +180,7 @@ class TranscriptView(QScrollArea):
         self._repaint_timer.stop()
         self.streaming_card = None
         self._stream_parts = []
+        self._thinking_parts = []
         for card in self.cards:
             # Hidden now, deleted later: the card may be the sender of the
             # signal that led here (a click on its navigator).
@@ -172,6 +204,12 @@ class TranscriptView(QScrollArea):
             return
         bar = self.verticalScrollBar()
         following = bar.value() >= bar.maximum() - 40
-        self.streaming_card.set_text(self.streamed_text)
+        answer = self.streamed_text
+        if self._thinking_parts:
+            # Open while the model thinks; folded as soon as it answers.
+            self.streaming_card.set_thinking(
+                self.streamed_thinking, streaming=not answer
+            )
+        self.streaming_card.set_text(answer)
         if following:  # only follow the stream if the user did not scroll up
             self._scroll_to_end()

@@ -30,13 +30,15 @@ class EngineController(QObject):
 
     Signals
     -------
-    started(str), token_received(str), failed(str, str), finished(object)
+    started(str), token_received(str), thinking_received(str), failed(str, str),
+    finished(object)
         Forwarded from the worker (see ``EngineWorker``), delivered on the
         GUI thread.
     """
 
     started = Signal(str)
     token_received = Signal(str)
+    thinking_received = Signal(str)
     failed = Signal(str, str)
     finished = Signal(object)
 
@@ -53,6 +55,7 @@ class EngineController(QObject):
         self._shutdown_requested.connect(self._worker.shut_down)
         self._worker.started.connect(self.started)
         self._worker.token_received.connect(self.token_received)
+        self._worker.thinking_received.connect(self.thinking_received)
         self._worker.failed.connect(self.failed)
         self._worker.finished.connect(self._on_worker_finished)
         self._pending = 0

@@ -31,7 +31,10 @@ class EngineWorker(QObject):
     started(str)
         A job of this kind began.
     token_received(str)
-        A piece of streamed reply text.
+        A piece of streamed reply text (the answer).
+    thinking_received(str)
+        A piece of streamed reasoning ("thinking"), which comes before the
+        answer in models that reason.
     failed(str, str)
         A job of this kind failed with a message written for a person.
     finished(object)
@@ -40,6 +43,7 @@ class EngineWorker(QObject):
 
     started = Signal(str)
     token_received = Signal(str)
+    thinking_received = Signal(str)
     failed = Signal(str, str)
     finished = Signal(object)
 
@@ -99,6 +103,9 @@ class EngineWorker(QObject):
                 self._db, repository.get_node(self._db, parent).conversation_id
             ).active_node_id
             return JobResult(kind=job.kind, node_id=active or parent)
+        if isinstance(job, jobs.SetReasoning):
+            self._service.set_reasoning(job.conversation_id, job.choice)
+            return JobResult(kind=job.kind, conversation_id=job.conversation_id)
         return self._generate(job)
 
     def _load(self, job: jobs.LoadModel) -> JobResult:
@@ -117,6 +124,7 @@ class EngineWorker(QObject):
     def _generate(self, job: jobs.Job) -> JobResult:
         kwargs: dict[str, Any] = {
             "on_token": self.token_received.emit,
+            "on_thinking": self.thinking_received.emit,
             "should_stop": self.cancel_requested.is_set,
         }
         reply: Reply

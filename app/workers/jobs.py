@@ -95,6 +95,19 @@ class DeleteBranch:
     kind: str = field(default="delete", init=False)
 
 
+@dataclass(frozen=True)
+class SetReasoning:
+    """Store a conversation's reasoning choice; its next reply uses it.
+
+    ``choice`` is one of the model's ``reasoning_choices``, or None for the
+    template's default.
+    """
+
+    conversation_id: int
+    choice: str | None
+    kind: str = field(default="reasoning", init=False)
+
+
 Job = (
     LoadModel
     | NewConversation
@@ -104,6 +117,7 @@ Job = (
     | GenerateReply
     | Restore
     | DeleteBranch
+    | SetReasoning
 )
 
 # Jobs that stream tokens and can be stopped.

@@ -141,8 +141,9 @@ def slow_down_generation(
 ) -> Callable[[], None]:
     """Make each streamed token take a while, as with a big model on a slow CPU.
 
-    The delay runs on the engine thread (a direct connection to the worker's
-    signal), so the GUI thread stays free. Returns a function that undoes it.
+    Both the answer's and the reasoning's tokens are slowed. The delay runs on
+    the engine thread (a direct connection to the worker's signals), so the
+    GUI thread stays free. Returns a function that undoes it.
     """
     from PySide6.QtCore import Qt
 
@@ -150,5 +151,12 @@ def slow_down_generation(
         time.sleep(seconds_per_token)
 
     worker = window.engine.worker
-    worker.token_received.connect(delay, Qt.ConnectionType.DirectConnection)
-    return lambda: worker.token_received.disconnect(delay)
+    signals = (worker.token_received, worker.thinking_received)
+    for signal in signals:
+        signal.connect(delay, Qt.ConnectionType.DirectConnection)
+
+    def undo() -> None:
+        for signal in signals:
+            signal.disconnect(delay)
+
+    return undo
