@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
     delete.add_argument("node", type=int)
 
+    reasoning = sub.add_parser(
+        "reasoning",
+        help="set a conversation's reasoning (the model's choices, or 'default')",
+    )
+    reasoning.add_argument("conversation", type=int)
+    reasoning.add_argument("choice")
+
     sub.add_parser(
         "info", help="the model, this build's GPU support and the data folder"
     )
@@ -357,6 +364,13 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return _emit({"deleted": args.node, "active_node": parent})
 
 
+def _cmd_reasoning(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=True)
+    choice = None if args.choice == "default" else args.choice
+    service.set_reasoning(args.conversation, choice)
+    return _emit({"conversation": args.conversation, "reasoning": choice})
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     assert service.engine is not None
@@ -394,6 +408,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "restore": _cmd_restore,
     "delete": _cmd_delete,
     "info": _cmd_info,
+    "reasoning": _cmd_reasoning,
     "chat": _cmd_chat,
     "bench": _cmd_bench,
 }

@@ -116,6 +116,7 @@ class NodeSummary:
     checkpoint_bytes: int
     created_at: datetime
     generation: dict[str, Any] | None = field(default=None, compare=False)
+    thinking: str = ""
 
 
 @dataclass(frozen=True)
@@ -410,6 +411,7 @@ def tree(
                 Node.status,
                 Node.created_at,
                 Node.generation,
+                Node.thinking,
                 sizes_q.c.b,
             )
             .outerjoin(sizes_q, sizes_q.c.node_id == Node.id)
@@ -427,6 +429,7 @@ def tree(
                 checkpoint_bytes=r.b or 0,
                 created_at=r.created_at,
                 generation=r.generation,
+                thinking=r.thinking or "",
             )
             for r in rows
         ]

@@ -35,7 +35,7 @@ class ScriptedEngine(LlamaEngine):
 
     script: list[int]
 
-    def sample(self, sampler):  # noqa: ANN001 - the engine's own signature
+    def sample(self, sampler):
         return self.script.pop(0)
 
 
@@ -88,13 +88,19 @@ CASES = {
         "<|im_end|>",
     ),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": (
-        ["The user says hi.\n</think>\n\nHello!", "Grüße.\n</think>\n\nSchön 🌳", "Ok.\n</think>\n\nDone."],
+        [
+            "The user says hi.\n</think>\n\nHello!",
+            "Grüße.\n</think>\n\nSchön 🌳",
+            "Ok.\n</think>\n\nDone.",
+        ],
         "</s>",
     ),
     "openai-gpt-oss-120b": (
         [
-            "<|channel|>analysis<|message|>The user says hi.<|end|><|start|>assistant<|channel|>final<|message|>Hello!",
-            "<|channel|>analysis<|message|>Grüße.<|end|><|start|>assistant<|channel|>final<|message|>Schön 🌳",
+            "<|channel|>analysis<|message|>The user says hi.<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Hello!",
+            "<|channel|>analysis<|message|>Grüße.<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Schön 🌳",
             "<|channel|>final<|message|>Done.",
         ],
         "</s>",
@@ -107,7 +113,9 @@ QUESTIONS = ["Hi there", "Grüße aus Köln, 世界?", "And a third one"]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_context_is_the_templates_rendering_at_every_reply(tmp_path, open_service, name):
+def test_context_is_the_templates_rendering_at_every_reply(
+    tmp_path, open_service, name
+):
     replies, eog = CASES[name]
     service = open_service(_model(tmp_path, name))
     engine = service.engine
@@ -194,7 +202,9 @@ def test_model_without_template_uses_chatml_and_says_so(tmp_path, data_dir):
 
 
 def test_thinking_is_a_separate_field_in_show(tmp_path, data_dir):
-    template = template_corpus.reference_templates()["deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"]
+    template = template_corpus.reference_templates()[
+        "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"
+    ]
     model = write_tiny_model(tmp_path / "r1.gguf", chat_template=template)
 
     def arbor(*args):
@@ -208,3 +218,22 @@ def test_thinking_is_a_separate_field_in_show(tmp_path, data_dir):
     shown = arbor("show", reply["assistant_node"])["messages"][-1]
     assert shown["thinking"] == reply["thinking"]
     assert shown["text"] == ""
+
+
+def test_reasoning_choice_from_the_command_line(tmp_path, data_dir):
+    model = _model(tmp_path, "Qwen-Qwen3-0.6B")
+
+    def arbor(*args):
+        return run_cli("--data-dir", data_dir, "--model", model, *map(str, args))
+
+    conversation = arbor("new").json["conversation"]
+    assert arbor("reasoning", conversation, "off").json["reasoning"] == "off"
+    refused = arbor("reasoning", conversation, "sideways")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "on, off" in refused.stderr
+    root = arbor("show", 1).json["messages"][0]["id"]
+    reply = arbor("send", root, "Hi", "--temperature", "0", "--max-tokens", "4").json
+    reply = arbor("send", root, "Hi", "--temperature", "0", "--max-tokens", "4").json
+    # Thinking off: Qwen3's template opens and closes an empty thinking block,
+    # so the whole reply is answer.
+    assert "thinking" not in reply

@@ -32,15 +32,18 @@ LONG = (
     "This message runs well past the model's window of thirty-two tokens, "
     "so its checkpoint holds more than one window of cells."
 )
-# Spans of a path (in tokens): most longer than the window.
-SPANS = (40, 5, 70, 3, 100, 12)
-# One thread: these models gain nothing from more, and on a busy machine
-# threads waiting for each other cost far more than they save.
-SETTINGS = BackendSettings(n_ctx=512, n_threads=1)
-# Cuts inside spans, most of them more than a window into a long span. Each
+# Batches of 64 would make a window-sized cache hold 256 cells (2 sequences x
+# 32 + 64, rounded up), fewer than the path below: cutting it far back then
+# needs cells such a cache has reused. One thread: these models gain nothing
+# from more, and on a busy machine threads waiting for each other cost far
+# more than they save.
+SETTINGS = BackendSettings(n_ctx=512, n_batch=64, n_threads=1)
+# Spans of a path (in tokens, one batch each): most longer than the window.
+SPANS = (40, 5, 60, 3, 50, 12, 64, 33, 45)
+# Cuts inside spans, most of them more than a window into a long one. Each
 # keeps at least two tokens of its span: a one-token batch takes another
 # matmul path whose rounding differs, checkpoints or not.
-CUTS = (20, 43, 47, 90, 117, 150, 190, 222)
+CUTS = (20, 43, 90, 140, 200, 230, 260, 300)
 
 
 def _digest(engine: LlamaEngine) -> str:
@@ -182,7 +185,8 @@ def test_branches_restore_exactly_in_process_and_cold(db, data_dir, tiny_swa_mod
     def arbor(*args: object) -> Any:
         return run_cli(
             *("--data-dir", data_dir, "--model", tiny_swa_model),
-            *("--n-ctx", str(SETTINGS.n_ctx), "--threads", str(SETTINGS.n_threads)),
+            *("--n-ctx", str(SETTINGS.n_ctx), "--batch-size", str(SETTINGS.n_batch)),
+            *("--threads", str(SETTINGS.n_threads)),
             *map(str, args),
         ).json
 

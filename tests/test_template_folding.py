@@ -176,7 +176,12 @@ def test_appending_templates_never_decode_again(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["Qwen-Qwen3-0.6B", "openai-gpt-oss-120b", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"]
+    "name",
+    [
+        "Qwen-Qwen3-0.6B",
+        "openai-gpt-oss-120b",
+        "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+    ],
 )
 def test_reasoning_templates_decode_only_the_previous_reply_again(name):
     conversation = _run(_template(name), None, with_thinking=True)

@@ -188,9 +188,7 @@ class ChatFormat:
         return closed.rsplit(_PROBE, 1)[1] if _PROBE in closed else ""
 
 
-def load(
-    template: str | None, bos_token: str, eos_token: str
-) -> ChatFormat:
+def load(template: str | None, bos_token: str, eos_token: str) -> ChatFormat:
     """The chat format for a model's template, or ChatML with the reason why."""
     if template:
         try:
@@ -200,7 +198,11 @@ def load(
             for system in (None, "s"):
                 chat_format.prompt(
                     system,
-                    [Message("user", "a"), Message("assistant", "b"), Message("user", "c")],
+                    [
+                        Message("user", "a"),
+                        Message("assistant", "b"),
+                        Message("user", "c"),
+                    ],
                 )
             return chat_format
         except TemplateError as exc:

@@ -19,8 +19,8 @@ import llama_cpp
 import numpy as np
 
 from app.backend import chat_format as chat_formats
-from app.backend.chat_format import ChatFormat
 from app.backend import reasoning
+from app.backend.chat_format import ChatFormat
 from app.backend.errors import BackendError, ContextFullError, ModelFileError
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.sampling import Sampler, SamplingParams

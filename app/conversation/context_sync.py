@@ -3,10 +3,11 @@
 The engine remembers which nodes its context holds: the *effective* nodes of
 a path (``folding.effective``), whose spans follow each other. To move to
 another node we keep the common prefix in memory, drop the rest, then apply
-the stored checkpoints of the nodes below the fork in order. The first checkpoint that is
-missing, corrupt, made by another backend profile or refused by llama.cpp
-stops the restoring: from there the stored tokens are decoded again (never
-wrong, only slower) and their checkpoints are written anew.
+the stored checkpoints of the nodes below the fork in order. The first
+checkpoint that is missing, corrupt, made by another backend profile or
+refused by llama.cpp stops the restoring: from there the stored tokens are
+decoded again (never wrong, only slower) and their checkpoints are written
+anew.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.sampling import PENALTY_LAST_N, SamplingParams
 from app.backend.text_stream import Utf8Stream
 from app.conversation import spans
-from app.conversation.spans import Placement
 from app.conversation.context_sync import ContextSync, SyncStats
+from app.conversation.spans import Placement
 from storage import repository
 from storage.db import Database
 from storage.repository import ConversationRecord, NodeRecord, NodeSummary
@@ -171,6 +171,8 @@ class ConversationService:
         """Store a conversation's reasoning choice; None is the template's default."""
         engine = self.engine
         switch = engine.reasoning_switch if engine is not None else None
+        if choice is not None and engine is not None and switch is None:
+            raise ServiceError("This model's chat template has no reasoning switch.")
         if choice is not None and switch is not None and choice not in switch.choices:
             raise ServiceError(
                 f"Reasoning {choice!r} is not one of this model's choices: "
@@ -277,7 +279,9 @@ class ConversationService:
         variables = self._variables_of(path)
         placement, prompt_text = spans.place_user(engine, path, text, variables)
         prompt_tokens = engine.tokenize(prompt_text)
-        self._check_room(placement.start_pos + len(placement.tokens) + len(prompt_tokens))
+        self._check_room(
+            placement.start_pos + len(placement.tokens) + len(prompt_tokens)
+        )
         # The user's words are committed before any model work, so nothing they
         # typed is lost if generation fails or the process dies.
         user = repository.add_node(
@@ -424,7 +428,9 @@ class ConversationService:
 
         def emit(pieces: list[tuple[str, str]]) -> None:
             for channel, piece in pieces:
-                target = streams.on_thinking if channel == "thinking" else streams.on_token
+                target = (
+                    streams.on_thinking if channel == "thinking" else streams.on_token
+                )
                 if piece and target is not None:
                     target(piece)
 

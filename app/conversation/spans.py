@@ -55,7 +55,7 @@ def system_of(path: Sequence[NodeRecord]) -> str | None:
 
 
 def span_tokens(engine: LlamaEngine, text: str, at_start: bool) -> list[int]:
-    """Tokens of a span's text; the context's first span gets BOS if the model wants it."""
+    """Tokens of a span's text; the context's first span gets BOS if wanted."""
     tokens = engine.tokenize(text)
     bos = engine.bos_token
     if at_start and engine.adds_bos and bos >= 0 and tokens[:1] != [bos]:

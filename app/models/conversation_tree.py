@@ -233,11 +233,12 @@ class ConversationTreeModel(QAbstractItemModel):
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
             label = ROLE_LABELS.get(node.role, node.role)
-            text = (
-                node.text
-                if node.text.strip()
-                else ("(conversation start)" if node.role == "root" else "(empty)")
-            )
+            if node.text.strip():
+                text = node.text  # a reply's answer, never its thinking
+            elif node.role == "root":
+                text = "(conversation start)"
+            else:
+                text = "(thinking only)" if node.thinking else "(empty)"
             return f"{label}: {snippet(text)}"
         if column == 1:
             return f"{node.n_tokens:,}"

@@ -349,11 +349,12 @@ class MainWindow(QMainWindow):
 
     def _path_thinking(self, node_id: int) -> dict[int, str]:
         """The reasoning of the replies on the path to ``node_id``, by node id."""
-        try:
-            path = repository.get_path(self.db, node_id)
-        except (StorageUnavailable, NotFound):
-            return {}  # the answers still show; reading the tree reported the error
-        return {node.id: node.thinking for node in path if node.thinking}
+        snapshot = self.tree_model.snapshot
+        return {
+            nid: snapshot.nodes[nid].thinking
+            for nid in snapshot.path(node_id)
+            if snapshot.nodes[nid].thinking
+        }
 
     def _active_role(self) -> str | None:
         snapshot = self.tree_model.snapshot
