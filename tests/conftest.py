@@ -91,7 +91,7 @@ def arbor(data_dir: Path, tiny_model: Path):
 
 @pytest.fixture(scope="session")
 def tiny_swa_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny sliding-window (Gemma-2 style) model, whose state is not per token."""
+    """A tiny sliding-window (Gemma-2 style) model; it gets per-node deltas too."""
     return write_tiny_swa_model(tmp_path_factory.mktemp("swa") / "tiny-swa.gguf")
 
 

@@ -368,6 +368,20 @@ def test_none_and_undefined_concatenate_as_empty_text():
     assert template.render([]) == "ab||c"
 
 
+def test_values_print_as_llama_cpp_prints_them():
+    template = ChatTemplate("{{ ['a', 1, none, {'k': 'v'}, ['b']] }}|{{ {'k': 'v'} }}")
+    assert template.render([]) == "a1b|"
+
+
+def test_items_of_undefined_are_undefined():
+    # gemma-2 looks at messages[0] even when a lone system prompt was dropped.
+    template = ChatTemplate(
+        "{% if messages[0]['role'] == 'system' %}S{% endif %}"
+        "{{ messages[-1].content.text }}ok"
+    )
+    assert template.render([]) == "ok"
+
+
 # --- The corpus parser ------------------------------------------------------
 
 

@@ -36,6 +36,8 @@ N_FF = 128
 N_LAYER = 2
 CONTEXT_LENGTH = 32768
 EOG_TOKENS = [2, 4]  # </s>, <|im_end|>
+# Every token that is markup, not text: control tokens and the think markers.
+MARKUP_TOKENS = [0, 1, 2, 3, 4, 5 + 256, 6 + 256]
 
 
 # Reasoning markers, as user-defined tokens like Qwen3's (shown as text when
@@ -147,10 +149,11 @@ def write_tiny_model(
     )
     writer.add_tensor("output_norm.weight", w.ones())
     output = w.random(len(_vocab()[0]), N_EMBD)
-    # Zero logits for </s> and <|im_end|>: random logits of the other tokens
-    # always beat them under greedy decoding, so greedy replies run to
-    # max_tokens (long generations on demand); sampling still ends turns.
-    output[EOG_TOKENS] = 0.0
+    # Zero logits for markup (</s>, <|im_end|>, <think>, ...): random logits of
+    # the text tokens always beat them under greedy decoding, so greedy replies
+    # are plain text that runs to max_tokens (long generations on demand);
+    # sampling still ends turns.
+    output[MARKUP_TOKENS] = 0.0
     writer.add_tensor("output.weight", output)
     for i in range(n_layer):
         _attention_and_ffn(writer, w, i)
@@ -205,7 +208,7 @@ def write_tiny_recurrent_model(path: Path, seed: int = 2468) -> Path:
     writer.add_tensor("token_embd.weight", w.random(n_vocab, N_EMBD, scale=1.0))
     writer.add_tensor("output_norm.weight", w.ones())
     output = w.random(n_vocab, N_EMBD)
-    output[EOG_TOKENS] = 0.0  # as in write_tiny_model: greedy replies run long
+    output[MARKUP_TOKENS] = 0.0  # as in write_tiny_model: greedy replies run long
     writer.add_tensor("output.weight", output)
     # A = -exp(A_log) with Mamba's initialisation A_log = log(1..d_state): a
     # decaying, stable state (random A could grow without bound).

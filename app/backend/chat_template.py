@@ -260,6 +260,8 @@ class ChatTemplate:
     ----------
     source : str
         The source as given (before llama.cpp's source patches).
+    bos_token, eos_token : str
+        As given.
     supports_system_role : bool
         Whether the template reads a system message's content. When it does
         not, :meth:`render` merges the system prompt into the next message.
@@ -364,6 +366,10 @@ class ChatTemplate:
             "messages": messages,
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
+            # Defined even when false, as transformers does. llama.cpp leaves
+            # it undefined then, and templates that default it to true
+            # (rwkv-world, Solar-Open) would end every history with an open
+            # assistant turn; the prompts with the flag set are identical.
             "add_generation_prompt": add_generation_prompt,
             # llama.cpp always defines these (common_chat_extra_context).
             "enable_thinking": True,
@@ -545,10 +551,8 @@ def _merge_system_message(messages: list[dict[str, Any]]) -> bool:
     if not messages:
         return False
     first = messages[0]
-    first["content"] = (
-        f"{_content_text(system.get('content'))}\n"
-        f"{_content_text(first.get('content'))}"
-    )
+    prompt = _content_text(system.get("content"))
+    first["content"] = prompt + "\n" + _content_text(first.get("content"))
     return True
 
 

@@ -150,8 +150,9 @@ class LlamaEngine:
         # their order differs from a fresh run's, which changes logits in the
         # last bits (measured: 3.6e-7), breaking bit-exact restores. The price
         # is memory: those layers hold n_ctx cells instead of about
-        # 2 x window + n_batch (nothing for Gemma 2 at its 8k training
-        # context, ~1.5x the whole KV cache for Gemma 3 at 4k).
+        # 2 x window + n_batch (nothing more for Gemma 2 up to its 8k training
+        # context; for Gemma 3, whose window is 1k, 1.5x the whole KV cache at
+        # a 4k context and 4.7x at 32k). Checkpoints are the same size either way.
         self.n_swa = int(llama_cpp.llama_model_n_swa(self._model))
         ctx_params.swa_full = True
         ctx_params.n_threads = settings.threads
