@@ -19,7 +19,6 @@ from app.conversation.service import ConversationService
 from app.paths import database_path
 from storage import repository
 from storage.db import open_database
-from tests.conftest import run_cli
 
 GREEDY = SamplingParams(temperature=0, max_tokens=40)
 SEEDED = SamplingParams(temperature=0.9, seed=1, max_tokens=40)
@@ -51,7 +50,7 @@ def test_recurrent_model_is_detected(recurrent_service):
 
 
 def test_recurrent_resume_and_switch_are_exact(
-    recurrent_service, data_dir, tiny_recurrent_model
+    recurrent_service, arbor, tiny_recurrent_model
 ):
     service = recurrent_service
     conv, root = service.new_conversation(None)
@@ -77,15 +76,13 @@ def test_recurrent_resume_and_switch_are_exact(
         assert again.stats.restored_tokens > 0
         assert again.stats.kept_tokens == 0
 
-    def arbor(*args: object) -> Any:
-        return run_cli(
-            *("--data-dir", data_dir, "--model", tiny_recurrent_model),
-            *("--n-ctx", str(SETTINGS.n_ctx), "--threads", str(SETTINGS.n_threads)),
-            *map(str, args),
-        ).json
+    flags = ("--n-ctx", str(SETTINGS.n_ctx), "--threads", str(SETTINGS.n_threads))
+
+    def cli(*args: object) -> Any:
+        return arbor(*args, model=tiny_recurrent_model, extra=flags)
 
     for node, continuous in expected.items():
-        cold = arbor("send", node, "Next", "--temperature", "0", "--max-tokens", "40")
+        cold = cli("send", node, "Next", "--temperature", "0", "--max-tokens", "40")
         assert cold["stats"]["logits_digest"] == continuous.stats.logits_digest
         assert cold["stats"]["reprocessed_tokens"] == 0
         assert cold["stats"]["fallbacks"] == []

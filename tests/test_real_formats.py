@@ -201,21 +201,19 @@ def test_model_without_template_uses_chatml_and_says_so(tmp_path, data_dir):
     assert "no chat template" in info["chat_format_note"]
 
 
-def test_thinking_is_a_separate_field_in_show(tmp_path, data_dir):
+def test_thinking_is_a_separate_field_in_show(tmp_path, arbor):
     template = template_corpus.reference_templates()[
         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"
     ]
     model = write_tiny_model(tmp_path / "r1.gguf", chat_template=template)
-
-    def arbor(*args):
-        return run_cli("--data-dir", data_dir, "--model", model, *map(str, args)).json
-
-    root = arbor("new")["node"]
+    root = arbor("new", model=model)["node"]
     # The R1 template opens the thinking block itself, and the random model
     # never closes it: the whole greedy reply is thinking.
-    reply = arbor("send", root, "Hi", "--temperature", "0", "--max-tokens", "12")
+    reply = arbor(
+        "send", root, "Hi", "--temperature", "0", "--max-tokens", "12", model=model
+    )
     assert reply["thinking"] and reply["text"] == ""
-    shown = arbor("show", reply["assistant_node"])["messages"][-1]
+    shown = arbor("show", reply["assistant_node"], model=model)["messages"][-1]
     assert shown["thinking"] == reply["thinking"]
     assert shown["text"] == ""
 
@@ -232,7 +230,6 @@ def test_reasoning_choice_from_the_command_line(tmp_path, data_dir):
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert "on, off" in refused.stderr
     root = arbor("show", 1).json["messages"][0]["id"]
-    reply = arbor("send", root, "Hi", "--temperature", "0", "--max-tokens", "4").json
     reply = arbor("send", root, "Hi", "--temperature", "0", "--max-tokens", "4").json
     # Thinking off: Qwen3's template opens and closes an empty thinking block,
     # so the whole reply is answer.

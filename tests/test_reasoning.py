@@ -2,30 +2,22 @@
 
 The reference templates (``models/templates/*.jinja``, some 70 real models'
 chat templates) are read straight from llama-cpp-python's sdist tarball
-(``make test`` downloads it and sets ``ARBOR_LLAMA_SDIST``). They are rendered
-with plain Jinja2 the way transformers does, with ``enable_thinking`` defined
-as true (llama.cpp's and our ChatTemplate's convention) unless a choice sets
-it. Streaming is checked against :func:`split_reply` for every chunking of
-every sample, and on random texts built from each format's markers.
+through ``tests.template_corpus`` and rendered with Arbor's ``ChatTemplate``
+(llama.cpp's environment and polyfills; ``enable_thinking`` is true unless a
+choice sets it). Streaming is checked against :func:`split_reply` for every
+chunking of every sample, and on random texts built from each format's markers.
 """
 
 from __future__ import annotations
 
-import os
 import random
-import tarfile
-from datetime import datetime
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-import jinja2
-import jinja2.ext
-import jinja2.nodes
 import pytest
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.backend import reasoning
+from app.backend.chat_template import ChatTemplate
 from app.backend.reasoning import (
     NO_REASONING,
     ReasoningFormat,
@@ -35,79 +27,22 @@ from app.backend.reasoning import (
     split_reply,
     starts_in_thinking,
 )
-
-SDIST_ENV = "ARBOR_LLAMA_SDIST"
-DEFAULT_SDIST = Path.home() / ".cache/arbor/llama-sdist/llama_cpp_python-0.3.36.tar.gz"
-TEMPLATES_DIR = "vendor/llama.cpp/models/templates/"
-
+from tests import template_corpus
 
 # --- Reading and rendering the reference templates ---------------------------
-
-
-def _sdist_path() -> Path:
-    configured = os.environ.get(SDIST_ENV)
-    path = Path(configured) if configured else DEFAULT_SDIST
-    if path.is_file():
-        return path
-    if configured:
-        pytest.fail(f"{SDIST_ENV}={configured} does not exist")
-    pytest.skip(f"llama.cpp sdist not found at {path}; run `make test` to fetch it")
-
-
-@cache
-def _read_templates(path: Path) -> dict[str, str]:
-    templates: dict[str, str] = {}
-    with tarfile.open(path) as tar:
-        for member in tar:
-            # Members sit under a versioned top folder; match on what follows.
-            inner = member.name.split("/", 1)[-1]
-            is_template = inner.startswith(TEMPLATES_DIR) and inner.endswith(".jinja")
-            if member.isfile() and is_template:
-                handle = tar.extractfile(member)
-                assert handle is not None
-                templates[Path(inner).stem] = handle.read().decode("utf-8")
-    return templates
 
 
 @pytest.fixture(scope="module")
 def templates() -> dict[str, str]:
     """Name (file stem) → source of every reference template."""
-    found = _read_templates(_sdist_path())
+    found = template_corpus.reference_templates()
     assert len(found) >= 60, "the sdist lacks llama.cpp's reference templates"
     return found
 
 
-class _Raised(Exception):
-    pass
-
-
-def _raise(message: str) -> None:
-    raise _Raised(message)
-
-
-class _Generation(jinja2.ext.Extension):
-    # HF's {% generation %} block (Laguna, LFM2.5), kept as plain content.
-    tags = {"generation"}  # noqa: RUF012 - Jinja declares it a plain set
-
-    def parse(self, parser: Any) -> list[jinja2.nodes.Node]:
-        next(parser.stream)
-        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
-
-
-def _environment() -> jinja2.Environment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=["jinja2.ext.loopcontrols", _Generation],
-    )
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: datetime(2025, 1, 2).strftime(fmt)
-    return env
-
-
 @cache
-def _compile(source: str) -> jinja2.Template:
-    return _environment().from_string(source)
+def _template(source: str) -> ChatTemplate:
+    return ChatTemplate(source)
 
 
 def _render(
@@ -116,12 +51,9 @@ def _render(
     add_generation_prompt: bool,
     variables: dict[str, Any],
 ) -> str:
-    return _compile(source).render(
-        messages=messages,
-        add_generation_prompt=add_generation_prompt,
-        bos_token="",
-        eos_token="",
-        **variables,
+    # Rendered as Arbor renders them (llama.cpp's environment and polyfills).
+    return _template(source).render(
+        messages, add_generation_prompt=add_generation_prompt, **variables
     )
 
 

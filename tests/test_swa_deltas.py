@@ -22,7 +22,6 @@ from app.conversation.service import ConversationService
 from app.paths import database_path
 from storage import repository
 from storage.db import open_database
-from tests.conftest import run_cli
 from tests.tiny_model import N_HEAD_KV, N_LAYER, SWA_HEAD_DIM
 
 WINDOW = 32
@@ -141,7 +140,7 @@ def db(data_dir: Path):
     opened.close()
 
 
-def test_branches_restore_exactly_in_process_and_cold(db, data_dir, tiny_swa_model):
+def test_branches_restore_exactly_in_process_and_cold(db, arbor, tiny_swa_model):
     with LlamaEngine(tiny_swa_model, SETTINGS) as engine:
         service = ConversationService(db, engine)
         conv, root = service.new_conversation("Be brief.")
@@ -182,24 +181,24 @@ def test_branches_restore_exactly_in_process_and_cold(db, data_dir, tiny_swa_mod
         assert {c.kind if c else None for c in stored} == {"delta"}
         kv_per_token = engine.info.kv_bytes_per_token
 
-    def arbor(*args: object) -> Any:
-        return run_cli(
-            *("--data-dir", data_dir, "--model", tiny_swa_model),
-            *("--n-ctx", str(SETTINGS.n_ctx), "--batch-size", str(SETTINGS.n_batch)),
-            *("--threads", str(SETTINGS.n_threads)),
-            *map(str, args),
-        ).json
+    flags = (
+        *("--n-ctx", str(SETTINGS.n_ctx), "--batch-size", str(SETTINGS.n_batch)),
+        *("--threads", str(SETTINGS.n_threads)),
+    )
+
+    def cli(*args: object) -> Any:
+        return arbor(*args, model=tiny_swa_model, extra=flags)
 
     # A cold process restores what this one stored.
     for node, continuous in expected.items():
-        cold = arbor("send", node, "Next", "--temperature", "0", "--max-tokens", "50")
+        cold = cli("send", node, "Next", "--temperature", "0", "--max-tokens", "50")
         assert cold["stats"]["logits_digest"] == continuous.stats.logits_digest
         assert cold["stats"]["reprocessed_tokens"] == 0
         assert cold["stats"]["fallbacks"] == []
 
     # Storage grows with the tokens of the tree: each token's K and V once,
     # plus a few bytes of cell metadata, not a whole context per node.
-    nodes = arbor("tree", conv)["nodes"]
+    nodes = cli("tree", conv)["nodes"]
     stored = sum(n["checkpoint_bytes"] for n in nodes)
     tokens = sum(n["tokens"] for n in nodes)
     assert kv_per_token <= stored / tokens <= kv_per_token * 1.10

@@ -47,15 +47,13 @@ class Message:
     def as_dict(self) -> dict[str, str]:
         """The mapping chat templates expect.
 
-        Templates read a reply's reasoning under different names:
-        ``reasoning_content`` (Qwen3, DeepSeek, GLM, Gemma 4, ...) or
-        ``thinking`` (gpt-oss); a template that knows neither drops it, as
-        llama.cpp does for the history it sends.
+        A reply's reasoning goes in as ``reasoning_content``, as llama.cpp
+        sends it; ``ChatTemplate`` copies it where a template reads another
+        name (gpt-oss's ``thinking``), and a template that reads none drops it.
         """
         data = {"role": self.role, "content": self.content}
         if self.thinking:
             data["reasoning_content"] = self.thinking
-            data["thinking"] = self.thinking
         return data
 
 

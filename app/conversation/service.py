@@ -191,7 +191,7 @@ class ConversationService:
 
     def restore(self, node_id: int) -> SyncStats:
         """Put the engine at the end of ``node_id``'s path (e.g. a click on a node)."""
-        path = self._ensured_path(node_id)
+        path, _variables = self._ensured_path(node_id)
         stats = self._move_to(path)
         repository.set_active_node(self.db, node_id)
         return stats
@@ -260,10 +260,10 @@ class ConversationService:
     ) -> Reply:
         """Generate a (new) assistant reply to the user message ``user_node_id``."""
         engine = self._require_engine()
-        path = self._ensured_path(user_node_id)
+        path, variables = self._ensured_path(user_node_id)
         if path[-1].role != "user":
             raise ServiceError(f"Node {user_node_id} is not a user message.")
-        opening = spans.place_reply(engine, path, self._variables_of(path))
+        opening = spans.place_reply(engine, path, variables)
         self._check_room(opening.start_pos + len(opening.tokens))
         stats = ReplyStats.after(self._move_to(opening.base))
         streams = _Streams(on_token, on_thinking, should_stop)
@@ -275,8 +275,7 @@ class ConversationService:
         engine = self._require_engine()
         if not text.strip():
             raise ServiceError("The message is empty.")
-        path = self._ensured_path(parent_id)
-        variables = self._variables_of(path)
+        path, variables = self._ensured_path(parent_id)
         placement, prompt_text = spans.place_user(engine, path, text, variables)
         prompt_tokens = engine.tokenize(prompt_text)
         self._check_room(
@@ -516,14 +515,13 @@ class ConversationService:
         choice = repository.get_conversation(self.db, conversation_id).reasoning
         return switch.variables(choice if choice in switch.choices else None)
 
-    def _variables_of(self, path: list[NodeRecord]) -> dict[str, Any]:
-        return self._variables(path[0].conversation_id)
-
-    def _ensured_path(self, node_id: int) -> list[NodeRecord]:
-        # The path to a node, its spans made valid for the loaded model.
+    def _ensured_path(self, node_id: int) -> tuple[list[NodeRecord], dict[str, Any]]:
+        # The path to a node, its spans made valid for the loaded model, and
+        # the template variables of its conversation.
         engine = self._require_engine()
         path = self.path(node_id)
-        return spans.ensure_spans(self.db, engine, path, self._variables_of(path))
+        variables = self._variables(path[0].conversation_id)
+        return spans.ensure_spans(self.db, engine, path, variables), variables
 
     def _require_engine(self) -> LlamaEngine:
         if self.engine is None or self._sync is None:
