@@ -174,6 +174,9 @@ class TranscriptView(QScrollArea):
 
     def _add_card(self, card: MessageCard) -> None:
         self._layout.insertWidget(self._layout.count() - 1, card)
+        # A layout shows a new child only once the event loop runs again;
+        # showing it now keeps the transcript's state exact when it returns.
+        card.show()
         self.cards.append(card)
 
     def _clear(self) -> None:
