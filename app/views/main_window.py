@@ -313,9 +313,14 @@ class MainWindow(QMainWindow):
         self._reload_tree()
         self.activate(record.active_node_id or self.tree_model.snapshot.root_id)
 
-    def activate(self, node_id: int | None, restore: bool = True) -> None:
+    def activate(
+        self, node_id: int | None, restore: bool = True, follow: bool = True
+    ) -> None:
         """Make ``node_id`` the active node: the views follow at once and the
-        engine restores to it in the background."""
+        engine restores to it in the background.
+
+        ``follow`` False leaves the transcript where the user scrolled to.
+        """
         snapshot = self.tree_model.snapshot
         if node_id is None or node_id not in snapshot:
             node_id = snapshot.root_id
@@ -327,6 +332,7 @@ class MainWindow(QMainWindow):
                 snapshot.transcript(node_id),
                 {n: snapshot.siblings(n) for n in snapshot.path(node_id)},
                 self._path_thinking(node_id),
+                follow=follow,
             )
             try:
                 repository.set_active_node(self.db, node_id)
@@ -435,7 +441,8 @@ class MainWindow(QMainWindow):
             target = self._stored_active_node()
         self._pending_text = None
         self._reload_tree()
-        self.activate(target, restore=False)
+        # Same path, now complete: a user reading higher up stays there.
+        self.activate(target, restore=False, follow=False)
         self.sidebar.refresh(self.conversation_id)
 
     def _stored_active_node(self) -> int | None:

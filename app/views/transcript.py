@@ -5,18 +5,24 @@ While a reply streams, pieces are buffered and drawn at most every
 thread with a fast model for no visible gain. A reasoning model's thinking
 streams into its own buffer, shown open above the answer until the answer
 begins, then folded.
+
+The view follows the conversation as chat apps do: it keeps the newest text
+in sight on opening a path, on sending and while a reply streams, stops
+following as soon as the user scrolls up, and a "Jump to latest" button
+brings it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
     QScrollArea,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -27,6 +33,8 @@ from app.views.message_card import MessageCard
 STREAM_REPAINT_MS = 40
 # Readable line length: the column of cards never grows wider than this.
 MAX_COLUMN_WIDTH = 860
+# Within this many pixels of the bottom counts as "at the newest text".
+FOLLOW_SLACK_PX = 24
 
 
 class TranscriptView(QScrollArea):
@@ -77,6 +85,7 @@ class TranscriptView(QScrollArea):
         self._placeholder.setObjectName("PanelHint")
         self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._layout.insertWidget(0, self._placeholder)
+        self._build_follow_mode()
 
     # --- showing ------------------------------------------------------------------
 
@@ -85,11 +94,14 @@ class TranscriptView(QScrollArea):
         entries: list[PathEntry],
         siblings: dict[int, list[int]],
         thinking: Mapping[int, str] | None = None,
+        follow: bool = True,
     ) -> None:
         """Show ``entries`` (root first).
 
         ``siblings`` maps nodes to sibling ids; ``thinking`` maps replies
         that reasoned to their reasoning (shown folded above the answer).
+        ``follow`` False keeps the scroll position of a user reading higher up
+        (the same path shown again, e.g. when its reply is complete).
         """
         self._clear()
         thinking = thinking or {}
@@ -111,7 +123,8 @@ class TranscriptView(QScrollArea):
             card.branch_requested.connect(self.branch_requested)
             self._add_card(card)
         self._placeholder.setVisible(not self.cards)
-        self._scroll_to_end()
+        if follow or self.following:
+            self._scroll_to_end()
 
     def begin_stream(self, pending_user_text: str | None) -> None:
         """Add the user's message (if new) and an empty reply that tokens fill."""
@@ -162,6 +175,60 @@ class TranscriptView(QScrollArea):
         """The card showing ``node_id``, if shown."""
         return next((c for c in self.cards if c.node_id == node_id), None)
 
+    # --- follow mode ---------------------------------------------------------------
+
+    def _build_follow_mode(self) -> None:
+        self.following = True
+        self._moving = False  # our own scrolling is not the user's
+        bar = self.verticalScrollBar()
+        # Cards grow after they are added (text wraps, Markdown lays out): the
+        # range changes late, so following reacts to it rather than to adds.
+        bar.rangeChanged.connect(self._on_scroll_range_changed)
+        bar.valueChanged.connect(self._on_scroll_value_changed)
+        self._jump_button = QToolButton(self.viewport())
+        self._jump_button.setObjectName("JumpToLatest")
+        self._jump_button.setText("↓ Jump to latest")
+        self._jump_button.setToolTip("Scroll to the newest message and follow it")
+        self._jump_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self._jump_button.clicked.connect(self._scroll_to_end)
+        self._jump_button.hide()
+        self.viewport().installEventFilter(self)
+
+    def is_at_end(self) -> bool:
+        """Whether the newest text is in sight."""
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - FOLLOW_SLACK_PX
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Keep the jump button in the viewport's bottom-right corner."""
+        if watched is self.viewport() and event.type() == QEvent.Type.Resize:
+            self._place_jump_button()
+        return super().eventFilter(watched, event)
+
+    def _place_jump_button(self) -> None:
+        button, area = self._jump_button, self.viewport().rect()
+        button.adjustSize()
+        button.move(
+            area.right() - button.width() - 16, area.bottom() - button.height() - 12
+        )
+
+    @Slot(int, int)
+    def _on_scroll_range_changed(self, _minimum: int, _maximum: int) -> None:
+        if self.following:
+            self._move_to_bottom()
+
+    @Slot(int)
+    def _on_scroll_value_changed(self, _value: int) -> None:
+        if self._moving:
+            return
+        # The user scrolled: follow again only once they are back at the end.
+        self.following = self.is_at_end()
+        visible = not self.following and bool(self.cards)
+        if visible and self._jump_button.isHidden():
+            self._place_jump_button()
+            self._jump_button.raise_()
+        self._jump_button.setVisible(visible)
+
     # --- internals ----------------------------------------------------------------
 
     @staticmethod
@@ -193,20 +260,23 @@ class TranscriptView(QScrollArea):
         self.cards = []
 
     def _scroll_to_end(self) -> None:
-        # After the layout has placed the new cards, not before.
-        QTimer.singleShot(0, self._on_scroll_timer_timeout)
+        """Follow the newest text again, now and as the layout grows."""
+        self.following = True
+        self._jump_button.hide()
+        self._move_to_bottom()
 
-    @Slot()
-    def _on_scroll_timer_timeout(self) -> None:
+    def _move_to_bottom(self) -> None:
         bar = self.verticalScrollBar()
-        bar.setValue(bar.maximum())
+        self._moving = True
+        try:
+            bar.setValue(bar.maximum())
+        finally:
+            self._moving = False
 
     @Slot()
     def _on_repaint_timer_timeout(self) -> None:
         if self.streaming_card is None:
             return
-        bar = self.verticalScrollBar()
-        following = bar.value() >= bar.maximum() - 40
         answer = self.streamed_text
         if self._thinking_parts:
             # Open while the model thinks; folded as soon as it answers.
@@ -214,5 +284,3 @@ class TranscriptView(QScrollArea):
                 self.streamed_thinking, streaming=not answer
             )
         self.streaming_card.set_text(answer)
-        if following:  # only follow the stream if the user did not scroll up
-            self._scroll_to_end()
