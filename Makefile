@@ -27,6 +27,8 @@ export ARBOR_LLAMA_SDIST := $(abspath $(SDIST))
 .PHONY: run test setup bench clean
 
 run: setup
+	@# Names the system libraries Qt's X11 plugin lacks, with the apt line.
+	$(BIN)/python -m app.qt_deps
 	$(BIN)/arbor
 
 test: setup
