@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import paths
 from app.preferences import load_preferences
+from app.single_instance import Claim, SingleInstance
 from app.starter_model import starter_model_path
 from app.views.dialogs.crash import CrashDialog, install_excepthook
 from app.views.main_window import MainWindow
@@ -100,6 +101,23 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     folder = data_dir or paths.default_data_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        QMessageBox.critical(None, "Arbor cannot start", str(exc))
+        return 1
+    instance = SingleInstance(folder)
+    claim = instance.claim()
+    if claim is Claim.HANDED_OVER:
+        print(f"Arbor is already open on {folder}; brought it to the front.")
+        return 0
+    if claim is Claim.UNREACHABLE:
+        QMessageBox.critical(
+            None,
+            "Arbor is already running",
+            f"Another Arbor window uses {folder} but does not answer. Close it "
+            "(or end its process), or start Arbor with another --data-dir.",
+        )
+        return 1
+    try:
         init_logging(folder, verbose)
         previous_crash = init_faulthandler(folder)
         db = open_database(paths.database_path(folder))
@@ -110,6 +128,7 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     from app.backend.engine import gpu_offload_supported  # a cheap query of the build
 
     window = build_window(db, model, gpu_offload_supported())
+    instance.activation_requested.connect(lambda: bring_to_front(window))
     window.show()
     if previous_crash:
         CrashDialog(
@@ -121,4 +140,14 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     app.setQuitOnLastWindowClosed(True)
     status = app.exec()
     db.close()
+    instance.release()
     return status
+
+
+def bring_to_front(window: MainWindow) -> None:
+    """Show ``window`` above the others (a second launch asked for it)."""
+    if window.isMinimized():
+        window.showNormal()
+    window.show()
+    window.raise_()
+    window.activateWindow()
