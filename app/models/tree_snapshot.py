@@ -79,3 +79,37 @@ class TreeSnapshot:
         while self.children.get(node_id):
             node_id = self.children[node_id][-1]
         return node_id
+
+    # --- keyboard navigation: where each move from the active node leads ---------
+
+    def sibling_step(self, node_id: int, step: int) -> int | None:
+        """The branch ``step`` siblings away at the deepest fork on the path.
+
+        The fork is the deepest message of the path that has siblings, as the
+        transcript's ‹ › shows it; the result is where that branch was last
+        extended. None when there is no sibling that way.
+        """
+        for nid in reversed(self.path(node_id)):
+            siblings = self.siblings(nid)
+            if len(siblings) > 1:
+                index = siblings.index(nid) + step
+                if 0 <= index < len(siblings):
+                    return self.latest_leaf(siblings[index])
+                return None
+        return None
+
+    def parent_of(self, node_id: int) -> int | None:
+        """The node's parent (None for the root)."""
+        return self.nodes[node_id].parent_id
+
+    def newest_child(self, node_id: int) -> int | None:
+        """The most recent child of the node, if it has any."""
+        children = self.children.get(node_id)
+        return children[-1] if children else None
+
+    def last_of_role(self, node_id: int, role: str) -> int | None:
+        """The deepest node of ``role`` on the path to ``node_id``."""
+        return next(
+            (n for n in reversed(self.path(node_id)) if self.nodes[n].role == role),
+            None,
+        )

@@ -9,6 +9,7 @@ the repository (cheap, and WAL keeps them from blocking on the worker).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,6 +62,8 @@ BUSY_TEXTS = {
     "restore": "Restoring…",
     "delete": "Deleting…",
 }
+# A keyboard move through the tree: (tree, active node) → node to activate.
+Move = Callable[[TreeSnapshot, int], "int | None"]
 SHORTCUTS_HELP = (
     "Ctrl+Enter\tsend (Enter inserts a new line)\n"
     "Esc\tstop generating / cancel editing\n"
@@ -70,6 +73,12 @@ SHORTCUTS_HELP = (
     "Ctrl+,\tsettings\n"
     "Ctrl+F\tfilter conversations\n"
     "F2\trename the conversation\n"
+    "Alt+Left / Alt+Right\tprevious / next branch at the nearest fork\n"
+    "Alt+Up / Alt+Down\tparent / newest child message\n"
+    "Ctrl+R\tregenerate the last reply (a new sibling)\n"
+    "Ctrl+E\tedit your last message\n"
+    "Ctrl+Shift+T\tfocus the conversation tree\n"
+    "Ctrl+T\tshow or hide the conversation tree\n"
     "Del\t(in the tree) delete a branch"
 )
 
@@ -219,6 +228,7 @@ class MainWindow(QMainWindow):
         self.shortcuts_action = self._action(
             "&Keyboard shortcuts", self._on_shortcuts_action_triggered
         )
+        self._build_navigation_actions()
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
@@ -237,10 +247,39 @@ class MainWindow(QMainWindow):
         )
         tools = menu.addMenu("&Tools")
         tools.addActions([self.settings_action, self.storage_action])
+        chat_menu.addSeparator()
+        chat_menu.addActions([self.regenerate_action, self.edit_last_action])
         view = menu.addMenu("&View")
         view.addAction(self.tree_action)
+        view.addAction(self.focus_tree_action)
+        go_menu = menu.addMenu("&Go")
+        go_menu.addActions(self.navigation_actions)
         help_menu = menu.addMenu("&Help")
         help_menu.addAction(self.shortcuts_action)
+
+    def _build_navigation_actions(self) -> None:
+        # Each move maps (tree, active node) to the node to activate, or None.
+        moves: list[tuple[str, str, Move]] = [
+            ("&Previous branch", "Alt+Left", lambda t, n: t.sibling_step(n, -1)),
+            ("&Next branch", "Alt+Right", lambda t, n: t.sibling_step(n, 1)),
+            ("P&arent message", "Alt+Up", TreeSnapshot.parent_of),
+            ("Newest &child message", "Alt+Down", TreeSnapshot.newest_child),
+        ]
+        self.navigation_actions = [
+            self._action(text, lambda _=False, m=move: self._navigate(m), key)
+            for text, key, move in moves
+        ]
+        self.regenerate_action = self._action(
+            "&Regenerate last reply", self._on_regenerate_action_triggered, "Ctrl+R"
+        )
+        self.edit_last_action = self._action(
+            "&Edit last message", self._on_edit_last_action_triggered, "Ctrl+E"
+        )
+        self.focus_tree_action = self._action(
+            "&Focus conversation tree",
+            self._on_focus_tree_action_triggered,
+            "Ctrl+Shift+T",
+        )
 
     def _connect(self) -> None:
         self.engine.started.connect(self._on_engine_started)
@@ -393,6 +432,9 @@ class MainWindow(QMainWindow):
         ):
             widget.setEnabled(idle)
         for action in (
+            *self.navigation_actions,
+            self.regenerate_action,
+            self.edit_last_action,
             self.new_action,
             self.new_with_prompt_action,
             self.open_model_action,
@@ -744,6 +786,38 @@ class MainWindow(QMainWindow):
     @Slot(bool)
     def _on_tree_action_toggled(self, checked: bool) -> None:
         self.tree_panel.setVisible(checked)
+
+    def _navigate(self, move: Move) -> None:
+        """Activate where ``move`` leads from the active node, if anywhere."""
+        snapshot = self.tree_model.snapshot
+        if self.generating or self.active_id not in snapshot:
+            return
+        target = move(snapshot, self.active_id)
+        if target is not None:
+            self.activate(target)
+
+    @Slot()
+    def _on_regenerate_action_triggered(self) -> None:
+        snapshot = self.tree_model.snapshot
+        if self.active_id in snapshot:
+            reply = snapshot.last_of_role(self.active_id, "assistant")
+            if reply is not None:
+                self._on_transcript_regenerate_requested(reply)
+
+    @Slot()
+    def _on_edit_last_action_triggered(self) -> None:
+        snapshot = self.tree_model.snapshot
+        if self.active_id in snapshot:
+            message = snapshot.last_of_role(self.active_id, "user")
+            if message is not None:
+                self._on_transcript_edit_requested(message)
+                self.composer.edit.setFocus()
+
+    @Slot()
+    def _on_focus_tree_action_triggered(self) -> None:
+        self.tree_action.setChecked(True)
+        self.tree_panel.show()
+        self.tree_panel.view.setFocus()
 
     @Slot()
     def _on_shortcuts_action_triggered(self) -> None:
