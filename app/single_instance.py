@@ -105,8 +105,9 @@ class SingleInstance(QObject):
         while (connection := self._server.nextPendingConnection()) is not None:
             # One short message per launch: wait for it here rather than
             # keep per-connection state (the writer sends it at once).
-            if connection.waitForReadyRead(_CONNECT_MS):
-                if bytes(connection.readAll().data()).startswith(_ACTIVATE.strip()):
-                    self.activation_requested.emit()
+            if connection.waitForReadyRead(_CONNECT_MS) and bytes(
+                connection.readAll().data()
+            ).startswith(_ACTIVATE.strip()):
+                self.activation_requested.emit()
             connection.abort()
             connection.deleteLater()

@@ -86,7 +86,7 @@ class TreeSnapshot:
         """The branch ``step`` siblings away at the deepest fork on the path.
 
         The fork is the deepest message of the path that has siblings, as the
-        transcript's ‹ › shows it; the result is where that branch was last
+        transcript's sibling arrows show it; the result is where that branch was last
         extended. None when there is no sibling that way.
         """
         for nid in reversed(self.path(node_id)):

@@ -43,9 +43,10 @@ def test_ctrl_r_regenerates_and_alt_arrows_walk_the_tree(qtbot, make_window):
     assert window.active_id == user
     _key(qtbot, window, Qt.Key.Key_Down, ALT)
     assert window.active_id == second_reply  # the newest child
-    assert repository.get_conversation(
-        window.db, window.conversation_id
-    ).active_node_id == second_reply
+    assert (
+        repository.get_conversation(window.db, window.conversation_id).active_node_id
+        == second_reply
+    )
 
 
 def test_ctrl_e_edits_the_last_message(qtbot, make_window):
