@@ -55,6 +55,31 @@ def describe_chat_format(info: ModelInfo) -> str:
     return f"{note[:1].upper()}{note[1:]}.\n\n{CHATML_EXPLANATION}"
 
 
+# Context fill levels the meter shows in amber, then red.
+CONTEXT_WARN_FRACTION = 0.8
+CONTEXT_FULL_FRACTION = 0.95
+
+
+def context_level(used: int, n_ctx: int) -> str:
+    """ "ok", "warn" or "full": how close the conversation is to the context end."""
+    fraction = used / n_ctx if n_ctx else 0.0
+    if fraction >= CONTEXT_FULL_FRACTION:
+        return "full"
+    return "warn" if fraction >= CONTEXT_WARN_FRACTION else "ok"
+
+
+def describe_context(used: int, n_ctx: int) -> str:
+    """The context meter's tooltip: what fills it and what to do when it is full."""
+    text = f"This branch fills {used:,} of the model's {n_ctx:,} context tokens."
+    if context_level(used, n_ctx) != "ok":
+        text += (
+            "\n\nA reply stops when the context is full. Branch from an earlier "
+            "message (click it in the tree), raise the context size in Settings, "
+            "or start a new conversation."
+        )
+    return text
+
+
 def describe_layers(info: ModelInfo) -> str:
     """Where the model runs: "CPU" or "GPU: 20 layers"."""
     if not info.gpu_offload_supported or info.n_gpu_layers == 0:
@@ -79,6 +104,11 @@ class ArborStatusBar(QStatusBar):
         self.model_label = self._label("StatusModel", "No model loaded")
         self.layers_label = self._label("StatusLayers", "")
         self.context_label = self._label("StatusContext", "")
+        self.context_meter = QProgressBar()
+        self.context_meter.setObjectName("ContextMeter")
+        self.context_meter.setFixedSize(64, 8)
+        self.context_meter.setTextVisible(False)
+        self.context_meter.hide()
         self.restore_label = self._label("StatusRestore", "")
         self.speed_label = self._label("StatusSpeed", "")
         self.chat_format_label = self._label("StatusChatFormat", CHATML_NOTE)
@@ -88,6 +118,7 @@ class ArborStatusBar(QStatusBar):
         for label in (
             self.restore_label,
             self.speed_label,
+            self.context_meter,
             self.context_label,
             self.layers_label,
             self.chat_format_label,
@@ -123,8 +154,21 @@ class ArborStatusBar(QStatusBar):
 
     def set_context(self, used: int, n_ctx: int) -> None:
         """Show how much of the context window the conversation fills."""
-        if n_ctx:
-            self.context_label.setText(f"context {used:,} / {n_ctx:,}")
+        if not n_ctx:
+            return
+        level = context_level(used, n_ctx)
+        suffix = {"ok": "", "warn": " — nearly full", "full": " — full"}[level]
+        self.context_label.setText(f"context {used:,} / {n_ctx:,}{suffix}")
+        self.context_meter.setRange(0, n_ctx)
+        self.context_meter.setValue(min(used, n_ctx))
+        self.context_meter.setProperty("level", level)
+        # A dynamic property only restyles once the style is applied again.
+        self.context_meter.style().unpolish(self.context_meter)
+        self.context_meter.style().polish(self.context_meter)
+        self.context_meter.show()
+        tooltip = describe_context(used, n_ctx)
+        for widget in (self.context_meter, self.context_label):
+            widget.setToolTip(tooltip)
 
     def set_restore(self, stats: SyncFigures) -> None:
         """Show how the last move between nodes was done."""
