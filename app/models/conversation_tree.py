@@ -18,6 +18,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor, QFont
 
+from app.models.plain_text import plain_text
 from app.models.tree_snapshot import TreeSnapshot
 from storage.repository import NodeSummary
 
@@ -39,8 +40,8 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
-    """One line of ``text``, shortened to ``limit`` characters."""
-    line = " ".join(text.split())
+    """One line of ``text``'s words (no Markdown), shortened to ``limit``."""
+    line = " ".join(plain_text(text).split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 

@@ -1,40 +1,184 @@
-"""Markdown to the rich text a ``QLabel`` shows, with readable code blocks.
+"""Markdown to the rich text a message body shows, with highlighted code blocks.
 
-Qt's own Markdown reader (GitHub dialect) does the parsing; code blocks then
-get a tinted background and padding, which the reader does not add.
+Qt's own Markdown reader (GitHub dialect) does the parsing. Code blocks then
+get a tinted background, padding, a monospace font, syntax colours from
+Pygments (a light or a dark style to suit the palette) and a header line with
+the language and a "Copy" link (``copy:N`` names the Nth block).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from PySide6.QtGui import (
     QColor,
+    QFont,
     QFontDatabase,
+    QTextBlock,
     QTextBlockFormat,
+    QTextCharFormat,
     QTextCursor,
     QTextDocument,
     QTextFormat,
 )
+from pygments.lexer import Lexer
+from pygments.lexers import get_lexer_by_name
+from pygments.lexers.special import TextLexer
+from pygments.style import StyleMeta
+from pygments.styles import get_style_by_name
+from pygments.util import ClassNotFound
+
+LIGHT_STYLE = "friendly"
+DARK_STYLE = "one-dark"
+COPY_SCHEME = "copy"
 
 
-def markdown_to_html(text: str, code_background: QColor) -> str:
-    """Render Markdown ``text`` to HTML, code blocks on ``code_background``."""
+@dataclass(frozen=True)
+class RenderedMarkdown:
+    """HTML for a ``QTextBrowser`` and the text of each code block, in order."""
+
+    html: str
+    code_blocks: tuple[str, ...]
+
+
+def render_markdown(text: str, code_background: QColor) -> RenderedMarkdown:
+    """Render Markdown ``text``; code blocks on ``code_background``, highlighted.
+
+    The highlighting style is dark when the background is.
+    """
     document = QTextDocument()
     document.setMarkdown(text, QTextDocument.MarkdownFeature.MarkdownDialectGitHub)
+    style = get_style_by_name(
+        DARK_STYLE if code_background.lightness() < 128 else LIGHT_STYLE
+    )
     fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    code_blocks = []
+    for lines, language in _code_blocks(document):
+        for block in lines:
+            _format_code_line(block, code_background, fixed)
+        _highlight(lines, _lexer(language), style)
+        code_blocks.append("\n".join(b.text() for b in lines))
+        _add_header(lines[0], language, len(code_blocks) - 1, code_background)
+    # Inline code (`like this`) keeps Qt's monospace; it only gets the tint.
     block = document.begin()
     while block.isValid():
-        if block.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence) or (
-            block.charFormat().fontFixedPitch() and block.text()
-        ):
-            cursor = QTextCursor(block)
-            block_format = QTextBlockFormat(block.blockFormat())
-            block_format.setBackground(code_background)
-            block_format.setLeftMargin(6)
-            block_format.setRightMargin(6)
-            cursor.setBlockFormat(block_format)
-            char_format = cursor.blockCharFormat()
-            char_format.setFontFamilies([fixed.family()])
-            cursor.select(QTextCursor.SelectionType.BlockUnderCursor)
-            cursor.mergeCharFormat(char_format)
+        if not _is_fenced(block) and block.charFormat().fontFixedPitch():
+            _format_code_line(block, code_background, fixed)
         block = block.next()
-    return document.toHtml()
+    return RenderedMarkdown(document.toHtml(), tuple(code_blocks))
+
+
+def _is_fenced(block: QTextBlock) -> bool:
+    return block.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence)
+
+
+def _code_blocks(document: QTextDocument) -> list[tuple[list[QTextBlock], str]]:
+    # Qt keeps each line of a fenced block as its own text block; consecutive
+    # fenced lines with the same language are one code block.
+    groups: list[tuple[list[QTextBlock], str]] = []
+    previous_fenced = False
+    block = document.begin()
+    while block.isValid():
+        fenced = _is_fenced(block)
+        if fenced:
+            language = str(
+                block.blockFormat().property(QTextFormat.Property.BlockCodeLanguage)
+                or ""
+            )
+            if previous_fenced and groups[-1][1] == language:
+                groups[-1][0].append(block)
+            else:
+                groups.append(([block], language))
+        previous_fenced = fenced
+        block = block.next()
+    return groups
+
+
+def _format_code_line(block: QTextBlock, background: QColor, fixed: QFont) -> None:
+    cursor = QTextCursor(block)
+    block_format = QTextBlockFormat(block.blockFormat())
+    block_format.setBackground(background)
+    block_format.setLeftMargin(6)
+    block_format.setRightMargin(6)
+    cursor.setBlockFormat(block_format)
+    char_format = QTextCharFormat()
+    char_format.setFontFamilies([fixed.family()])
+    cursor.select(QTextCursor.SelectionType.BlockUnderCursor)
+    cursor.mergeCharFormat(char_format)
+
+
+def _lexer(language: str) -> Lexer:
+    # No guessing for unlabelled blocks: it is slow and often wrong.
+    try:
+        return get_lexer_by_name(language) if language else TextLexer()
+    except ClassNotFound:
+        return TextLexer()
+
+
+def _highlight(lines: list[QTextBlock], lexer: Lexer, style: StyleMeta) -> None:
+    source = "\n".join(b.text() for b in lines)
+    # Document positions of each character of ``source`` (lines are blocks).
+    starts, offset = [], 0
+    for block in lines:
+        starts.append((offset, block.position()))
+        offset += len(block.text()) + 1
+    cursor = QTextCursor(lines[0].document())
+    line = 0
+    position = 0
+    for token_type, value in lexer.get_tokens(source):
+        # Pygments may add a final newline; positions past the end are skipped.
+        end = min(position + len(value), len(source))
+        char_format = _token_format(style, token_type)
+        start = position
+        while char_format is not None and start < end:
+            while line + 1 < len(starts) and starts[line + 1][0] <= start:
+                line += 1
+            line_start, block_position = starts[line]
+            line_end = line_start + len(lines[line].text())
+            stop = min(end, line_end)
+            if stop > start:
+                cursor.setPosition(block_position + start - line_start)
+                cursor.setPosition(
+                    block_position + stop - line_start, QTextCursor.MoveMode.KeepAnchor
+                )
+                cursor.mergeCharFormat(char_format)
+            start = max(stop, line_end + 1)
+        position += len(value)
+
+
+def _token_format(style: StyleMeta, token_type: object) -> QTextCharFormat | None:
+    spec = style.style_for_token(token_type)
+    if not (spec["color"] or spec["bold"] or spec["italic"]):
+        return None
+    char_format = QTextCharFormat()
+    if spec["color"]:
+        char_format.setForeground(QColor(f"#{spec['color']}"))
+    if spec["bold"]:
+        char_format.setFontWeight(QFont.Weight.Bold)
+    if spec["italic"]:
+        char_format.setFontItalic(True)
+    return char_format
+
+
+def _add_header(
+    first_line: QTextBlock, language: str, index: int, background: QColor
+) -> None:
+    # A line above the code: its language on the left, "Copy" on the right.
+    cursor = QTextCursor(first_line)
+    cursor.insertBlock()  # the new, empty block takes the first line's place
+    cursor.movePosition(QTextCursor.MoveOperation.PreviousBlock)
+    header_format = QTextBlockFormat()
+    header_format.setBackground(background.darker(108))
+    header_format.setLeftMargin(6)
+    header_format.setRightMargin(6)
+    header_format.setTopMargin(4)
+    cursor.setBlockFormat(header_format)
+    label = QTextCharFormat()
+    label.setFontPointSize(8)
+    label.setForeground(QColor("#808080"))
+    cursor.insertText(f"{language or 'code'}\u2003", label)
+    link = QTextCharFormat(label)
+    link.setAnchor(True)
+    link.setAnchorHref(f"{COPY_SCHEME}:{index}")
+    link.setForeground(QColor("#3b82f6"))
+    cursor.insertText("Copy", link)

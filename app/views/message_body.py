@@ -2,16 +2,19 @@
 
 A ``QLabel`` cannot break words longer than a line (URLs, code, raw model
 output), so a frameless ``QTextBrowser`` is used instead, its height pinned
-to the document's height whenever the width or the text changes.
+to the document's height whenever the width or the text changes. Its code
+blocks' "Copy" links put the block's text on the clipboard.
 """
 
 from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QSizeF, Qt, Slot
-from PySide6.QtGui import QTextOption
-from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
+from PySide6.QtCore import QSizeF, Qt, QUrl, Slot
+from PySide6.QtGui import QColor, QCursor, QGuiApplication, QTextOption
+from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QToolTip, QWidget
+
+from app.views.markdown import COPY_SCHEME, render_markdown
 
 
 class MessageBody(QTextBrowser):
@@ -32,6 +35,26 @@ class MessageBody(QTextBrowser):
             self._on_layout_document_size_changed
         )
         self.setFixedHeight(self.fontMetrics().height())
+        self.code_blocks: tuple[str, ...] = ()
+        self.anchorClicked.connect(self._on_anchor_clicked)
+
+    def set_markdown(self, text: str, code_background: QColor) -> None:
+        """Show Markdown ``text`` with highlighted, copyable code blocks."""
+        rendered = render_markdown(text, code_background)
+        self.code_blocks = rendered.code_blocks
+        self.setHtml(rendered.html)
+
+    def copy_code_block(self, index: int) -> None:
+        """Put the ``index``-th code block's text on the clipboard."""
+        QGuiApplication.clipboard().setText(self.code_blocks[index])
+
+    @Slot(QUrl)
+    def _on_anchor_clicked(self, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME and url.path().isdigit():
+            index = int(url.path())
+            if index < len(self.code_blocks):
+                self.copy_code_block(index)
+                QToolTip.showText(QCursor.pos(), "Copied", self)
 
     @Slot(QSizeF)
     def _on_layout_document_size_changed(self, size: QSizeF) -> None:

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.views.markdown import markdown_to_html
 from app.views.message_body import MessageBody
 from app.views.theme import icon
 from app.views.thinking import ThinkingSection
@@ -131,7 +130,7 @@ class MessageCard(QFrame):
         background = self.palette().color(QPalette.ColorRole.AlternateBase)
         if self.role == "user":
             background = self.palette().color(QPalette.ColorRole.Base)
-        self.body.setHtml(markdown_to_html(text, background))
+        self.body.set_markdown(text, background)
 
     def set_thinking(self, thinking: str, streaming: bool = False) -> None:
         """Show the reply's reasoning above its answer.

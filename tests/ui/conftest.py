@@ -41,7 +41,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # tiny model's random bytes happen to use.
             item.add_marker(
                 pytest.mark.qt_log_ignore(
-                    "propagateSizeHints", "OpenType support missing"
+                    "propagateSizeHints",
+                    "does not support raise",
+                    "OpenType support missing",
                 )
             )
 

@@ -1,0 +1,32 @@
+"""Markdown reduced to the plain words a one-line label shows.
+
+Tree labels, tooltips and conversation titles show a message's words, not its
+markup: "Assistant: ```py" tells nothing, "Assistant: def area(r): …" does.
+Qt-free, so the conversation service (titles) can use it as well as the views.
+"""
+
+from __future__ import annotations
+
+import re
+
+_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^\s*(```|~~~)[^\n]*$", re.MULTILINE), ""),  # code fences
+    (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),  # images: their alt text
+    (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # links: their text
+    (re.compile(r"^\s{0,3}#{1,6}\s+", re.MULTILINE), ""),  # headings
+    (re.compile(r"^\s{0,3}>\s?", re.MULTILINE), ""),  # block quotes
+    (re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(?=\S)", re.MULTILINE), ""),  # list marks
+    (re.compile(r"^\s*(?:[-*_]\s*){3,}$", re.MULTILINE), ""),  # rules
+    (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # bold
+    (re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])"), r"\2"),  # italic
+    (re.compile(r"~~(?=\S)(.+?)(?<=\S)~~"), r"\1"),  # strikethrough
+    (re.compile(r"`+([^`]*)`+"), r"\1"),  # inline code
+)
+
+
+def plain_text(markdown: str) -> str:
+    """``markdown`` without its markup; line breaks are kept."""
+    text = markdown
+    for pattern, replacement in _RULES:
+        text = pattern.sub(replacement, text)
+    return text
