@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pygments.lexer import Lexer
+from pygments.lexers import get_lexer_by_name
+from pygments.lexers.special import TextLexer
+from pygments.style import StyleMeta
+from pygments.styles import get_style_by_name
+from pygments.util import ClassNotFound
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -21,12 +27,6 @@ from PySide6.QtGui import (
     QTextDocument,
     QTextFormat,
 )
-from pygments.lexer import Lexer
-from pygments.lexers import get_lexer_by_name
-from pygments.lexers.special import TextLexer
-from pygments.style import StyleMeta
-from pygments.styles import get_style_by_name
-from pygments.util import ClassNotFound
 
 LIGHT_STYLE = "friendly"
 DARK_STYLE = "one-dark"
