@@ -23,6 +23,7 @@ from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
 from app.interrupt import StopRequest
 from app.starter_model import starter_model_path
+from app.version import __version__
 from storage import repository
 from storage.db import open_database
 
@@ -39,6 +40,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for ``arbor``."""
     parser = _Parser(prog="arbor", description="Branching chat with local GGUF models.")
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
+    )
     parser.add_argument(
         "--data-dir",
         type=Path,

@@ -10,16 +10,22 @@ from __future__ import annotations
 import faulthandler
 import logging
 import logging.handlers
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import IO
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import paths
 from app.preferences import load_preferences
 from app.single_instance import Claim, SingleInstance
+from app.smoke import ENV_VAR as SMOKE_ENV_VAR
+from app.smoke import run_smoke_test
 from app.starter_model import starter_model_path
+from app.version import __version__
 from app.views.dialogs.crash import CrashDialog, install_excepthook
 from app.views.main_window import MainWindow
 from app.views.theme import ThemeManager, app_icon
@@ -31,6 +37,7 @@ from storage.errors import StorageUnavailable
 log = logging.getLogger(__name__)
 
 CRASH_LOG = "crash.log"
+DESKTOP_ID = "io.github.arbor.Arbor"  # as in packaging/linux
 APP_LOG = "arbor.log"
 
 # Kept open for the life of the process: faulthandler writes to it on a crash.
@@ -95,6 +102,9 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
     app.setApplicationName(paths.APP_NAME)
+    app.setApplicationVersion(__version__)
+    # Lets Wayland match the window to the installed .desktop entry and icon.
+    app.setDesktopFileName(DESKTOP_ID)
     app.setWindowIcon(app_icon())
     ThemeManager(app)
     install_excepthook()
@@ -137,11 +147,26 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
             previous_crash,
             window,
         ).show()
+    close_on_sigterm(window)
+    if os.environ.get(SMOKE_ENV_VAR):
+        run_smoke_test(window, os.environ[SMOKE_ENV_VAR])
     app.setQuitOnLastWindowClosed(True)
     status = app.exec()
     db.close()
     instance.release()
     return status
+
+
+def close_on_sigterm(window: MainWindow) -> None:
+    """Close the window on SIGTERM (logout, ``kill``) as Quit does.
+
+    Python runs signal handlers only between bytecodes, never while Qt waits
+    in C, so a timer lets some Python run four times a second.
+    """
+    signal.signal(signal.SIGTERM, lambda *_: QTimer.singleShot(0, window.close))
+    wake = QTimer(window)
+    wake.timeout.connect(lambda: None)
+    wake.start(250)
 
 
 def bring_to_front(window: MainWindow) -> None:

@@ -6,10 +6,8 @@ llama-cpp-python wheel the Makefile cached, unpacked from its tarball, and run
 from an empty environment: no virtualenv on PATH, no PYTHONPATH, HOME in a
 scratch folder. That is the proof that it needs no Python of its own.
 
-Two checks depend on wiring in the app that may arrive separately: ``--version``
-(in ``app/cli.py``) and ``ARBOR_SMOKE_MESSAGE`` (in ``app/gui.py``, the one way
-to drive the window of a frozen app). Each is skipped, saying so, until its
-source is there.
+The window is driven by ``ARBOR_SMOKE_MESSAGE`` (``app/smoke.py``), the one
+way to drive the window of a frozen app.
 """
 
 from __future__ import annotations
@@ -111,10 +109,6 @@ def run_bundled(
     )
 
 
-def _source_has(relative: str, needle: str) -> bool:
-    return needle in (ROOT / relative).read_text(encoding="utf-8")
-
-
 def _tree_bytes(folder: Path) -> int:
     return sum(
         p.stat().st_size
@@ -149,8 +143,6 @@ def test_bundle_holds_only_the_qt_it_uses(bundle: Path) -> None:
 
 
 def test_version(bundle: Path, clean_env: dict[str, str]) -> None:
-    if not _source_has("app/cli.py", "--version"):
-        pytest.skip("app/cli.py has no --version yet")
     result = run_bundled(bundle, clean_env, "--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"arbor {__version__}"
@@ -195,8 +187,6 @@ def test_cli_answers_a_message(
 def test_window_answers_a_message(
     bundle: Path, clean_env: dict[str, str], model: Path, tmp_path: Path
 ) -> None:
-    if not _source_has("app/gui.py", "ARBOR_SMOKE_MESSAGE"):
-        pytest.skip("app/gui.py has no ARBOR_SMOKE_MESSAGE hook yet")
     env = dict(clean_env, ARBOR_SMOKE_MESSAGE="Hello")
     data = tmp_path / "data"
     result = run_bundled(bundle, env, "--data-dir", data, "--model", model)
@@ -230,11 +220,8 @@ def test_window_starts_and_closes_on_sigterm(
             window.wait()
     assert "Traceback" not in err, err
     assert (data / "arbor.sqlite3").is_file()
-    if _source_has("app/gui.py", "SIGTERM"):
-        assert window.returncode == 0, err
-        assert (data / "crash.log").read_text() == ""
-    else:  # Python's default: the process ends at once, by the signal
-        assert window.returncode in (0, -signal.SIGTERM), err
+    assert window.returncode == 0, err
+    assert (data / "crash.log").read_text() == ""
 
 
 def test_desktop_entry_validates(bundle: Path) -> None:

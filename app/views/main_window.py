@@ -30,6 +30,7 @@ from app.models.conversation_list import ConversationListModel
 from app.models.conversation_tree import ConversationTreeModel
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences, save_preferences
+from app.views.about import about_text
 from app.views.composer import Composer
 from app.views.dialogs.errors import confirm, show_error
 from app.views.dialogs.new_conversation import NewConversationDialog
@@ -228,6 +229,10 @@ class MainWindow(QMainWindow):
         self.shortcuts_action = self._action(
             "&Keyboard shortcuts", self._on_shortcuts_action_triggered
         )
+        self.about_action = self._action(
+            "&About Arbor", self._on_about_action_triggered
+        )
+        self.about_action.setMenuRole(QAction.MenuRole.AboutRole)
         self._build_navigation_actions()
 
         menu = self.menuBar()
@@ -256,6 +261,8 @@ class MainWindow(QMainWindow):
         go_menu.addActions(self.navigation_actions)
         help_menu = menu.addMenu("&Help")
         help_menu.addAction(self.shortcuts_action)
+        help_menu.addSeparator()
+        help_menu.addAction(self.about_action)
 
     def _build_navigation_actions(self) -> None:
         # Each move maps (tree, active node) to the node to activate, or None.
@@ -818,6 +825,10 @@ class MainWindow(QMainWindow):
         self.tree_action.setChecked(True)
         self.tree_panel.show()
         self.tree_panel.view.setFocus()
+
+    @Slot()
+    def _on_about_action_triggered(self) -> None:
+        QMessageBox.about(self, "About Arbor", about_text())
 
     @Slot()
     def _on_shortcuts_action_triggered(self) -> None:
