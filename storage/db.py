@@ -98,7 +98,9 @@ class Database:
     def require_writable(self) -> None:
         """Raise ``StorageUnavailable`` if this database was opened read-only."""
         if self.read_only_reason is not None:
-            raise StorageUnavailable(read_only_message(self.path, self.read_only_reason))
+            raise StorageUnavailable(
+                read_only_message(self.path, self.read_only_reason)
+            )
 
     def close(self) -> None:
         """Release every pooled connection."""
@@ -221,9 +223,7 @@ def _open_read_only(
     path: Path, version: int, reason: str, busy_timeout_ms: int
 ) -> Database:
     if version == 0:
-        raise StorageUnavailable(
-            f"Cannot create the database {path}: {reason}."
-        )
+        raise StorageUnavailable(f"Cannot create the database {path}: {reason}.")
     if version < migrations.READABLE_FROM:
         raise StorageUnavailable(
             f"{path} was written by an older version of Arbor and must be upgraded "
@@ -233,10 +233,7 @@ def _open_read_only(
     # immutable=1 reads without locks and without creating -shm/-wal files, which
     # a read-only folder could not hold anyway. It is only correct when no -wal
     # holds committed pages: those would silently be ignored.
-    if migrations.wal_has_content(path):
-        query = "mode=ro"
-    else:
-        query = "mode=ro&immutable=1"
+    query = "mode=ro" if migrations.wal_has_content(path) else "mode=ro&immutable=1"
     engine = _engine(path, query, busy_timeout_ms, writable=False)
     try:
         with translate_errors(path), engine.connect() as connection:

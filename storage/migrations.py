@@ -75,7 +75,7 @@ def inspect_file(path: Path) -> int:
         )
     if version == 0 and not tables:
         return 0  # an empty database, e.g. left by a creation that was cut short
-    if version == 0 or not _OUR_TABLES <= tables:
+    if version == 0 or not tables >= _OUR_TABLES:
         raise StorageUnavailable(
             f"{path} is not an Arbor database; the file was not changed."
         )
@@ -243,7 +243,9 @@ def _rebuild_table(raw: sqlite3.Connection, name: str) -> None:
     dialect = sqlite.dialect()
     temporary = f"arbor_new_{name}"
     create = str(CreateTable(table).compile(dialect=dialect)).strip()
-    raw.execute(create.replace(f"CREATE TABLE {name} ", f"CREATE TABLE {temporary} ", 1))
+    raw.execute(
+        create.replace(f"CREATE TABLE {name} ", f"CREATE TABLE {temporary} ", 1)
+    )
     columns = ", ".join(column.name for column in table.columns)
     raw.execute(
         f"INSERT INTO {temporary} ({columns}) SELECT {columns} FROM {name} ORDER BY id"

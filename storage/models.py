@@ -7,7 +7,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import xxhash
-
 from sqlalchemy import (
     JSON,
     ForeignKey,
@@ -39,7 +38,7 @@ class Conversation(Base):
     __tablename__ = "conversation"
     # AUTOINCREMENT: an id is never given again after its row is deleted, so a
     # remembered id (a CLI argument, an open window) never points elsewhere.
-    __table_args__ = {"sqlite_autoincrement": True}
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     title: Mapped[str] = mapped_column(String(200), default=DEFAULT_TITLE)
