@@ -29,6 +29,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from storage import migrations
 from storage.errors import StorageUnavailable
@@ -261,7 +262,9 @@ def _engine(
         # same-thread check would only get in the way.
         return sqlite3.connect(uri, uri=True, check_same_thread=False)
 
-    engine = create_engine("sqlite://", creator=connect)
+    # The URL is only a dialect name here, and SQLAlchemy would pick the pool
+    # of an in-memory database for it; a file gets the pool it gets by default.
+    engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
     event.listen(
         engine,
         "connect",
