@@ -1,48 +1,116 @@
-"""Opening the SQLite database: one engine per file, pragmas, sessions, errors."""
+"""Opening the SQLite database: one engine per file, pragmas, sessions, errors.
+
+Opening never writes to a file before it is known to be an Arbor database of a
+schema this version understands (``migrations.inspect_file`` looks first,
+read-only and without creating anything beside the file). A database that
+cannot be written (read-only file, folder or file system) opens read-only:
+``Database.read_only`` is then True and every write raises
+``StorageUnavailable`` naming the cause.
+
+Transactions are explicit. pysqlite would defer BEGIN until the first INSERT or
+UPDATE, so a read-then-write function would read outside its own transaction
+and race other writers. Here every connection runs in SQLite's autocommit mode
+and a "begin" event emits the BEGIN itself (the recipe of SQLAlchemy's SQLite
+dialect documentation): ``Database.write()`` starts with BEGIN IMMEDIATE (the
+write lock is taken before the first read), ``Database.read()`` with BEGIN
+DEFERRED (a consistent snapshot that, under WAL, never waits for a writer).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from storage import migrations
 from storage.errors import StorageUnavailable
 
 DATABASE_FILENAME = "arbor.sqlite3"
 
+# The execution option that tells the "begin" event which BEGIN to emit.
+_BEGIN_OPTION = "arbor_begin"
+
 
 class Database:
-    """An open Arbor database: the engine and a session factory for it.
+    """An open Arbor database: the engine and its read and write sessions.
 
-    Each repository call is one unit of work: ``with db.transaction() as s:``.
-    Sessions are never shared across threads.
+    Each repository call is one unit of work, ``with db.read() as s:`` or
+    ``with db.write() as s:``. Sessions are never shared across threads.
+
+    Attributes
+    ----------
+    path
+        The database file (absolute).
+    read_only
+        True when the database could only be opened for reading; the window
+        and the CLI show "Read-only: you can read, not write" from it.
+    read_only_reason
+        Why it is read-only, for messages (None when writable).
     """
 
-    def __init__(self, path: Path, engine: Engine) -> None:
+    def __init__(
+        self, path: Path, engine: Engine, read_only_reason: str | None = None
+    ) -> None:
         self.path = path
         self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self.read_only_reason = read_only_reason
+        self.read_only = read_only_reason is not None
+        self._readers = sessionmaker(
+            engine.execution_options(**{_BEGIN_OPTION: "BEGIN DEFERRED"}),
+            expire_on_commit=False,
+        )
+        self._writers = sessionmaker(
+            engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"}),
+            expire_on_commit=False,
+        )
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Session]:
-        """Yield a session inside one transaction, committed on success.
+    def read(self) -> Iterator[Session]:
+        """Yield a session that reads one consistent snapshot, then rolls back.
 
-        Database failures caused by the environment (locked, full, corrupt)
-        surface as ``StorageUnavailable`` with a readable message.
+        Database failures caused by the environment surface as
+        ``StorageUnavailable`` with a readable message.
         """
-        with translate_errors(self.path), self._sessions.begin() as session:
+        with translate_errors(self.path), self._readers() as session:
             yield session
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Session]:
+        """Yield a session inside one write transaction, committed on success.
+
+        The transaction holds SQLite's write lock from its first statement, so
+        what it reads cannot change before it writes. Raises
+        ``StorageUnavailable`` on a read-only database and for environment
+        failures (locked, disk full, ...).
+        """
+        self.require_writable()
+        with translate_errors(self.path), self._writers.begin() as session:
+            yield session
+
+    def require_writable(self) -> None:
+        """Raise ``StorageUnavailable`` if this database was opened read-only."""
+        if self.read_only_reason is not None:
+            raise StorageUnavailable(
+                read_only_message(self.path, self.read_only_reason)
+            )
 
     def close(self) -> None:
         """Release every pooled connection."""
         self.engine.dispose()
+
+
+def read_only_message(path: Path, reason: str) -> str:
+    """The sentence shown when a write is refused on a read-only database."""
+    return f"The database {path} is read-only ({reason}): you can read, not write."
 
 
 def open_database(path: Path, busy_timeout_ms: int = 5000) -> Database:
@@ -51,70 +119,297 @@ def open_database(path: Path, busy_timeout_ms: int = 5000) -> Database:
     ``busy_timeout_ms`` is how long a write waits for another process's lock
     before giving up with ``StorageUnavailable``.
 
-    Raises ``StorageUnavailable`` if it cannot be used, e.g. it was written by a
-    newer Arbor, is not a database, or its folder is not writable.
+    A database that cannot be written opens read-only (``Database.read_only``).
+    Raises ``StorageUnavailable`` if it cannot be used at all, e.g. it is not an
+    Arbor database, was written by a newer Arbor, or cannot be created; such a
+    file is left exactly as it was.
     """
-    path = Path(path)
+    # Resolved first: SQLite URIs need an absolute path, and a relative one
+    # would follow the working directory.
+    path = Path(path).expanduser().resolve()
+    _make_folder(path.parent)
+    version = migrations.inspect_file(path)
+    reason = _read_only_reason(path, new=version == 0)
+    if reason is None:
+        try:
+            return _open_writable(path, version, busy_timeout_ms)
+        except _CannotWrite as exc:
+            reason = exc.reason
+    return _open_read_only(path, version, reason, busy_timeout_ms)
+
+
+def _make_folder(folder: Path) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorageUnavailable(
-            f"Cannot create the data folder {path.parent}: {exc.strerror}."
+            f"Cannot create the data folder {folder}: {exc.strerror}."
         ) from exc
-    migrations.refuse_newer(path)
-    engine = create_engine(f"sqlite:///{path}")
-    event.listen(engine, "connect", functools.partial(_on_connect, busy_timeout_ms))
-    with translate_errors(path):
-        migrations.upgrade(engine, path)
+
+
+class _CannotWrite(Exception):
+    """Opening for writing was refused by the file system; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _read_only_reason(path: Path, new: bool) -> str | None:
+    """Why ``path`` cannot be written, or None if it looks writable.
+
+    SQLite needs to create the -wal and -shm files beside the database, so the
+    folder must be writable too. (Root passes these checks everywhere except on
+    a read-only file system; SQLite's own refusal is caught later.)
+    """
+    folder = path.parent
+    if _on_read_only_file_system(folder):
+        return f"it is on a read-only file system ({folder})"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"no write permission on the folder {folder}"
+    if not new and not os.access(path, os.W_OK):
+        return "no write permission on the file"
+    return None
+
+
+def _on_read_only_file_system(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # AttributeError: no statvfs on Windows
+        return False
+
+
+def _open_writable(path: Path, version: int, busy_timeout_ms: int) -> Database:
+    # mode=rw for an existing file: if it vanished since inspect_file, SQLite
+    # must not quietly create an empty one in its place.
+    mode = "rwc" if version == 0 else "rw"
+    engine = _engine(
+        path, f"mode={mode}", busy_timeout_ms, writable=True, new=version == 0
+    )
+    try:
+        with translate_errors(path):
+            try:
+                migrations.upgrade(engine, path, version)
+                # Connect now, so that a file that cannot be opened for
+                # writing is known here and not at the first query.
+                with engine.connect() as connection:
+                    connection.exec_driver_sql("SELECT count(*) FROM sqlite_master")
+            except (DBAPIError, sqlite3.Error) as exc:
+                original = exc.orig if isinstance(exc, DBAPIError) else exc
+                reason = _cannot_write_reason(path, original)
+                if reason is None or version == 0:
+                    raise
+                raise _CannotWrite(reason) from exc
+    except BaseException:
+        engine.dispose()
+        raise
     return Database(path, engine)
 
 
+def _cannot_write_reason(path: Path, exc: BaseException | None) -> str | None:
+    # Failures after which the file can still be read: SQLite refused to write
+    # although the permission checks passed (ACLs, a -shm owned by someone
+    # else), or the disk is too full to create the -wal and -shm files.
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name.startswith("SQLITE_FULL") or (
+        name.startswith("SQLITE_IOERR") and _disk_full(path)
+    ):
+        return "the disk holding it is full; free some space and open it again"
+    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
+        return f"SQLite cannot write to it: {exc}"
+    return None
+
+
+def _open_read_only(
+    path: Path, version: int, reason: str, busy_timeout_ms: int
+) -> Database:
+    if version == 0:
+        raise StorageUnavailable(f"Cannot create the database {path}: {reason}.")
+    if version < migrations.READABLE_FROM:
+        raise StorageUnavailable(
+            f"{path} was written by an older version of Arbor and must be upgraded "
+            f"before it can be read, which needs write access ({reason}). The file "
+            "was not changed."
+        )
+    # immutable=1 reads without locks and without creating -shm/-wal files, which
+    # a read-only folder could not hold anyway. It is only correct when no -wal
+    # holds committed pages: those would silently be ignored.
+    query = "mode=ro" if migrations.wal_has_content(path) else "mode=ro&immutable=1"
+    engine = _engine(path, query, busy_timeout_ms, writable=False)
+    try:
+        with translate_errors(path), engine.connect() as connection:
+            connection.exec_driver_sql("SELECT count(*) FROM sqlite_master").all()
+    except StorageUnavailable as exc:
+        engine.dispose()
+        if query == "mode=ro":
+            raise StorageUnavailable(
+                f"The database {path} has recent changes in its -wal file that "
+                f"can only be read with write access ({reason}). Opening it "
+                "read-only would hide them, so it was not opened; make the folder "
+                "and file writable and try again."
+            ) from exc
+        raise
+    return Database(path, engine, read_only_reason=reason)
+
+
+def _engine(
+    path: Path, query: str, busy_timeout_ms: int, writable: bool, new: bool = False
+) -> Engine:
+    uri = f"{path.as_uri()}?{query}"
+
+    def connect() -> sqlite3.Connection:
+        # The pool hands a connection to one thread at a time, so sqlite3's
+        # same-thread check would only get in the way.
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    # The URL is only a dialect name here, and SQLAlchemy would pick the pool
+    # of an in-memory database for it; a file gets the pool it gets by default.
+    engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
+    event.listen(
+        engine,
+        "connect",
+        functools.partial(_on_connect, busy_timeout_ms, writable, new),
+    )
+    event.listen(engine, "begin", _on_begin)
+    return engine
+
+
 def _on_connect(
-    busy_timeout_ms: int, dbapi_connection: sqlite3.Connection, _record: object
+    busy_timeout_ms: int,
+    writable: bool,
+    new: bool,
+    dbapi_connection: sqlite3.Connection,
+    _record: object,
 ) -> None:
-    # Foreign keys are off by default in SQLite; cascades rely on them. WAL keeps
-    # readers (the UI) unblocked while the worker writes, and with
-    # synchronous=NORMAL a crash can lose the last commit but never corrupts.
+    # Autocommit at the driver level: _on_begin emits every BEGIN itself.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    # Takes effect only in a file with no tables yet (a new database): lets
-    # deleted checkpoints give their pages back (repository.release_space).
-    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    if new:
+        # Lets deleted checkpoints give their pages back (release_space). It
+        # only takes effect in a file without tables, before the switch to WAL
+        # writes the header; it is never sent to an existing file, where it
+        # would be a write (and fail on a read-only one).
+        cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    # Foreign keys are off by default in SQLite; cascades rely on them.
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    if writable:
+        # WAL keeps readers (the UI) unblocked while the worker writes, and with
+        # synchronous=NORMAL a crash can lose the last commit but never corrupts.
+        # Only reached once the file is known to be ours (inspect_file).
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    else:
+        # A second guard besides Database.write(): nothing writes by accident.
+        cursor.execute("PRAGMA query_only=ON")
     cursor.close()
 
 
-_READABLE_ERRORS = (
+def _on_begin(connection: Connection) -> None:
+    # Database.read() and write() say which BEGIN they need. Plain use of the
+    # engine gets SQLite's default, DEFERRED, as pysqlite gave it: it takes no
+    # lock before the first statement, so e.g. "PRAGMA wal_checkpoint" works.
+    begin = connection.get_execution_options().get(_BEGIN_OPTION, "BEGIN DEFERRED")
+    connection.exec_driver_sql(begin)
+
+
+# (SQLite primary result code, message). The first match by code wins; the
+# text needles below catch errors raised without a code.
+_MESSAGES_BY_CODE: tuple[tuple[str, str], ...] = (
     (
-        "locked",
+        "SQLITE_BUSY",
         "The database {path} is locked by another program. Close other Arbor "
         "windows and try again.",
     ),
     (
-        "full",
+        "SQLITE_LOCKED",
+        "The database {path} is locked by another program. Close other Arbor "
+        "windows and try again.",
+    ),
+    (
+        "SQLITE_FULL",
         "The disk holding {path} is full. Free some space (or clear "
         "checkpoints) and try again.",
     ),
-    ("not a database", "{path} is not an Arbor database, or it is corrupt."),
-    ("malformed", "The database {path} is corrupt."),
-    ("readonly", "The database {path} is read-only."),
-    ("unable to open", "Cannot open the database {path}."),
-    ("disk i/o", "A disk error occurred while using {path}."),
+    (
+        "SQLITE_READONLY",
+        "The database {path} is read-only (SQLite cannot write to it: {detail}).",
+    ),
+    ("SQLITE_PERM", "Permission denied while using the database {path}."),
+    ("SQLITE_NOTADB", "{path} is not an Arbor database, or it is corrupt."),
+    ("SQLITE_CORRUPT", "The database {path} is corrupt."),
+    (
+        "SQLITE_CANTOPEN",
+        "Cannot open the database {path} ({detail}). Check that the file and its "
+        "folder exist and that you may read and write them.",
+    ),
+    ("SQLITE_IOERR", "A disk error occurred while using {path} ({detail})."),
 )
+
+_MESSAGES_BY_TEXT: tuple[tuple[str, str], ...] = (
+    ("locked", _MESSAGES_BY_CODE[0][1]),
+    ("full", _MESSAGES_BY_CODE[2][1]),
+    ("readonly", _MESSAGES_BY_CODE[3][1]),
+    ("not a database", _MESSAGES_BY_CODE[5][1]),
+    ("malformed", _MESSAGES_BY_CODE[6][1]),
+    ("unable to open", _MESSAGES_BY_CODE[7][1]),
+    ("disk i/o", _MESSAGES_BY_CODE[8][1]),
+)
+
+
+def describe_sqlite_error(path: Path, exc: sqlite3.Error) -> str | None:
+    """A sentence naming the real cause of an environment failure, or None.
+
+    None means the error is not the environment's (e.g. an SQL mistake: a bug).
+    """
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    detail = str(exc)
+    for code, text in _MESSAGES_BY_CODE:
+        if name == code or name.startswith(code + "_"):
+            if code == "SQLITE_IOERR" and _disk_full(path):
+                # Some writes on a full disk fail as I/O errors (e.g. growing
+                # the -shm file), not as SQLITE_FULL.
+                return _MESSAGES_BY_CODE[2][1].format(path=path)
+            return text.format(path=path, detail=detail)
+    lowered = detail.lower()
+    for needle, text in _MESSAGES_BY_TEXT:
+        if needle in lowered:
+            return text.format(path=path, detail=detail)
+    return None
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return os.statvfs(path.parent).f_bavail == 0
+    except (OSError, AttributeError):
+        return False
 
 
 @contextlib.contextmanager
 def translate_errors(path: Path) -> Iterator[None]:
-    """Turn environment failures of SQLite into ``StorageUnavailable``."""
+    """Turn environment failures of SQLite into ``StorageUnavailable``.
+
+    The message names the cause (locked, disk full, read-only, not a database,
+    corrupt, ...). Errors that are Arbor's own mistakes (constraint violations,
+    SQL errors) propagate unchanged.
+    """
     try:
         yield
     except DBAPIError as exc:
-        message = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
-        for needle, text in _READABLE_ERRORS:
-            if needle in message:
-                raise StorageUnavailable(text.format(path=path)) from exc
+        orig = exc.orig
+        message = (
+            describe_sqlite_error(path, orig)
+            if isinstance(orig, sqlite3.Error)
+            else None
+        )
+        if message is None:
+            raise
+        raise StorageUnavailable(message) from exc
+    except (sqlite3.IntegrityError, sqlite3.ProgrammingError):
         raise
     except sqlite3.DatabaseError as exc:
-        raise StorageUnavailable(f"The database {path} cannot be used: {exc}.") from exc
+        # Raised by the plain sqlite3 connections of inspection and migration.
+        message = describe_sqlite_error(path, exc)
+        if message is None:
+            message = f"The database {path} cannot be used: {exc}."
+        raise StorageUnavailable(message) from exc

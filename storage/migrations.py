@@ -1,98 +1,296 @@
 """Schema versioning with a ``PRAGMA user_version`` ladder.
 
-Version 0 with no tables is a new file. Each upgrade step runs in its own
-transaction after a file backup. A database from a newer Arbor is refused
-untouched rather than damaged.
+``inspect_file`` looks at a file before anything writes to it: read-only, and
+without creating -wal or -shm files beside it. Only a file that is new, or
+carries Arbor's tables and a schema version we understand, is ever opened for
+writing; anything else is refused and stays byte-for-byte as it was.
+
+Each upgrade step runs in its own transaction after a file backup. A database
+from a newer Arbor is refused untouched rather than damaged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Engine, text
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from storage.errors import StorageUnavailable
-from storage.models import Base
+from storage.models import Base, checkpoint_checksum
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
+# The oldest schema that can be read as it is, without upgrading: what a
+# read-only database must have. Version 3 only changed how ids are allocated
+# and how checkpoints are checksummed (version-2 checkpoints then fail the
+# check and are rebuilt from tokens), so version-2 files read fine.
+READABLE_FROM = 2
 
-def _add_reasoning_and_span_text(connection: Connection) -> None:
-    # Version 2: replies keep their reasoning apart from the answer, nodes keep
-    # the text their span was rendered from, conversations their reasoning
-    # choice. Existing rows get "no reasoning" and an unknown span text (filled
-    # in from the tokens the next time a model loads them).
-    connection.execute(
-        text("ALTER TABLE node ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
-    )
-    connection.execute(text("ALTER TABLE node ADD COLUMN span_text TEXT"))
-    connection.execute(
-        text("ALTER TABLE conversation ADD COLUMN reasoning VARCHAR(16)")
-    )
+# Tables every Arbor database has had since version 1.
+_OUR_TABLES = frozenset(
+    {"conversation", "node", "backend_profile", "checkpoint", "checkpoint_blob"}
+)
 
-
-# Steps from version N to N+1, keyed by N. Version 1 is the first schema.
-_STEPS: dict[int, Callable[[Connection], None]] = {1: _add_reasoning_and_span_text}
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def read_version(connection: Connection) -> int:
-    """Return the schema version recorded in the database."""
-    return int(connection.execute(text("PRAGMA user_version")).scalar_one())
+# --- looking before touching --------------------------------------------------
 
 
-def refuse_newer(path: Path) -> None:
-    """Raise ``StorageUnavailable`` if ``path`` holds a schema newer than ours.
-
-    Checked read-only before anything else opens the file, so that not even
-    the switch to WAL journaling touches a database we cannot understand.
-    """
-    if not path.exists():
-        return
+def wal_has_content(path: Path) -> bool:
+    """Whether a -wal file beside ``path`` may hold committed pages."""
+    wal = path.with_name(path.name + "-wal")
     try:
-        with contextlib.closing(
-            sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-        ) as con:
-            version = int(con.execute("PRAGMA user_version").fetchone()[0])
-    except sqlite3.DatabaseError as exc:
+        return wal.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def inspect_file(path: Path) -> int:
+    """Return the schema version of the Arbor database at ``path`` (0: new).
+
+    Raises ``StorageUnavailable``, without changing or creating any file, when
+    ``path`` is not an Arbor database or was written by a newer Arbor.
+    """
+    header = _read_header(path)
+    if header is None:
+        return 0  # no file yet, or an empty one: SQLite treats both as new
+    if not header.startswith(_SQLITE_MAGIC):
         raise StorageUnavailable(
-            f"{path} is not an Arbor database, or it is corrupt."
-        ) from exc
+            f"{path} is not an Arbor database (not an SQLite file), or it is "
+            "corrupt; the file was not changed."
+        )
+    version, tables = _probe(path)
     if version > SCHEMA_VERSION:
         raise StorageUnavailable(
             f"{path} was written by a newer version of Arbor (schema {version}; this "
             f"version understands up to {SCHEMA_VERSION}). Update Arbor to open it; "
             "the file was not changed."
         )
-
-
-def upgrade(engine: Engine, path: Path) -> None:
-    """Create or upgrade the schema of the database at ``path``."""
-    with engine.connect() as connection:
-        version = read_version(connection)
-        has_tables = bool(inspect(connection).get_table_names())
-    if version == 0 and not has_tables:
-        with engine.begin() as connection:
-            Base.metadata.create_all(connection)
-            connection.execute(text(f"PRAGMA user_version={SCHEMA_VERSION}"))
-        return
-    if version == 0:
+    if version == 0 and not tables:
+        return 0  # an empty database, e.g. left by a creation that was cut short
+    if version == 0 or not tables >= _OUR_TABLES:
         raise StorageUnavailable(
             f"{path} is not an Arbor database; the file was not changed."
         )
+    return version
+
+
+def _read_header(path: Path) -> bytes | None:
+    try:
+        with path.open("rb") as file:
+            header = file.read(100)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageUnavailable(f"Cannot read {path}: {exc.strerror}.") from exc
+    return header or None
+
+
+def _probe(path: Path) -> tuple[int, set[str]]:
+    # immutable=1 makes SQLite read the file with no locking and no -shm/-wal,
+    # so not even a file of another program gains a file beside it. When a -wal
+    # holds pages, immutable would hide them: then a plain read-only open,
+    # which only reads that database's existing -wal and -shm.
+    query = "mode=ro" if wal_has_content(path) else "mode=ro&immutable=1"
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.as_uri()}?{query}", uri=True)
+        ) as con:
+            version = int(con.execute("PRAGMA user_version").fetchone()[0])
+            tables = {
+                row[0]
+                for row in con.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                )
+            }
+    except sqlite3.DatabaseError as exc:
+        name = getattr(exc, "sqlite_errorname", "")
+        if name.startswith("SQLITE_CANTOPEN") and query == "mode=ro":
+            raise StorageUnavailable(
+                f"Cannot read {path}: its -wal file holds recent changes that can "
+                f"only be read with write permission on {path.parent}. The file "
+                "was not changed."
+            ) from exc
+        raise StorageUnavailable(
+            f"{path} is not an Arbor database, or it is corrupt ({exc}); the file "
+            "was not changed."
+        ) from exc
+    return version, tables
+
+
+# --- creating and upgrading ---------------------------------------------------
+
+
+def upgrade(engine: Engine, path: Path, version: int) -> None:
+    """Create (``version`` 0) or upgrade the schema of the database at ``path``.
+
+    ``version`` is what ``inspect_file`` found; ``engine`` opens the file for
+    writing.
+    """
+    if version == 0:
+        _create(engine)
+        return
     if version < SCHEMA_VERSION:
         backup = path.with_suffix(path.suffix + f".v{version}.bak")
         _backup(path, backup)
         for step_from in range(version, SCHEMA_VERSION):
-            with engine.begin() as connection:
-                _STEPS[step_from](connection)
-                connection.execute(text(f"PRAGMA user_version={step_from + 1}"))
+            _run_step(engine, step_from)
+
+
+def _create(engine: Engine) -> None:
+    # auto_vacuum=INCREMENTAL was set by the engine's connect hook (db.py),
+    # which must run it before the switch to WAL.
+    with engine.begin() as connection:
+        Base.metadata.create_all(connection)
+        connection.execute(text(f"PRAGMA user_version={SCHEMA_VERSION}"))
+
+
+def _run_step(engine: Engine, step_from: int) -> None:
+    """Run one upgrade step and record its version, in one transaction."""
+    with engine.connect() as connection:
+        raw: sqlite3.Connection = connection.connection.dbapi_connection  # type: ignore[assignment]
+        # Table rebuilds need foreign keys off, and the pragma is a no-op
+        # inside a transaction, so it is set before BEGIN and restored after.
+        raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            try:
+                _STEPS[step_from](raw)
+                _check_foreign_keys(raw)
+                raw.execute(f"PRAGMA user_version={step_from + 1}")
+                raw.execute("COMMIT")
+            except BaseException:
+                raw.execute("ROLLBACK")
+                raise
+        finally:
+            raw.execute("PRAGMA foreign_keys=ON")
+
+
+def _check_foreign_keys(raw: sqlite3.Connection) -> None:
+    problems = raw.execute("PRAGMA foreign_key_check").fetchall()
+    if problems:
+        tables = sorted({row[0] for row in problems})
+        raise StorageUnavailable(
+            "The database is damaged (rows point to rows that do not exist, in "
+            f"{', '.join(tables)}); it was not upgraded. A backup was saved beside it."
+        )
 
 
 def _backup(path: Path, backup: Path) -> None:
     # SQLite's online backup copies committed pages, WAL included; a plain file
     # copy could miss what still sits in the -wal file.
-    with sqlite3.connect(path) as source, sqlite3.connect(backup) as target:
+    with (
+        contextlib.closing(sqlite3.connect(path)) as source,
+        contextlib.closing(sqlite3.connect(backup)) as target,
+    ):
         source.backup(target)
+
+
+# --- the steps ----------------------------------------------------------------
+
+
+def _add_reasoning_and_span_text(raw: sqlite3.Connection) -> None:
+    # Version 2: replies keep their reasoning apart from the answer, nodes keep
+    # the text their span was rendered from, conversations their reasoning
+    # choice. Existing rows get "no reasoning" and an unknown span text (filled
+    # in from the tokens the next time a model loads them).
+    raw.execute("ALTER TABLE node ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+    raw.execute("ALTER TABLE node ADD COLUMN span_text TEXT")
+    raw.execute("ALTER TABLE conversation ADD COLUMN reasoning VARCHAR(16)")
+
+
+# Tables whose ids must never be given twice (version 3).
+_AUTOINCREMENT_TABLES = ("conversation", "node", "checkpoint")
+
+
+def _autoincrement_ids_and_bound_checksums(raw: sqlite3.Connection) -> None:
+    # Version 3: ids are never reused (AUTOINCREMENT), and checkpoint checksums
+    # bind the bytes to their node, profile, span and tokens. Checkpoints are
+    # re-bound after their old CRC-32 is verified; damaged ones are dropped
+    # (they are a cache, rebuilt from tokens on the next visit).
+    _drop_orphan_checkpoints(raw)
+    for name in _AUTOINCREMENT_TABLES:
+        _rebuild_table(raw, name)
+    _rebind_checksums(raw)
+
+
+def _drop_orphan_checkpoints(raw: sqlite3.Connection) -> None:
+    # Rows deleted by hand with foreign keys off (e.g. the sqlite3 shell) leave
+    # checkpoints or blobs behind that would fail the foreign key check.
+    raw.execute(
+        "DELETE FROM checkpoint WHERE node_id NOT IN (SELECT id FROM node) "
+        "OR profile_id NOT IN (SELECT id FROM backend_profile)"
+    )
+    raw.execute(
+        "DELETE FROM checkpoint_blob WHERE checkpoint_id NOT IN "
+        "(SELECT id FROM checkpoint)"
+    )
+
+
+def _rebuild_table(raw: sqlite3.Connection, name: str) -> None:
+    # SQLite cannot add AUTOINCREMENT to a table, so this follows its
+    # "12-step" recipe: create the new table, copy every row (ids included),
+    # drop the old one, rename the new one, recreate the indexes. Copying the
+    # ids makes SQLite record max(id) in sqlite_sequence, the seed of new ids.
+    table = Base.metadata.tables[name]
+    dialect = sqlite.dialect()
+    temporary = f"arbor_new_{name}"
+    create = str(CreateTable(table).compile(dialect=dialect)).strip()
+    raw.execute(
+        create.replace(f"CREATE TABLE {name} ", f"CREATE TABLE {temporary} ", 1)
+    )
+    columns = ", ".join(column.name for column in table.columns)
+    raw.execute(
+        f"INSERT INTO {temporary} ({columns}) SELECT {columns} FROM {name} ORDER BY id"
+    )
+    raw.execute(f"DROP TABLE {name}")
+    raw.execute(f"ALTER TABLE {temporary} RENAME TO {name}")
+    for index in table.indexes:
+        raw.execute(str(CreateIndex(index).compile(dialect=dialect)))
+
+
+def _rebind_checksums(raw: sqlite3.Connection) -> None:
+    ids = [row[0] for row in raw.execute("SELECT id FROM checkpoint")]
+    for checkpoint_id in ids:
+        # One blob at a time: checkpoints can be gigabytes in all.
+        row = raw.execute(
+            "SELECT c.node_id, p.fingerprint, c.kind, c.start_pos, c.end_pos, "
+            "c.checksum, n.tokens, b.data FROM checkpoint c "
+            "JOIN node n ON n.id = c.node_id "
+            "JOIN backend_profile p ON p.id = c.profile_id "
+            "LEFT JOIN checkpoint_blob b ON b.checkpoint_id = c.id WHERE c.id = ?",
+            (checkpoint_id,),
+        ).fetchone()
+        node_id, profile, kind, start, end, old, tokens, data = row
+        if not (_crc32_intact(old, data) and isinstance(tokens, bytes)):
+            # Foreign keys are off here: no cascade, so the blob goes by hand.
+            raw.execute(
+                "DELETE FROM checkpoint_blob WHERE checkpoint_id = ?", (checkpoint_id,)
+            )
+            raw.execute("DELETE FROM checkpoint WHERE id = ?", (checkpoint_id,))
+            continue
+        checksum = checkpoint_checksum(node_id, profile, kind, start, end, tokens, data)
+        raw.execute(
+            "UPDATE checkpoint SET checksum = ? WHERE id = ?", (checksum, checkpoint_id)
+        )
+
+
+def _crc32_intact(checksum: object, data: object) -> bool:
+    # The version-2 format: "crc32:" and eight hex digits of the bytes alone.
+    if not isinstance(data, bytes) or not isinstance(checksum, str):
+        return False
+    return checksum == f"crc32:{zlib.crc32(data):08x}"
+
+
+# Steps from version N to N+1, keyed by N. Version 1 is the first schema.
+_STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _add_reasoning_and_span_text,
+    2: _autoincrement_ids_and_bound_checksums,
+}

@@ -7,7 +7,7 @@ objects, so callers on any thread can hold them safely.
 from __future__ import annotations
 
 import functools
-import zlib
+import logging
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from storage.db import Database
-from storage.errors import NotFound
+from storage.db import Database, translate_errors
+from storage.errors import NotFound, StorageUnavailable
 from storage.models import (
     DEFAULT_TITLE,
     BackendProfile,
@@ -27,10 +27,17 @@ from storage.models import (
     Conversation,
     Node,
     Setting,
+    checkpoint_checksum,
     utcnow,
 )
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
+
+# SQLite stores ids as signed 64-bit integers; nothing outside 1..2**63-1 can
+# be a row id (and binding a larger Python int raises OverflowError).
+_MAX_ID = 2**63 - 1
 
 
 def _releases_space(function: Callable[..., T]) -> Callable[..., T]:
@@ -39,7 +46,12 @@ def _releases_space(function: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(function)
     def wrapper(db: Database, *args: Any, **kwargs: Any) -> T:
         result = function(db, *args, **kwargs)
-        release_space(db)
+        try:
+            release_space(db)
+        except StorageUnavailable as exc:
+            # The deletion itself is committed; failing to shrink the file now
+            # (e.g. locked) only postpones that to the next deletion.
+            log.warning("Could not shrink the database: %s", exc)
         return result
 
     return wrapper
@@ -49,15 +61,24 @@ def release_space(db: Database) -> None:
     """Give the pages freed by deletions back to the file system.
 
     Checkpoints are most of the file; without this, deleting them would free
-    room inside the file but never shrink it.
+    room inside the file but never shrink it. Does nothing on a read-only
+    database.
     """
-    connection = db.engine.raw_connection()
-    try:
-        # The pragma frees one page per step and sqlite3's execute() steps once;
-        # executescript() runs it to the end.
-        connection.driver_connection.executescript("PRAGMA incremental_vacuum;")
-    finally:
-        connection.close()
+    if db.read_only:
+        return
+    with translate_errors(db.path):
+        connection = db.engine.raw_connection()
+        try:
+            # The pragma frees one page per step and sqlite3's execute() steps
+            # once; executescript() runs it to the end. The file only shrinks
+            # when the pages reach it, at a checkpoint: run one now. PASSIVE,
+            # not TRUNCATE: the -wal file keeps its size, and a later deletion
+            # on a full disk can reuse it instead of needing new space.
+            connection.driver_connection.executescript(  # type: ignore[union-attr]
+                "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(PASSIVE);"
+            )
+        finally:
+            connection.close()
 
 
 # --- records -----------------------------------------------------------------
@@ -121,28 +142,40 @@ class NodeSummary:
 
 @dataclass(frozen=True)
 class StoredCheckpoint:
-    """A checkpoint read back for restoring, with its checksum unverified."""
+    """A checkpoint read back for restoring, with its checksum unverified.
+
+    ``profile`` (the backend profile's fingerprint) and ``node_tokens`` (the
+    node's stored token ids) are what the checksum binds besides the bytes.
+    Values of the wrong SQL type (a damaged file) are kept as read, so that
+    ``is_intact`` can refuse them.
+    """
 
     node_id: int
     kind: str
     start_pos: int
     end_pos: int
     checksum: str
-    data: bytes
+    data: bytes = field(repr=False)
+    profile: str = ""
+    node_tokens: bytes = field(default=b"", repr=False)
 
     def is_intact(self) -> bool:
-        """Whether the bytes still match the checksum written with them."""
-        return blob_checksum(self.data) == self.checksum
+        """Whether the bytes still match the checksum written with them.
 
-
-def blob_checksum(data: bytes) -> str:
-    """The checksum stored with a checkpoint and verified before every restore.
-
-    It guards against corruption (a flipped bit, a torn write), not against an
-    attacker, so CRC-32 serves: it is about twice as fast as SHA-256 on tens
-    of megabytes, which is a visible share of a cold resume.
-    """
-    return f"crc32:{zlib.crc32(data):08x}"
+        False too when the checkpoint was moved to another node, span or
+        profile, or its node's tokens changed, or a value has the wrong type.
+        """
+        if not isinstance(self.data, bytes) or not isinstance(self.node_tokens, bytes):
+            return False
+        return self.checksum == checkpoint_checksum(
+            self.node_id,
+            self.profile,
+            self.kind,
+            self.start_pos,
+            self.end_pos,
+            self.node_tokens,
+            self.data,
+        )
 
 
 def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
@@ -200,7 +233,7 @@ def create_conversation(
     db: Database, title: str | None, system_prompt: str | None
 ) -> tuple[ConversationRecord, NodeRecord]:
     """Create a conversation and its root node (the root's span is rendered later)."""
-    with db.transaction() as s:
+    with db.write() as s:
         conv = Conversation(title=title or DEFAULT_TITLE, system_prompt=system_prompt)
         s.add(conv)
         s.flush()
@@ -220,7 +253,7 @@ def list_conversations(
 
     The filter matches the title or any message text, case-insensitively.
     """
-    with db.transaction() as s:
+    with db.read() as s:
         counts = (
             select(Node.conversation_id, func.count(Node.id).label("n"))
             .group_by(Node.conversation_id)
@@ -249,19 +282,19 @@ def list_conversations(
 
 def get_conversation(db: Database, conversation_id: int) -> ConversationRecord:
     """Return one conversation; raises ``NotFound``."""
-    with db.transaction() as s:
+    with db.read() as s:
         return _conversation_record(_get(s, Conversation, conversation_id))
 
 
 def rename_conversation(db: Database, conversation_id: int, title: str) -> None:
     """Change a conversation's title."""
-    with db.transaction() as s:
+    with db.write() as s:
         _get(s, Conversation, conversation_id).title = title
 
 
 def title_if_unnamed(db: Database, conversation_id: int, title: str) -> None:
     """Give a conversation that still has the default title this one."""
-    with db.transaction() as s:
+    with db.write() as s:
         conv = _get(s, Conversation, conversation_id)
         if conv.title == DEFAULT_TITLE:
             conv.title = title
@@ -270,19 +303,19 @@ def title_if_unnamed(db: Database, conversation_id: int, title: str) -> None:
 @_releases_space
 def delete_conversation(db: Database, conversation_id: int) -> None:
     """Delete a conversation with all its nodes and checkpoints."""
-    with db.transaction() as s:
+    with db.write() as s:
         s.delete(_get(s, Conversation, conversation_id))
 
 
 def set_reasoning(db: Database, conversation_id: int, choice: str | None) -> None:
     """Store a conversation's reasoning choice (None: the template's default)."""
-    with db.transaction() as s:
+    with db.write() as s:
         _get(s, Conversation, conversation_id).reasoning = choice
 
 
 def set_active_node(db: Database, node_id: int) -> None:
     """Remember ``node_id`` as where its conversation continues."""
-    with db.transaction() as s:
+    with db.write() as s:
         node = _get(s, Node, node_id)
         conv = _get(s, Conversation, node.conversation_id)
         conv.active_node_id = node.id
@@ -308,7 +341,7 @@ def add_node(
     thinking: str = "",
 ) -> NodeRecord:
     """Add a child of ``parent_id`` and make it its conversation's active node."""
-    with db.transaction() as s:
+    with db.write() as s:
         parent = _get(s, Node, parent_id)
         node = Node(
             conversation_id=parent.conversation_id,
@@ -335,7 +368,7 @@ def add_node(
 
 def update_node(db: Database, node_id: int, **changes: Any) -> NodeRecord:
     """Change fields of a node; ``tokens`` may be given as a list of ids."""
-    with db.transaction() as s:
+    with db.write() as s:
         node = _get(s, Node, node_id)
         if "tokens" in changes:
             tokens = changes.pop("tokens")
@@ -350,13 +383,14 @@ def update_node(db: Database, node_id: int, **changes: Any) -> NodeRecord:
 
 def get_node(db: Database, node_id: int) -> NodeRecord:
     """Return one node; raises ``NotFound``."""
-    with db.transaction() as s:
+    with db.read() as s:
         return _node_record(_get(s, Node, node_id))
 
 
 def get_path(db: Database, node_id: int) -> list[NodeRecord]:
     """Return the nodes from the root down to ``node_id``; raises ``NotFound``."""
-    with db.transaction() as s:
+    _require_valid_id(Node, node_id)
+    with db.read() as s:
         ancestors = (
             select(Node.id, Node.parent_id, func.cast(0, Node.id.type).label("depth"))
             .where(Node.id == node_id)
@@ -379,8 +413,10 @@ def get_path(db: Database, node_id: int) -> list[NodeRecord]:
 
 
 def get_children(db: Database, node_id: int) -> list[NodeRecord]:
-    """Children of a node, oldest first."""
-    with db.transaction() as s:
+    """Children of a node, oldest first (none for an unknown id)."""
+    if not _valid_id(node_id):
+        return []
+    with db.read() as s:
         rows = s.execute(
             select(Node).where(Node.parent_id == node_id).order_by(Node.id)
         ).scalars()
@@ -395,7 +431,7 @@ def tree(
     ``checkpoint_bytes`` counts the checkpoints of ``profile_id`` (all profiles
     when None).
     """
-    with db.transaction() as s:
+    with db.read() as s:
         _get(s, Conversation, conversation_id)
         sizes = select(Checkpoint.node_id, func.sum(Checkpoint.byte_size).label("b"))
         if profile_id is not None:
@@ -442,7 +478,7 @@ def delete_subtree(db: Database, node_id: int) -> int:
     The root cannot be deleted (delete the conversation instead). If the active
     node was inside the subtree, the parent becomes active.
     """
-    with db.transaction() as s:
+    with db.write() as s:
         node = _get(s, Node, node_id)
         if node.parent_id is None:
             raise ValueError("The root of a conversation cannot be deleted.")
@@ -457,8 +493,14 @@ def delete_subtree(db: Database, node_id: int) -> int:
 
 
 def mark_interrupted_generations(db: Database) -> int:
-    """Mark replies left 'generating' by a killed process as 'interrupted'."""
-    with db.transaction() as s:
+    """Mark replies left 'generating' by a killed process as 'interrupted'.
+
+    Returns how many; does nothing on a read-only database (they are shown as
+    they were left).
+    """
+    if db.read_only:
+        return 0
+    with db.write() as s:
         result = s.execute(
             update(Node).where(Node.status == "generating").values(status="interrupted")
         )
@@ -469,17 +511,32 @@ def mark_interrupted_generations(db: Database) -> int:
 
 
 def ensure_profile(db: Database, fingerprint: str, details: dict[str, Any]) -> int:
-    """Return the id of the backend profile ``fingerprint``, creating it if new."""
-    with db.transaction() as s:
-        existing = s.execute(
-            select(BackendProfile.id).where(BackendProfile.fingerprint == fingerprint)
-        ).scalar_one_or_none()
+    """Return the id of the backend profile ``fingerprint``, creating it if new.
+
+    On a read-only database a known profile is still found (its checkpoints
+    can be restored); a new one raises ``StorageUnavailable``.
+    """
+    if db.read_only:
+        with db.read() as s:
+            existing = _profile_id(s, fingerprint)
+        if existing is not None:
+            return existing
+    # The write lock is taken before looking, so two processes meeting a new
+    # profile at once cannot both insert it.
+    with db.write() as s:
+        existing = _profile_id(s, fingerprint)
         if existing is not None:
             return existing
         profile = BackendProfile(fingerprint=fingerprint, details=details)
         s.add(profile)
         s.flush()
         return profile.id
+
+
+def _profile_id(session: Session, fingerprint: str) -> int | None:
+    return session.execute(
+        select(BackendProfile.id).where(BackendProfile.fingerprint == fingerprint)
+    ).scalar_one_or_none()
 
 
 def save_checkpoint(
@@ -493,10 +550,17 @@ def save_checkpoint(
 ) -> int:
     """Store (or replace) the checkpoint of ``node_id`` for ``profile_id``.
 
-    Returns the number of bytes stored.
+    Returns the number of bytes stored. Raises ``NotFound`` if the node (or the
+    profile) no longer exists, e.g. its branch was deleted meanwhile.
     """
-    checksum = blob_checksum(data)
-    with db.transaction() as s:
+    with db.write() as s:
+        # Read in the same transaction as the write: the node cannot vanish
+        # in between, and the checksum binds the tokens it has now.
+        node = _get(s, Node, node_id)
+        profile = _get(s, BackendProfile, profile_id)
+        checksum = checkpoint_checksum(
+            node_id, profile.fingerprint, kind, start_pos, end_pos, node.tokens, data
+        )
         s.execute(
             delete(Checkpoint).where(
                 Checkpoint.node_id == node_id, Checkpoint.profile_id == profile_id
@@ -521,7 +585,10 @@ def checkpointed_nodes(
     db: Database, node_ids: list[int], profile_id: int
 ) -> dict[int, int]:
     """Map each of ``node_ids`` that has a checkpoint for the profile to its size."""
-    with db.transaction() as s:
+    node_ids = _valid_ids(node_ids)
+    if not node_ids or not _valid_id(profile_id):
+        return {}
+    with db.read() as s:
         rows = s.execute(
             select(Checkpoint.node_id, Checkpoint.byte_size).where(
                 Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id
@@ -539,9 +606,10 @@ def load_checkpoints(
     marks the ones it used with ``touch_checkpoints`` (one write, not one
     per node).
     """
-    if not node_ids:
+    node_ids = _valid_ids(node_ids)
+    if not node_ids or not _valid_id(profile_id):
         return {}
-    with db.transaction() as s:
+    with db.read() as s:
         rows = s.execute(
             select(
                 Checkpoint.node_id,
@@ -550,8 +618,12 @@ def load_checkpoints(
                 Checkpoint.end_pos,
                 Checkpoint.checksum,
                 CheckpointBlob.data,
+                BackendProfile.fingerprint,
+                Node.tokens,
             )
             .join(CheckpointBlob, CheckpointBlob.checkpoint_id == Checkpoint.id)
+            .join(BackendProfile, BackendProfile.id == Checkpoint.profile_id)
+            .join(Node, Node.id == Checkpoint.node_id)
             .where(
                 Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id
             )
@@ -560,10 +632,15 @@ def load_checkpoints(
 
 
 def touch_checkpoints(db: Database, node_ids: list[int], profile_id: int) -> None:
-    """Mark checkpoints as just used (eviction drops the least recently used)."""
-    if not node_ids:
+    """Mark checkpoints as just used (eviction drops the least recently used).
+
+    Does nothing on a read-only database: this is bookkeeping, and restoring
+    a checkpoint must still work there.
+    """
+    node_ids = _valid_ids(node_ids)
+    if not node_ids or not _valid_id(profile_id) or db.read_only:
         return
-    with db.transaction() as s:
+    with db.write() as s:
         s.execute(
             update(Checkpoint)
             .where(
@@ -592,11 +669,13 @@ def delete_checkpoints(
     Messages are never touched: a node without a checkpoint is rebuilt from its
     tokens when needed.
     """
-    with db.transaction() as s:
+    with db.write() as s:
         query = select(Checkpoint.id, Checkpoint.byte_size)
         if node_ids is not None:
-            query = query.where(Checkpoint.node_id.in_(node_ids))
+            query = query.where(Checkpoint.node_id.in_(_valid_ids(node_ids)))
         if conversation_id is not None:
+            if not _valid_id(conversation_id):
+                return 0
             query = query.join(Node, Node.id == Checkpoint.node_id).where(
                 Node.conversation_id == conversation_id
             )
@@ -609,7 +688,7 @@ def delete_checkpoints(
 
 def total_checkpoint_bytes(db: Database) -> int:
     """Bytes of all stored checkpoints."""
-    with db.transaction() as s:
+    with db.read() as s:
         return int(
             s.execute(
                 select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
@@ -623,7 +702,7 @@ def evict_checkpoints(db: Database, budget_bytes: int) -> int:
 
     Returns the bytes freed.
     """
-    with db.transaction() as s:
+    with db.write() as s:
         total = int(
             s.execute(
                 select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
@@ -651,19 +730,38 @@ def evict_checkpoints(db: Database, budget_bytes: int) -> int:
 
 def get_setting(db: Database, key: str, default: Any = None) -> Any:
     """Return a stored preference, or ``default``."""
-    with db.transaction() as s:
+    with db.read() as s:
         row = s.get(Setting, key)
         return default if row is None else row.value
 
 
 def set_setting(db: Database, key: str, value: Any) -> None:
     """Store a preference (any JSON value)."""
-    with db.transaction() as s:
+    with db.write() as s:
         s.merge(Setting(key=key, value=value))
 
 
 def _get(session: Session, model: type, ident: int) -> Any:
+    _require_valid_id(model, ident)
     obj = session.get(model, ident)
     if obj is None:
-        raise NotFound(f"No {model.__name__.lower()} with id {ident}.")
+        raise NotFound(_not_found_message(model, ident))
     return obj
+
+
+def _not_found_message(model: type, ident: object) -> str:
+    return f"No {model.__name__.lower()} with id {ident}."
+
+
+def _valid_id(ident: object) -> bool:
+    return isinstance(ident, int) and 0 < ident <= _MAX_ID
+
+
+def _require_valid_id(model: type, ident: object) -> None:
+    if not _valid_id(ident):
+        raise NotFound(_not_found_message(model, ident))
+
+
+def _valid_ids(idents: list[int] | tuple[int, ...]) -> list[int]:
+    # Ids SQLite could not even bind cannot match a row: leave them out.
+    return [ident for ident in idents if _valid_id(ident)]
