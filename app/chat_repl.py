@@ -1,7 +1,9 @@
 """A minimal interactive chat in the terminal, on top of the conversation service.
 
 Commands: ``/regen`` (another reply to the last message), ``/new`` (a new
-conversation), ``/quit``. Ctrl+C stops a reply in progress and keeps it.
+conversation), ``/quit``. Ctrl+C stops a reply in progress and keeps it. A
+failed message (too long for the context, ...) is reported and the chat goes
+on; end of input (Ctrl+D) ends it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import signal
 import sys
 
 from app.backend.sampling import SamplingParams
-from app.conversation.service import ConversationService
+from app.conversation.errors import USER_ERRORS
+from app.conversation.service import ConversationService, Reply
 from app.interrupt import StopRequest
 
 HELP = "Type a message. /regen: another reply, /new: new conversation, /quit: exit."
@@ -27,37 +30,70 @@ def chat_loop(
     stop = StopRequest()
 
     while True:
-        try:
-            line = input("\nyou> ").strip()
-        except (EOFError, KeyboardInterrupt):
-            print()
+        line = _read_line()
+        if line is None or line == "/quit":
             return 0
         if not line:
             continue
-        if line == "/quit":
-            return 0
         if line == "/new":
             _conversation, node = service.new_conversation(system)
             print("(new conversation)")
             continue
-        previous = signal.signal(signal.SIGINT, stop.request)
-        stop.requested = False
-        print("arbor> ", end="", flush=True)
         try:
-            on_token = lambda piece: print(piece, end="", flush=True)  # noqa: E731
-            if line == "/regen":
-                if service.path(node)[-1].role != "assistant":
-                    print("(nothing to regenerate yet)")
-                    continue
-                reply = service.regenerate(node, params, on_token, stop)
-            else:
-                reply = service.send(node, line, params, on_token, stop)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        node = reply.assistant_node
-        s = reply.stats
-        print(
-            f"\n  [{s.generated_tokens} tokens, {s.tokens_per_second:.1f} tok/s, "
-            f"context {s.context_tokens}/{s.n_ctx}, {s.stop_reason}]",
-            file=sys.stderr,
-        )
+            reply = _answer(service, node, line, params, stop)
+        except USER_ERRORS as exc:
+            # The conversation stays where it was: the next line continues it.
+            print(f"\narbor: error: {exc}", file=sys.stderr)
+            continue
+        if reply is not None:
+            node = reply.assistant_node
+            _print_stats(reply)
+
+
+def _read_line() -> str | None:
+    """The next line typed, stripped; None at end of input or on Ctrl+C."""
+    try:
+        line = input("\nyou> ").strip()
+    except (EOFError, KeyboardInterrupt):
+        print()
+        return None
+    try:
+        # Bytes that are not UTF-8 arrive as lone surrogates (the CLI reads
+        # stdin with surrogateescape) and would fail in the tokenizer.
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        print("arbor: error: the message is not valid UTF-8", file=sys.stderr)
+        return ""
+    return line
+
+
+def _answer(
+    service: ConversationService,
+    node: int,
+    line: str,
+    params: SamplingParams,
+    stop: StopRequest,
+) -> Reply | None:
+    """Reply to ``line`` after ``node`` (or regenerate); None if nothing to do."""
+    previous = signal.signal(signal.SIGINT, stop.request)
+    stop.requested = False
+    print("arbor> ", end="", flush=True)
+    try:
+        on_token = lambda piece: print(piece, end="", flush=True)  # noqa: E731
+        if line == "/regen":
+            if service.path(node)[-1].role != "assistant":
+                print("(nothing to regenerate yet)")
+                return None
+            return service.regenerate(node, params, on_token, stop)
+        return service.send(node, line, params, on_token, stop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _print_stats(reply: Reply) -> None:
+    s = reply.stats
+    print(
+        f"\n  [{s.generated_tokens} tokens, {s.tokens_per_second:.1f} tok/s, "
+        f"context {s.context_tokens}/{s.n_ctx}, {s.stop_reason}]",
+        file=sys.stderr,
+    )

@@ -7,6 +7,7 @@ message on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app import paths
-from app.backend.errors import BackendError
+from app.backend.errors import BackendError, InvalidSetting
 from app.backend.sampling import SamplingParams
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.conversation.errors import USER_ERRORS
@@ -37,6 +38,67 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+# SQLite stores ids as signed 64-bit integers: anything larger cannot name a
+# row, and would overflow in the driver instead of being "not found".
+_MAX_ID = 2**63 - 1
+
+
+def _int_type(low: int, high: int, rule: str) -> Callable[[str], int]:
+    """An argparse type for a whole number in ``[low, high]``; ``rule`` says so."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = low - 1
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{rule}, not {value!r}")
+        return number
+
+    return parse
+
+
+_node_id = _int_type(1, _MAX_ID, "node id must be a positive integer below 2^63")
+_conversation_id = _int_type(
+    1, _MAX_ID, "conversation id must be a positive integer below 2^63"
+)
+_positive_int = _int_type(1, _MAX_ID, "expected a positive integer")
+
+
+def _text_type(what: str) -> Callable[[str], str]:
+    """An argparse type for text that goes to the database and the tokenizer.
+
+    Python hands over argument bytes that are not UTF-8 as lone surrogates
+    (surrogateescape); they would fail deep inside SQLite or llama.cpp.
+    """
+
+    def parse(value: str) -> str:
+        if not _is_utf8(value):
+            raise argparse.ArgumentTypeError(f"the {what} is not valid UTF-8")
+        return value
+
+    return parse
+
+
+def _path_type(what: str) -> Callable[[str], Path]:
+    """An argparse type for a path: absolute, so it means the same everywhere."""
+
+    def parse(value: str) -> Path:
+        if not _is_utf8(value):
+            raise argparse.ArgumentTypeError(f"the {what} path is not valid UTF-8")
+        return Path(value).expanduser().resolve()
+
+    return parse
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for ``arbor``."""
     parser = _Parser(prog="arbor", description="Branching chat with local GGUF models.")
@@ -45,11 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data-dir",
-        type=Path,
+        type=_path_type("data folder"),
         help="folder of the database (default: the user data folder)",
     )
     parser.add_argument(
-        "--model", type=Path, help="GGUF model file (default: the starter model)"
+        "--model",
+        type=_path_type("model"),
+        help="GGUF model file (default: the starter model)",
     )
     parser.add_argument(
         "--n-ctx",
@@ -78,54 +142,56 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     new = sub.add_parser("new", help="start a conversation")
-    new.add_argument("--system", help="system prompt")
-    new.add_argument("--title")
+    new.add_argument("--system", type=_text_type("system prompt"), help="system prompt")
+    new.add_argument("--title", type=_text_type("title"))
 
     send = sub.add_parser("send", help="send a message after NODE_ID (root or reply)")
-    send.add_argument("node", type=int)
-    send.add_argument("text")
+    send.add_argument("node", type=_node_id)
+    send.add_argument("text", type=_text_type("message"))
     _sampling_flags(send)
 
     regen = sub.add_parser("regenerate", help="a new reply beside assistant NODE_ID")
-    regen.add_argument("node", type=int)
+    regen.add_argument("node", type=_node_id)
     _sampling_flags(regen)
 
     edit = sub.add_parser(
         "edit", help="an edited sibling of user NODE_ID, and its reply"
     )
-    edit.add_argument("node", type=int)
-    edit.add_argument("text")
+    edit.add_argument("node", type=_node_id)
+    edit.add_argument("text", type=_text_type("message"))
     _sampling_flags(edit)
 
     show = sub.add_parser("show", help="the messages from the root to NODE_ID")
-    show.add_argument("node", type=int)
+    show.add_argument("node", type=_node_id)
 
     tree = sub.add_parser("tree", help="every node of a conversation")
-    tree.add_argument("conversation", type=int)
+    tree.add_argument("conversation", type=_conversation_id)
 
     sub.add_parser("list", help="conversations, most recent first")
 
     restore = sub.add_parser(
         "restore", help="load NODE_ID into the model and report the cost"
     )
-    restore.add_argument("node", type=int)
+    restore.add_argument("node", type=_node_id)
 
     delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
-    delete.add_argument("node", type=int)
+    delete.add_argument("node", type=_node_id)
 
     reasoning = sub.add_parser(
         "reasoning",
         help="set a conversation's reasoning (the model's choices, or 'default')",
     )
-    reasoning.add_argument("conversation", type=int)
-    reasoning.add_argument("choice")
+    reasoning.add_argument("conversation", type=_conversation_id)
+    reasoning.add_argument("choice", type=_text_type("reasoning choice"))
 
     sub.add_parser(
         "info", help="the model, this build's GPU support and the data folder"
     )
 
     chat = sub.add_parser("chat", help="chat interactively in the terminal")
-    chat.add_argument("--system", help="system prompt")
+    chat.add_argument(
+        "--system", type=_text_type("system prompt"), help="system prompt"
+    )
     _sampling_flags(chat)
 
     bench = sub.add_parser(
@@ -134,15 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--model",
         dest="bench_model",
-        type=Path,
+        type=_path_type("model"),
         help="GGUF model file (default: the starter model)",
     )
     bench.add_argument(
-        "--json", type=Path, help="also write the figures as JSON to this file"
+        "--json",
+        type=_path_type("JSON"),
+        help="also write the figures as JSON to this file",
     )
     bench.add_argument(
         "--repeats",
-        type=int,
+        type=_positive_int,
         help="measurements per figure (default 3; medians are reported)",
     )
     bench.add_argument(
@@ -217,11 +285,8 @@ def _reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status."""
     try:
-        args = build_parser().parse_args(argv)
-        if args.verbose:
-            logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
-        if args.command is None:
-            raise UsageError("name a command")
+        args = _parse(argv)
+        _init_logging(args.verbose)
         return _COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"arbor: usage error: {exc} (see arbor --help)", file=sys.stderr)
@@ -235,6 +300,34 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse and check the command line; every mistake is a ``UsageError``.
+
+    The backend and sampling settings are built here, before any model is
+    loaded, so that a bad value fails at once with its own message.
+    """
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        raise UsageError("name a command")
+    try:
+        args.settings = _settings(args)
+        # Only the commands that generate have sampling flags.
+        args.sampling = _sampling(args) if hasattr(args, "temperature") else None
+    except InvalidSetting as exc:
+        raise UsageError(str(exc)) from exc
+    return args
+
+
+def _init_logging(verbose: bool) -> None:
+    if verbose:
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+    else:
+        # Without a handler Python prints warnings and errors to stderr; the
+        # CLI's stderr is one line per failure, whose message already carries
+        # what llama.cpp said.
+        logging.getLogger().addHandler(logging.NullHandler())
+
+
 def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
     db = open_database(paths.database_path(args.data_dir))
     repository.mark_interrupted_generations(db)
@@ -243,7 +336,7 @@ def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
         # Imported here so that commands without a model start fast.
         from app.backend.engine import LlamaEngine
 
-        engine = LlamaEngine(resolve_model(args.model), _settings(args))
+        engine = LlamaEngine(resolve_model(args.model), args.settings)
     return ConversationService(db, engine)
 
 
@@ -267,7 +360,7 @@ def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
         if args.stream
         else None
     )
-    reply = action(_sampling(args), on_token=on_token, should_stop=stop)
+    reply = action(args.sampling, on_token=on_token, should_stop=stop)
     if args.stream:
         print(file=sys.stderr)
     return _emit(_reply_json(reply))
@@ -391,14 +484,18 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     from app.chat_repl import chat_loop
 
     service = _open(args, with_model=True)
-    return chat_loop(service, _sampling(args), args.system)
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        # Read undecodable bytes as lone surrogates, which the loop reports
+        # per line, instead of failing the whole session on them.
+        sys.stdin.reconfigure(errors="surrogateescape")
+    return chat_loop(service, args.sampling, args.system)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from app.bench.command import run_bench
 
     model = resolve_model(args.bench_model or args.model)
-    return run_bench(model, _settings(args), args.repeats, args.quick, args.json)
+    return run_bench(model, args.settings, args.repeats, args.quick, args.json)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from app.backend.chat_format import ChatFormat
 from app.backend.errors import BackendError, ContextFullError, ModelFileError
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.sampling import Sampler, SamplingParams
-from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+from app.backend.settings import DEFAULT_N_CTX, KV_CACHE_TYPES, BackendSettings
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +50,72 @@ _KV_ELEMENT_BYTES = {
 _TOKEN_ATTR_CONTROL = 1 << 3
 _TOKEN_ATTR_USER_DEFINED = 1 << 4
 
-# llama.cpp logs through a C callback; keep a reference so it is never freed.
-_GGML_LOG_LEVEL_ERROR = 3  # from ggml.h; the binding does not export it
+# ggml_log_level, from ggml.h (the binding does not export it). CONT carries
+# on the previous message: the progress dots of a load, or the rest of a line.
+_GGML_LOG_WARN = 3
+_GGML_LOG_ERROR = 4
+_GGML_LOG_CONT = 5
+# llama.cpp's DEBUG and INFO are its own verbose trace (a hundred lines per
+# model load): both go to DEBUG so that an INFO log stays about Arbor.
+_PYTHON_LOG_LEVELS = {_GGML_LOG_WARN: logging.WARNING, _GGML_LOG_ERROR: logging.ERROR}
+_native = logging.getLogger(f"{__name__}.llama_cpp")
+# The last few errors llama.cpp logged, for the message of a failed load: it
+# says why only in its log (a truncated tensor, an unknown architecture, ...).
 _last_native_errors: list[str] = []
+_previous_native_level = logging.DEBUG
 
 
+# llama.cpp logs through this C callback; the module keeps a reference to it,
+# so it is never freed.
 @llama_cpp.llama_log_callback
 def _native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    message = text.decode("utf-8", errors="replace").rstrip()
-    if level == _GGML_LOG_LEVEL_ERROR:
-        _last_native_errors.append(message)
-        del _last_native_errors[:-5]
-    log.debug("llama.cpp: %s", message)
+    global _previous_native_level
+    message = text.decode("utf-8", errors="replace")
+    if level == _GGML_LOG_CONT:
+        python_level = _previous_native_level
+        if python_level == logging.ERROR and _last_native_errors:
+            _last_native_errors[-1] += message.rstrip("\n")
+    else:
+        python_level = _PYTHON_LOG_LEVELS.get(level, logging.DEBUG)
+        _previous_native_level = python_level
+        if python_level == logging.ERROR:
+            _last_native_errors.append(message.rstrip("\n"))
+            del _last_native_errors[:-5]
+    if message.strip(" .\n"):  # not a lone progress dot
+        _native.log(python_level, "llama.cpp: %s", message.rstrip())
+
+
+def _native_errors(fallback: str) -> str:
+    """What llama.cpp logged as errors since the last clear, as one sentence."""
+    # "llama_model_load: error loading model: ..." -> "error loading model: ..."
+    lines = [re.sub(r"^\w+: ", "", line.strip()) for line in _last_native_errors]
+    return "; ".join(line for line in lines if line) or fallback
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for new allocations, or None where unknown.
+
+    MemAvailable counts the page cache that can be dropped (what a new
+    allocation can really get); the sysconf figure, for systems without
+    /proc, counts free pages only.
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # Windows, macOS
+        return None
+
+
+def _size_text(n_bytes: float) -> str:
+    if n_bytes >= 2**30:
+        return f"{n_bytes / 2**30:.1f} GiB"
+    return f"{n_bytes / 2**20:.1f} MiB"
 
 
 _backend_ready = False
@@ -100,6 +156,7 @@ class ModelInfo:
     reasoning_format: str = "none"  # how replies separate thinking from answer
     reasoning_choices: tuple[str, ...] = ()  # the template's reasoning switch
     reasoning_default: str | None = None
+    context_note: str = ""  # why n_ctx is not the size asked for, when it is not
 
 
 class LlamaEngine:
@@ -118,64 +175,22 @@ class LlamaEngine:
         self._ctx: Any = None
         self._batch: Any = None
 
-        model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = settings.n_gpu_layers
-        _last_native_errors.clear()
-        self._model = llama_cpp.llama_model_load_from_file(
-            str(model_path).encode(), model_params
-        )
-        if not self._model:
-            detail = "; ".join(_last_native_errors) or "llama.cpp could not read it"
-            raise ModelFileError(
-                f"{model_path.name} could not be loaded (truncated, corrupt or an "
-                f"unsupported architecture): {detail}."
-            )
+        self._model = self._load_model(model_path)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-
-        ctx_params = llama_cpp.llama_context_default_params()
-        ctx_params.n_ctx = settings.n_ctx
-        ctx_params.n_batch = settings.n_batch
-        ctx_params.n_ubatch = settings.n_batch
-        # Sequence 1 is scratch space for copying one node's cells in or out; a
-        # unified KV cache lets both sequences share the same cells.
-        ctx_params.n_seq_max = 2
-        ctx_params.kv_unified = True
-        # Sliding-window layers keep every cell, not only the last window
-        # (llama.cpp's default, set here because correctness rests on it).
-        # Arbor cuts the context at arbitrary earlier points (a branch switch
-        # keeps the common prefix; a re-rendered turn starts inside its
-        # parent's span). A window-sized cache reuses old cells, so a cut far
-        # enough back finds its window gone; and once its cells wrap around,
-        # their order differs from a fresh run's, which changes logits in the
-        # last bits (measured: 3.6e-7), breaking bit-exact restores. The price
-        # is memory: those layers hold n_ctx cells instead of about
-        # 2 x window + n_batch (nothing more for Gemma 2 up to its 8k training
-        # context; for Gemma 3, whose window is 1k, 1.5x the whole KV cache at
-        # a 4k context and 4.7x at 32k). Checkpoints are the same size either way.
         self.n_swa = int(llama_cpp.llama_model_n_swa(self._model))
-        ctx_params.swa_full = True
-        ctx_params.n_threads = settings.threads
-        ctx_params.n_threads_batch = settings.threads
-        ctx_params.type_k = KV_CACHE_TYPES[settings.kv_cache_type]
-        ctx_params.type_v = KV_CACHE_TYPES[settings.kv_cache_type]
-        ctx_params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if settings.flash_attn
-            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        ctx_params.no_perf = True
-        _last_native_errors.clear()
-        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
-        if not self._ctx:
+        n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._model))
+        try:
+            n_ctx, context_note = self._context_size(settings.n_ctx, n_ctx_train)
+            self._check_memory(n_ctx)
+            self._ctx = self._create_context(n_ctx)
+        except BackendError:
             self.close()
-            detail = "; ".join(_last_native_errors) or "unknown reason"
-            raise BackendError(
-                f"Could not create a context of {settings.n_ctx} tokens with these "
-                f"settings: {detail}."
-            )
+            raise
         self._mem = llama_cpp.llama_get_memory(self._ctx)
-        self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, 1)
+        # A batch never holds more than the context (llama.cpp caps n_batch
+        # there too); allocating n_batch slots could take gigabytes.
+        self._batch = llama_cpp.llama_batch_init(min(settings.n_batch, n_ctx), 0, 1)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_past = 0
 
@@ -192,7 +207,8 @@ class LlamaEngine:
             n_layer=int(llama_cpp.llama_model_n_layer(self._model)),
             n_vocab=self.n_vocab,
             n_ctx=self.n_ctx,
-            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
+            n_ctx_train=n_ctx_train,
+            context_note=context_note,
             n_gpu_layers=settings.n_gpu_layers if has_gpu else 0,
             gpu_offload_supported=has_gpu,
             state_kind=self.state_kind,
@@ -223,6 +239,112 @@ class LlamaEngine:
         self.profile_fingerprint = hashlib.sha256(
             repr(sorted(self.profile_details.items())).encode()
         ).hexdigest()
+
+    # --- loading ----------------------------------------------------------------
+
+    def _load_model(self, model_path: Path) -> Any:
+        """Load the weights; a failure carries llama.cpp's own reason."""
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = self.settings.n_gpu_layers
+        _last_native_errors.clear()
+        # fsencode: a path that is not valid UTF-8 still names its file.
+        model = llama_cpp.llama_model_load_from_file(
+            os.fsencode(model_path), model_params
+        )
+        if not model:
+            detail = _native_errors("it gave no reason")
+            raise ModelFileError(
+                f"{model_path.name} could not be loaded (truncated, corrupt or an "
+                f"unsupported architecture). llama.cpp says: {detail}."
+            )
+        return model
+
+    def _context_size(self, requested: int, n_ctx_train: int) -> tuple[int, str]:
+        """The context size to create, and a note when it is not ``requested``.
+
+        Beyond its training length a model's replies fall apart, so a size
+        the user chose above it is refused. The default size is not a choice:
+        where it exceeds a small model's training length, that length is used.
+        """
+        if n_ctx_train <= 0 or requested <= n_ctx_train:
+            return requested, ""
+        if requested == DEFAULT_N_CTX:
+            note = (
+                f"This model was trained for {n_ctx_train} tokens: the context "
+                f"holds {n_ctx_train}, not the default {DEFAULT_N_CTX}."
+            )
+            log.info("%s", note)
+            return n_ctx_train, note
+        raise BackendError(
+            f"A context of {requested} tokens is too large: this model was "
+            f"trained for {n_ctx_train} tokens. Choose {n_ctx_train} or less."
+        )
+
+    def _check_memory(self, n_ctx: int) -> None:
+        """Refuse a context whose KV cache cannot fit in the free memory.
+
+        llama.cpp would try anyway, and take minutes and all the memory
+        before failing (or be killed). The estimate counts the KV cache only
+        (n_ctx x n_layer x (K + V) x bytes per element); the compute buffers
+        come on top. With layers offloaded to a GPU the cache lives in GPU
+        memory, which this check cannot see: it is skipped.
+        """
+        if self.settings.n_gpu_layers != 0 and gpu_offload_supported():
+            return
+        needed = n_ctx * self._kv_bytes_per_token()
+        available = available_memory()
+        if available is None or needed <= available:
+            return
+        raise BackendError(
+            f"A context of {n_ctx} tokens needs about {_size_text(needed)} of "
+            f"memory for its KV cache, but only {_size_text(available)} is "
+            "available. Choose a smaller context size (or a quantized KV cache "
+            "with flash attention)."
+        )
+
+    def _create_context(self, n_ctx: int) -> Any:
+        """The llama.cpp context; a failure carries llama.cpp's own reason."""
+        settings = self.settings
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = settings.n_batch
+        ctx_params.n_ubatch = settings.n_batch
+        # Sequence 1 is scratch space for copying one node's cells in or out; a
+        # unified KV cache lets both sequences share the same cells.
+        ctx_params.n_seq_max = 2
+        ctx_params.kv_unified = True
+        # Sliding-window layers keep every cell, not only the last window
+        # (llama.cpp's default, set here because correctness rests on it).
+        # Arbor cuts the context at arbitrary earlier points (a branch switch
+        # keeps the common prefix; a re-rendered turn starts inside its
+        # parent's span). A window-sized cache reuses old cells, so a cut far
+        # enough back finds its window gone; and once its cells wrap around,
+        # their order differs from a fresh run's, which changes logits in the
+        # last bits (measured: 3.6e-7), breaking bit-exact restores. The price
+        # is memory: those layers hold n_ctx cells instead of about
+        # 2 x window + n_batch (nothing more for Gemma 2 up to its 8k training
+        # context; for Gemma 3, whose window is 1k, 1.5x the whole KV cache at
+        # a 4k context and 4.7x at 32k). Checkpoints are the same size either way.
+        ctx_params.swa_full = True
+        ctx_params.n_threads = settings.threads
+        ctx_params.n_threads_batch = settings.threads
+        ctx_params.type_k = KV_CACHE_TYPES[settings.kv_cache_type]
+        ctx_params.type_v = KV_CACHE_TYPES[settings.kv_cache_type]
+        ctx_params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if settings.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        ctx_params.no_perf = True
+        _last_native_errors.clear()
+        ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        if not ctx:
+            detail = _native_errors("it gave no reason")
+            raise BackendError(
+                f"Could not create a context of {n_ctx} tokens with these "
+                f"settings. llama.cpp says: {detail}."
+            )
+        return ctx
 
     # --- model facts ---------------------------------------------------------
 

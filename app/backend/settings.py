@@ -1,10 +1,12 @@
-"""Backend settings a user chooses, with their defaults."""
+"""Backend settings a user chooses, with their defaults and their limits."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from app.backend.errors import InvalidSetting
 
 # Names of the KV cache element types a user can pick, as llama.cpp's ggml_type ids.
 KV_CACHE_TYPES = {
@@ -17,9 +19,26 @@ KV_CACHE_TYPES = {
     "q5_1": 7,
 }
 
+DEFAULT_N_CTX = 4096
+MIN_N_CTX = 64
+# llama.cpp takes n_ctx as a uint32 (a larger value silently wraps) and
+# positions as int32, so nothing above this can be meant.
+MAX_N_CTX = 2**31 - 1
+# More threads than this only thrash; a typo like 100000 would spawn them all.
+MAX_THREADS = 1024
+_INT32_MAX = 2**31 - 1
+
 
 def _default_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    # bool is an int in Python, but True is no context size.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetting(f"{name} must be a whole number, not {value!r}.")
+    if not low <= value <= high:
+        raise InvalidSetting(f"{name} must be between {low:,} and {high:,}.")
 
 
 @dataclass(frozen=True)
@@ -28,9 +47,12 @@ class BackendSettings:
 
     ``n_gpu_layers`` = -1 offloads every layer (when the build supports a GPU).
     Quantized KV caches (q8_0, ...) need flash attention for the V cache.
+    Out-of-range values raise ``InvalidSetting`` (a ``ValueError``); whether
+    ``n_ctx`` suits the model (its training length, the memory it needs) is
+    checked when the model is loaded.
     """
 
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_N_CTX
     n_gpu_layers: int = 0
     n_threads: int = 0  # 0: pick from the CPU count
     n_batch: int = 512
@@ -38,14 +60,15 @@ class BackendSettings:
     kv_cache_type: str = "f16"
 
     def __post_init__(self) -> None:
-        if self.n_ctx < 64:
-            raise ValueError("n_ctx must be at least 64")
-        if self.n_batch < 1:
-            raise ValueError("n_batch must be at least 1")
+        _check_range("The context size (n_ctx)", self.n_ctx, MIN_N_CTX, MAX_N_CTX)
+        _check_range("The GPU layers (n_gpu_layers)", self.n_gpu_layers, -1, _INT32_MAX)
+        _check_range("The thread count", self.n_threads, 0, MAX_THREADS)
+        _check_range("The batch size (n_batch)", self.n_batch, 1, _INT32_MAX)
         if self.kv_cache_type not in KV_CACHE_TYPES:
-            raise ValueError(
-                f"unknown KV cache type {self.kv_cache_type!r}; choose one of "
+            raise InvalidSetting(
+                f"Unknown KV cache type {self.kv_cache_type!r}; choose one of "
                 + ", ".join(KV_CACHE_TYPES)
+                + "."
             )
 
     @property

@@ -10,11 +10,15 @@ from app.backend.errors import BackendError
 from app.conversation.service import ServiceError
 from storage.errors import NotFound, StorageUnavailable
 
+# Bad input is refused deliberately, with a message, as a ServiceError or a
+# BackendError (InvalidSetting for out-of-range settings): a bare ValueError
+# is a bug. OSError stays: a full or read-only disk surfaces as a plain
+# OSError (ENOSPC, EROFS have no subclass of their own) from file writes
+# outside the database, e.g. a benchmark's --json file.
 USER_ERRORS: tuple[type[Exception], ...] = (
     BackendError,
     StorageUnavailable,
     NotFound,
     ServiceError,
-    ValueError,
     OSError,
 )

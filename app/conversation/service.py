@@ -10,9 +10,10 @@ add siblings.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.backend.engine import LlamaEngine
@@ -25,7 +26,10 @@ from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.spans import Placement
 from storage import repository
 from storage.db import Database
+from storage.errors import NotFound, StorageUnavailable
 from storage.repository import ConversationRecord, NodeRecord, NodeSummary
+
+log = logging.getLogger(__name__)
 
 # How often a reply in progress is written to the database, so that a crash
 # or a kill loses at most this much of it.
@@ -36,6 +40,11 @@ StopCheck = Callable[[], bool]
 
 
 TITLE_LENGTH = 48
+
+# A reply's final status, from why its generation ended. "truncated": the
+# context filled up mid-reply (the turn is still closed and checkpointed, so
+# the node is as usable as a complete one; only its text is cut short).
+_STATUS_BY_STOP_REASON = {"stopped": "stopped", "context_full": "truncated"}
 
 
 def title_from(text: str) -> str:
@@ -49,6 +58,19 @@ def title_from(text: str) -> str:
 
 class ServiceError(ValueError):
     """A request that cannot be done as asked (wrong kind of node, ...)."""
+
+
+def _check_text(text: str | None, what: str) -> None:
+    """Refuse text that SQLite and the tokenizer cannot take.
+
+    A Python str can hold lone surrogates (undecodable bytes from a command
+    line, a broken paste): they have no UTF-8 form.
+    """
+    try:
+        if text is not None:
+            text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ServiceError(f"The {what} is not valid UTF-8.") from None
 
 
 @dataclass
@@ -158,6 +180,8 @@ class ConversationService:
         self, system_prompt: str | None = None, title: str | None = None
     ) -> tuple[int, int]:
         """Create a conversation; return its id and its root node's id."""
+        _check_text(system_prompt, "system prompt")
+        _check_text(title, "title")
         conversation, root = repository.create_conversation(
             self.db, title, system_prompt
         )
@@ -183,6 +207,11 @@ class ConversationService:
 
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id."""
+        if repository.get_node(self.db, node_id).parent_id is None:
+            raise ServiceError(
+                "The start of a conversation cannot be deleted (delete the "
+                "conversation instead)."
+            )
         if self._sync is not None:
             self._sync.drop(node_id)
         return repository.delete_subtree(self.db, node_id)
@@ -209,6 +238,9 @@ class ConversationService:
 
         The answer streams through ``on_token``, the reasoning of a model that
         thinks through ``on_thinking``; ``should_stop`` ends the reply early.
+        If ``parent_id`` already holds this very message with no reply (an
+        earlier attempt whose reply failed), that message is answered instead
+        of adding a copy; ``Reply.user_node`` is then its id.
         """
         parent = repository.get_node(self.db, parent_id)
         if parent.role == "user":
@@ -259,6 +291,12 @@ class ConversationService:
         on_thinking: TokenCallback | None = None,
     ) -> Reply:
         """Generate a (new) assistant reply to the user message ``user_node_id``."""
+        streams = _Streams(on_token, on_thinking, should_stop)
+        return self._reply(user_node_id, params, streams)
+
+    def _reply(
+        self, user_node_id: int, params: SamplingParams, streams: _Streams
+    ) -> Reply:
         engine = self._require_engine()
         path, variables = self._ensured_path(user_node_id)
         if path[-1].role != "user":
@@ -266,7 +304,6 @@ class ConversationService:
         opening = spans.place_reply(engine, path, variables)
         self._check_room(opening.start_pos + len(opening.tokens))
         stats = ReplyStats.after(self._move_to(opening.base))
-        streams = _Streams(on_token, on_thinking, should_stop)
         return self._generate(path[-1], opening, None, params, stats, streams)
 
     def _add_user_and_reply(
@@ -275,6 +312,13 @@ class ConversationService:
         engine = self._require_engine()
         if not text.strip():
             raise ServiceError("The message is empty.")
+        _check_text(text, "message")
+        unanswered = self._unanswered_user(parent_id, text)
+        if unanswered is not None:
+            # An earlier attempt saved this message, then failed to reply (a
+            # full disk, a model error): answer it rather than add a twin.
+            reply = self._reply(unanswered.id, params, streams)
+            return replace(reply, user_node=unanswered.id)
         path, variables = self._ensured_path(parent_id)
         placement, prompt_text = spans.place_user(engine, path, text, variables)
         prompt_tokens = engine.tokenize(prompt_text)
@@ -300,6 +344,17 @@ class ConversationService:
         opening = Placement([*placement.base, user], prompt_text, prompt_tokens)
         return self._generate(user, opening, user, params, stats, streams)
 
+    def _unanswered_user(self, parent_id: int, text: str) -> NodeRecord | None:
+        """A user message ``text`` under ``parent_id`` that has no reply, if any."""
+        for child in repository.get_children(self.db, parent_id):
+            if (
+                child.role == "user"
+                and child.text == text
+                and not repository.get_children(self.db, child.id)
+            ):
+                return child
+        return None
+
     def _check_room(self, needed: int) -> None:
         engine = self._require_engine()
         needed += 8  # a reply needs room for at least a few tokens
@@ -322,42 +377,79 @@ class ConversationService:
         """Decode the new user turn (if any) and the reply's opening, then sample.
 
         ``opening`` is the reply's first span text and tokens (the generation
-        prompt), placed after its effective nodes.
+        prompt), placed after its effective nodes. If anything fails, the
+        context is forgotten (its contents are unknown) and a reply left
+        "generating" is removed, or kept as "interrupted" when it has text.
         """
         engine = self._require_engine()
-        sync = self._sync
-        assert sync is not None
+        assert self._sync is not None
         params = params.with_seed()
-        prompt_started = time.perf_counter()
-        if user is not None:
-            chunks = engine.decode(user.tokens)
-            user = repository.update_node(self.db, user.id, chunks=chunks)
-            sync.append(user)
-            stats.prompt_tokens += len(user.tokens)
-            stats.checkpoint_bytes_written += self._store_checkpoint(
-                user, engine.capture(user.start_pos, user.end_pos)
+        reply: NodeRecord | None = None
+        try:
+            prompt_started = time.perf_counter()
+            if user is not None:
+                user = self._decode_user(user, stats)
+            start = engine.n_past
+            engine.decode(opening.tokens, [len(opening.tokens)])
+            stats.prompt_tokens += len(opening.tokens)
+            stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
+            stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
+            generation = {"params": params.as_dict(), "model": engine.info.name}
+            reply = repository.add_node(
+                self.db,
+                parent.id,
+                "assistant",
+                "",
+                tokens=opening.tokens,
+                start_pos=start,
+                chunks=[len(opening.tokens)],
+                vocab_id=engine.vocab_id,
+                status="generating",
+                generation=generation,
+                span_text=opening.text,
             )
-        header = opening.tokens
-        start = engine.n_past
-        engine.decode(header, [len(header)])
-        stats.prompt_tokens += len(header)
-        stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
-        stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
-
-        generation = {"params": params.as_dict(), "model": engine.info.name}
-        reply = repository.add_node(
-            self.db,
-            parent.id,
-            "assistant",
-            "",
-            tokens=header,
-            start_pos=start,
-            chunks=[len(header)],
-            vocab_id=engine.vocab_id,
-            status="generating",
-            generation=generation,
-            span_text=opening.text,
+            reply = self._complete_reply(reply, opening, params, stats, streams)
+        except Exception:
+            self._sync.forget()
+            if reply is not None:
+                self._abandon(reply.id)
+            raise
+        stats.context_tokens = engine.n_past
+        stats.n_ctx = engine.n_ctx
+        return Reply(
+            user_node=user.id if user is not None else None,
+            assistant_node=reply.id,
+            text=reply.text,
+            stats=stats,
+            thinking=reply.thinking,
         )
+
+    def _decode_user(self, user: NodeRecord, stats: ReplyStats) -> NodeRecord:
+        """Decode a new user message at the end of the context and checkpoint it."""
+        engine = self._require_engine()
+        assert self._sync is not None
+        chunks = engine.decode(user.tokens)
+        user = repository.update_node(self.db, user.id, chunks=chunks)
+        self._sync.append(user)
+        stats.prompt_tokens += len(user.tokens)
+        stats.checkpoint_bytes_written += self._store_checkpoint(
+            user, engine.capture(user.start_pos, user.end_pos)
+        )
+        return user
+
+    def _complete_reply(
+        self,
+        reply: NodeRecord,
+        opening: Placement,
+        params: SamplingParams,
+        stats: ReplyStats,
+        streams: _Streams,
+    ) -> NodeRecord:
+        """Sample the reply after its decoded opening, close its turn, store it."""
+        engine = self._require_engine()
+        sync = self._sync
+        assert sync is not None and reply.generation is not None
+        header = opening.tokens
         # The sampler's repeat penalty looks back PENALTY_LAST_N tokens at most.
         context = [t for node in sync.loaded for t in node.tokens]
         history = context[-PENALTY_LAST_N:] + header
@@ -375,11 +467,12 @@ class ConversationService:
             stats.tokens_per_second = len(sampled.tokens) / (stats.generate_ms / 1000)
         span, chunks, closing_text = self._close_turn(header, sampled)
         stop_reason = sampled.stop_reason
-        generation.update(
-            stop_reason=stop_reason,
-            generated_tokens=len(sampled.tokens),
-            tokens_per_second=round(stats.tokens_per_second, 2),
-        )
+        generation = {
+            **reply.generation,
+            "stop_reason": stop_reason,
+            "generated_tokens": len(sampled.tokens),
+            "tokens_per_second": round(stats.tokens_per_second, 2),
+        }
         reply = repository.update_node(
             self.db,
             reply.id,
@@ -388,7 +481,7 @@ class ConversationService:
             tokens=span,
             chunks=chunks,
             span_text=opening.text + closing_text,
-            status="stopped" if stop_reason == "stopped" else "complete",
+            status=_STATUS_BY_STOP_REASON.get(stop_reason, "complete"),
             generation=generation,
         )
         sync.append(reply)
@@ -396,15 +489,29 @@ class ConversationService:
             reply, engine.capture(reply.start_pos, reply.end_pos)
         )
         stats.stop_reason = stop_reason
-        stats.context_tokens = engine.n_past
-        stats.n_ctx = engine.n_ctx
-        return Reply(
-            user_node=user.id if user is not None else None,
-            assistant_node=reply.id,
-            text=sampled.text,
-            stats=stats,
-            thinking=sampled.thinking,
-        )
+        return reply
+
+    def _abandon(self, reply_id: int) -> None:
+        """Tidy up after a reply whose generation failed.
+
+        A reply still "generating" with nothing written is removed, so that
+        its user message counts as unanswered (a retry answers it); one with
+        text becomes "interrupted", as after a crash. A reply that already
+        has its final status stays as it is.
+        """
+        try:
+            reply = repository.get_node(self.db, reply_id)
+            if reply.status != "generating":
+                return
+            if reply.text or reply.thinking:
+                repository.update_node(self.db, reply_id, status="interrupted")
+            else:
+                repository.delete_subtree(self.db, reply_id)
+        except (StorageUnavailable, NotFound):
+            # The database itself is failing: the reply stays "generating",
+            # which the next start marks "interrupted". The first error is
+            # the one to report.
+            log.warning("Could not tidy up reply %s after a failure", reply_id)
 
     def _sample(
         self,

@@ -255,6 +255,8 @@ class ConversationTreeModel(QAbstractItemModel):
             else "no checkpoint (rebuilt from its tokens when needed)"
         )
         status = "" if node.status == "complete" else f" · {node.status}"
+        if node.status == "truncated":
+            status += " (cut off: the context is full)"
         figures = f"{node.n_tokens:,} tokens · {checkpoint}{status}"
         return f"{snippet(node.text, 400)}\n\n{figures}"
 

@@ -27,6 +27,14 @@ STATUS_LABELS = {
     "stopped": "stopped",
     "interrupted": "interrupted",
     "generating": "generating…",
+    "truncated": "cut off",
+}
+# A line under the text for statuses that need more than a badge.
+STATUS_NOTES = {
+    "truncated": (
+        "Cut off: the context is full — branch from an earlier message or "
+        "raise the context size."
+    ),
 }
 
 
@@ -94,6 +102,11 @@ class MessageCard(QFrame):
         if thinking:
             self.set_thinking(thinking)
         self.set_text(text)
+        if status in STATUS_NOTES:
+            note = QLabel(STATUS_NOTES[status])
+            note.setObjectName("MessageNote")
+            note.setWordWrap(True)
+            layout.addWidget(note)
 
     @property
     def text(self) -> str:

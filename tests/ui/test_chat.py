@@ -7,7 +7,9 @@ import time
 from dataclasses import replace
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QLabel
 
+from app.preferences import load_preferences, save_preferences
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 
@@ -227,3 +229,27 @@ def test_sibling_navigation_follows_the_branch_to_its_latest_message(
     assert window.active_id == deep_leaf
     assert [c.text for c in window.transcript.cards][::2] == ["one", "two"]
     wait_idle(qtbot, window)
+
+
+def test_a_reply_cut_off_by_the_context_says_so(qtbot, make_window):
+    db = make_window.open_db()
+    prefs = load_preferences(db)
+    save_preferences(
+        db,
+        replace(
+            prefs,
+            backend=replace(prefs.backend, n_ctx=128),
+            sampling=replace(prefs.sampling, max_tokens=1000),
+        ),
+    )
+    db.close()
+    window = make_window()
+
+    send(qtbot, window, "Hi")
+
+    reply = repository.get_node(window.db, window.active_id)
+    assert reply.status == "truncated"
+    card = window.transcript.cards[-1]
+    note = card.findChild(QLabel, "MessageNote")
+    assert note is not None and "the context is full" in note.text()
+    assert card.findChild(QLabel, "MessageStatus").text() == "cut off"
