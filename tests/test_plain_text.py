@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.models.conversation_tree import snippet
-from app.models.plain_text import plain_text
+from app.conversation.plain_text import plain_text
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from app.backend.sampling import PENALTY_LAST_N, SamplingParams
 from app.backend.text_stream import Utf8Stream
 from app.conversation import spans
 from app.conversation.context_sync import ContextSync, SyncStats
+from app.conversation.plain_text import plain_text
 from app.conversation.spans import Placement
 from storage import repository
 from storage.db import Database
@@ -48,8 +49,10 @@ _STATUS_BY_STOP_REASON = {"stopped": "stopped", "context_full": "truncated"}
 
 
 def title_from(text: str) -> str:
-    """A conversation title from its first message: the first line, cut at a word."""
-    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    """A conversation title from its first message: its first line of words (no
+    Markdown), cut at a word."""
+    words = plain_text(text).strip()
+    line = words.splitlines()[0].strip() if words else ""
     if len(line) <= TITLE_LENGTH:
         return line
     cut = line[:TITLE_LENGTH].rsplit(" ", 1)[0] or line[:TITLE_LENGTH]

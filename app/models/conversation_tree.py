@@ -18,7 +18,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor, QFont
 
-from app.models.plain_text import plain_text
+from app.conversation.plain_text import plain_text
 from app.models.tree_snapshot import TreeSnapshot
 from storage.repository import NodeSummary
 

@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QInputDialog,
+    QLabel,
     QMainWindow,
     QMessageBox,
     QSplitter,
@@ -145,6 +146,15 @@ class MainWindow(QMainWindow):
         chat_layout = QVBoxLayout(chat)
         chat_layout.setContentsMargins(0, 0, 0, 0)
         chat_layout.setSpacing(0)
+        # A database on read-only media still opens, for reading: say so once,
+        # above the conversation, rather than in an error per action.
+        self.read_only_banner = QLabel(
+            f"Read-only: you can read, not write — {self.db.read_only_reason}."
+        )
+        self.read_only_banner.setObjectName("ReadOnlyBanner")
+        self.read_only_banner.setWordWrap(True)
+        self.read_only_banner.setVisible(self.db.read_only)
+        chat_layout.addWidget(self.read_only_banner)
         chat_layout.addWidget(self.transcript, 1)
         chat_layout.addWidget(self.composer)
         self.center = QStackedWidget()
@@ -323,9 +333,12 @@ class MainWindow(QMainWindow):
         self.sidebar.refresh(None)
         if self.list_model.rowCount():
             self.show_conversation(self.list_model.record(0).id)
-        else:
+        elif not self.db.read_only:
             self.engine.submit(jobs.NewConversation(self.prefs.system_prompt or None))
-        if model is not None:
+        if self.db.read_only:
+            # Nothing can be written, so no reply can be made: no model needed.
+            self.center.setCurrentWidget(self.chat_page)
+        elif model is not None:
             self.load_model(model)
         else:
             self.center.setCurrentWidget(self.welcome)
@@ -381,7 +394,8 @@ class MainWindow(QMainWindow):
                 follow=follow,
             )
             try:
-                repository.set_active_node(self.db, node_id)
+                if not self.db.read_only:  # where to reopen: worth no error
+                    repository.set_active_node(self.db, node_id)
             except (StorageUnavailable, NotFound) as exc:
                 show_error(self, "Could not save your place", str(exc))
             if restore and self.model_info is not None:
@@ -417,7 +431,9 @@ class MainWindow(QMainWindow):
     def _update_composer(self) -> None:
         generating = self.generating
         self.composer.set_generating(generating)
-        if self._loading_model is not None:
+        if self.db.read_only:
+            self.composer.set_available(False, "Read-only: you can read, not write.")
+        elif self._loading_model is not None:
             self.composer.set_available(False, "Loading the model…")
         elif self.model_info is None:
             self.composer.set_available(
@@ -431,27 +447,26 @@ class MainWindow(QMainWindow):
         else:
             self.composer.set_available(True, "Write a message…  (Ctrl+Enter to send)")
         idle = not generating
-        for widget in (
-            self.sidebar,
-            self.tree_panel.view,
-            self.tree_panel.delete_button,
-            self.composer.reasoning_box,
-        ):
+        writable = idle and not self.db.read_only
+        for widget in (self.sidebar, self.tree_panel.view):
             widget.setEnabled(idle)
+        for widget in (self.tree_panel.delete_button, self.composer.reasoning_box):
+            widget.setEnabled(writable)
+        self.open_model_action.setEnabled(writable)
+        for action in self.navigation_actions:
+            action.setEnabled(idle)
         for action in (
-            *self.navigation_actions,
             self.regenerate_action,
             self.edit_last_action,
             self.new_action,
             self.new_with_prompt_action,
-            self.open_model_action,
             self.settings_action,
             self.storage_action,
             self.rename_action,
             self.delete_conversation_action,
         ):
-            action.setEnabled(idle)
-        self.transcript.set_actions_enabled(idle and self.model_info is not None)
+            action.setEnabled(writable)
+        self.transcript.set_actions_enabled(writable and self.model_info is not None)
 
     # --- generating -------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Tree labels, tooltips and conversation titles show a message's words, not its
 markup: "Assistant: ```py" tells nothing, "Assistant: def area(r): …" does.
-Qt-free, so the conversation service (titles) can use it as well as the views.
+Qt-free: the conversation service makes titles with it, the views labels.
 """
 
 from __future__ import annotations
