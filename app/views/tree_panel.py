@@ -1,15 +1,33 @@
-"""``TreePanel``: the whole conversation tree; a click makes a node active."""
+"""``TreePanel``: the whole conversation tree; a click makes a node active.
+
+Two views of the same ``ConversationTreeModel`` share the panel, chosen by a
+List/Graph toggle in its header: the ``QTreeView`` and a ``TreeGraphView``.
+Both ask the window for the same things (``node_activated``,
+``delete_requested``), so the window does not know which one is shown.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPoint, Qt, Signal, Slot
+from PySide6.QtCore import (
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPoint,
+    Qt,
+    QTimer,
+    Signal,
+    Slot,
+)
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QAbstractItemView,
+    QButtonGroup,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QMenu,
+    QStackedWidget,
     QToolButton,
     QTreeView,
     QVBoxLayout,
@@ -22,10 +40,23 @@ from app.models.conversation_tree import (
     NodeIdRole,
 )
 from app.views.theme import icon
+from app.views.tree_graph import TreeGraphView
+
+LIST_MODE, GRAPH_MODE = "list", "graph"
+
+LIST_HINT = (
+    "Click a message to continue from it. Bold: the active path. "
+    "✓: restores instantly from its checkpoint."
+)
+GRAPH_HINT = (
+    "Click a message to continue from it; drag to pan, Ctrl+wheel to zoom, "
+    "double-click the background to fit. Arrows move, Enter switches. "
+    "●: restores instantly from its checkpoint, ○: rebuilt."
+)
 
 
 class TreePanel(QWidget):
-    """A ``QTreeView`` of ``ConversationTreeModel`` with a delete action.
+    """The tree as a list (``QTreeView``) or a graph, with a delete action.
 
     Signals
     -------
@@ -33,10 +64,13 @@ class TreePanel(QWidget):
         The user clicked a node: make it active.
     delete_requested(int)
         The user asked to delete a node's branch (not the root).
+    mode_changed(str)
+        The user switched between ``"list"`` and ``"graph"``.
     """
 
     node_activated = Signal(int)
     delete_requested = Signal(int)
+    mode_changed = Signal(str)
 
     def __init__(
         self, model: ConversationTreeModel, parent: QWidget | None = None
@@ -51,6 +85,31 @@ class TreePanel(QWidget):
         title = QLabel("Conversation tree")
         title.setObjectName("PanelTitle")
         header.addWidget(title, 1)
+        self.list_button = self._toggle_button("List", "Show the tree as a list")
+        self.graph_button = self._toggle_button(
+            "Graph", "Show the tree as a graph (zoom with Ctrl+wheel)"
+        )
+        self.list_button.setChecked(True)
+        self.mode_group = QButtonGroup(self)
+        self.mode_group.setExclusive(True)
+        toggle = QHBoxLayout()  # a segmented control: the two buttons touch
+        toggle.setSpacing(0)
+        for button, segment in (
+            (self.list_button, "first"),
+            (self.graph_button, "last"),
+        ):
+            button.setProperty("segment", segment)
+            self.mode_group.addButton(button)
+            toggle.addWidget(button)
+        header.addLayout(toggle)
+        self.mode_group.buttonToggled.connect(self._on_mode_group_button_toggled)
+        self.fit_button = QToolButton()
+        self.fit_button.setObjectName("GraphFit")
+        self.fit_button.setText("Fit")
+        self.fit_button.setToolTip("Zoom to show the whole tree (F)")
+        self.fit_button.setAutoRaise(True)
+        self.fit_button.setVisible(False)
+        header.addWidget(self.fit_button)
         self.delete_button = QToolButton()
         self.delete_button.setIcon(icon("delete"))
         self.delete_button.setToolTip("Delete the selected branch (Del)")
@@ -78,15 +137,21 @@ class TreePanel(QWidget):
         header_view.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         header_view.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         header_view.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
-        layout.addWidget(self.view, 1)
 
-        hint = QLabel(
-            "Click a message to continue from it. Bold: the active path. "
-            "✓: restores instantly from its checkpoint."
-        )
-        hint.setObjectName("PanelHint")
-        hint.setWordWrap(True)
-        layout.addWidget(hint)
+        self.graph = TreeGraphView()
+        self.graph.node_activated.connect(self.node_activated)
+        self.graph.delete_requested.connect(self.delete_requested)
+        self.fit_button.clicked.connect(self.graph.fit)
+
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.view)
+        self.stack.addWidget(self.graph)
+        layout.addWidget(self.stack, 1)
+
+        self.hint = QLabel(LIST_HINT)
+        self.hint.setObjectName("PanelHint")
+        self.hint.setWordWrap(True)
+        layout.addWidget(self.hint)
 
         self.delete_action = QAction(icon("delete"), "Delete branch…", self)
         self.delete_action.setShortcut(QKeySequence.StandardKey.Delete)
@@ -97,11 +162,38 @@ class TreePanel(QWidget):
         self.view.addAction(self.delete_action)
 
         # Rows appear as messages are added: keep every branch visible.
-        model.rowsInserted.connect(self._on_model_changed)
-        model.modelReset.connect(self._on_model_changed)
+        model.rowsInserted.connect(self._on_model_rows_inserted)
+        model.modelReset.connect(self._on_model_model_reset)
+        # The graph follows the model too, but one refresh per event-loop turn
+        # is enough: a reply inserts two rows and restyles several.
+        self._graph_timer = QTimer(self)
+        self._graph_timer.setSingleShot(True)
+        self._graph_timer.setInterval(0)
+        self._graph_timer.timeout.connect(self._sync_graph)
+        for signal in (
+            model.rowsInserted,
+            model.rowsRemoved,
+            model.modelReset,
+            model.dataChanged,
+        ):
+            signal.connect(self._schedule_graph_sync)
+        # The window disables the list while a reply is generated; the graph
+        # follows it so that both views behave alike.
+        self.view.installEventFilter(self)
+
+    @property
+    def mode(self) -> str:
+        """The view shown: ``"list"`` or ``"graph"``."""
+        return GRAPH_MODE if self.stack.currentWidget() is self.graph else LIST_MODE
+
+    def set_mode(self, mode: str) -> None:
+        """Show the list or the graph (unknown values mean the list)."""
+        button = self.graph_button if mode == GRAPH_MODE else self.list_button
+        button.setChecked(True)  # the group's toggled signal does the rest
 
     def show_active(self, node_id: int | None) -> None:
         """Select and scroll to the active node (``node_activated`` is not emitted)."""
+        self._sync_graph()
         if node_id is None:
             self.view.clearSelection()
             return
@@ -110,13 +202,67 @@ class TreePanel(QWidget):
         self.view.scrollTo(index)
 
     def selected_node(self) -> int | None:
-        """The node under the cursor."""
+        """The node under the cursor (of the view shown)."""
+        if self.mode == GRAPH_MODE:
+            return self.graph.cursor_id
         index = self.view.currentIndex()
         return index.data(NodeIdRole) if index.isValid() else None
 
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.view and event.type() == QEvent.Type.EnabledChange:
+            self.graph.setEnabled(self.view.isEnabled())
+        return super().eventFilter(watched, event)
+
+    def _toggle_button(self, text: str, tooltip: str) -> QToolButton:
+        button = QToolButton()
+        button.setObjectName("ViewToggle")
+        button.setText(text)
+        button.setToolTip(tooltip)
+        button.setCheckable(True)
+        button.setAutoRaise(True)
+        return button
+
     @Slot()
-    def _on_model_changed(self) -> None:
+    def _schedule_graph_sync(self) -> None:
+        self._graph_timer.start()
+
+    @Slot()
+    def _sync_graph(self) -> None:
+        # A hidden graph is brought up to date when it is shown.
+        if self.mode == GRAPH_MODE:
+            self.graph.set_tree(self.model.snapshot, self.model.active_id)
+
+    @Slot(QModelIndex, int, int)
+    def _on_model_rows_inserted(
+        self, parent: QModelIndex, first: int, last: int
+    ) -> None:
+        # Expand just the new rows' parent (and anything they bring): expandAll
+        # per insertion made growing a conversation by n nodes cost O(n²) data()
+        # calls, a minute for 500 nodes.
+        if parent.isValid():
+            self.view.expand(parent)
+        for row in range(first, last + 1):
+            self.view.expandRecursively(self.model.index(row, 0, parent))
+
+    @Slot()
+    def _on_model_model_reset(self) -> None:
         self.view.expandAll()
+
+    @Slot(QAbstractButton, bool)
+    def _on_mode_group_button_toggled(
+        self, button: QAbstractButton, checked: bool
+    ) -> None:
+        if not checked:
+            return
+        graph = button is self.graph_button
+        had_focus = self.stack.currentWidget().hasFocus()
+        self.stack.setCurrentWidget(self.graph if graph else self.view)
+        self.fit_button.setVisible(graph)
+        self.hint.setText(GRAPH_HINT if graph else LIST_HINT)
+        self._sync_graph()
+        if had_focus:
+            self.stack.currentWidget().setFocus()
+        self.mode_changed.emit(self.mode)
 
     @Slot(QModelIndex)
     def _on_view_clicked(self, index: QModelIndex) -> None:
@@ -124,9 +270,10 @@ class TreePanel(QWidget):
 
     @Slot()
     def _on_delete_button_clicked(self) -> None:
-        index = self.view.currentIndex()
-        if index.isValid() and index.data(MessageRoleRole) != "root":
-            self.delete_requested.emit(index.data(NodeIdRole))
+        node_id = self.selected_node()
+        snapshot = self.model.snapshot
+        if node_id in snapshot and snapshot.nodes[node_id].role != "root":
+            self.delete_requested.emit(node_id)
 
     @Slot(QPoint)
     def _on_view_context_menu_requested(self, position: QPoint) -> None:
