@@ -7,7 +7,8 @@ import random
 import time
 from collections import defaultdict
 
-from app.views.tree_layout import node_text, plain_text, shorten, tidy_layout
+from app.conversation.plain_text import shorten
+from app.views.tree_layout import node_text, tidy_layout
 
 
 def _random_tree(n: int, seed: int) -> dict[int | None, list[int]]:
@@ -100,12 +101,10 @@ def test_500_nodes_lay_out_fast():
     assert runs[0] < 50
 
 
-def test_plain_text_drops_markdown_markers():
+def test_labels_are_one_line_of_plain_words():
     text = "# Title\n\n**Bold** and `code` and _it_\n```python\nx = 1\n```\n- item"
-    assert plain_text(text) == "Title Bold and code and it x = 1 item"
-    assert plain_text("see [the docs](https://x.y) > ok") == "see the docs > ok"
-    assert plain_text("snake_case_name stays") == "snake_case_name stays"
-    assert plain_text("1. first\n2. second") == "first second"
+    assert node_text("user", text) == "Title Bold and code and it x = 1 item"
+    assert node_text("user", "| a | b |\n|---|---|") == "a b"
 
 
 def test_labels_are_short_and_never_empty():

@@ -17,6 +17,8 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^\s{0,3}>\s?", re.MULTILINE), ""),  # block quotes
     (re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(?=\S)", re.MULTILINE), ""),  # list marks
     (re.compile(r"^\s*(?:[-*_]\s*){3,}$", re.MULTILINE), ""),  # rules
+    (re.compile(r"^\s*\|?\s*:?-{3,}.*$", re.MULTILINE), ""),  # table rules
+    (re.compile(r"\s*\|\s*"), " "),  # table cells
     (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # bold
     (re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])"), r"\2"),  # italic
     (re.compile(r"~~(?=\S)(.+?)(?<=\S)~~"), r"\1"),  # strikethrough
@@ -30,3 +32,13 @@ def plain_text(markdown: str) -> str:
     for pattern, replacement in _RULES:
         text = pattern.sub(replacement, text)
     return text
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def snippet(markdown: str, limit: int) -> str:
+    """One line of ``markdown``'s words, shortened to ``limit`` characters."""
+    return shorten(" ".join(plain_text(markdown).split()), limit)

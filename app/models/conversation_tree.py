@@ -18,7 +18,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor, QFont
 
-from app.conversation.plain_text import plain_text
+from app.conversation.plain_text import snippet as plain_snippet
 from app.models.tree_snapshot import TreeSnapshot
 from storage.repository import NodeSummary
 
@@ -41,8 +41,7 @@ Index = QModelIndex | QPersistentModelIndex
 
 def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
     """One line of ``text``'s words (no Markdown), shortened to ``limit``."""
-    line = " ".join(plain_text(text).split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+    return plain_snippet(text, limit)
 
 
 def format_bytes(size: int) -> str:

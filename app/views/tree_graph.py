@@ -58,6 +58,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.plain_text import shorten
 from app.models.conversation_tree import ROLE_LABELS, format_bytes
 from app.models.tree_snapshot import TreeSnapshot
 from app.views.theme import icon
@@ -65,7 +66,6 @@ from app.views.tree_layout import (
     LABEL_CHARS,
     TOOLTIP_CHARS,
     node_text,
-    shorten,
     tidy_layout,
 )
 from storage.repository import NodeSummary

@@ -21,9 +21,10 @@ Python's recursion limit): O(n) time and memory.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
+
+from app.conversation.plain_text import plain_text
 
 
 class Slot(NamedTuple):
@@ -77,40 +78,10 @@ def tidy_layout(
 LABEL_CHARS = 24
 TOOLTIP_CHARS = 320
 
-_FENCE = re.compile(r"^\s*(```|~~~).*$", re.MULTILINE)
-_IMAGE_OR_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_LINE_MARKER = re.compile(r"^\s{0,3}(#{1,6}\s+|>\s?|[-*+]\s+|\d+[.)]\s+)", re.MULTILINE)
-_EMPHASIS = re.compile(r"(\*\*|__|~~|`)")
-# A single * or _ that opens or closes emphasis, not one inside snake_case.
-_SINGLE_EMPHASIS = re.compile(r"(?<![\w*])[*_](?=\S)|(?<=\S)[*_](?![\w*])")
-_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}.*$", re.MULTILINE)
-
-
-def plain_text(markdown: str) -> str:
-    """``markdown`` as one line of plain words: no fences, emphasis or headings.
-
-    Good enough for a label, not a Markdown parser: it drops the markers a
-    snippet would otherwise show (```` ``` ````, ``**``, ``#``, backticks, list
-    bullets, link targets) and folds whitespace.
-    """
-    text = _FENCE.sub(" ", markdown)
-    text = _TABLE_RULE.sub(" ", text)
-    text = _IMAGE_OR_LINK.sub(r"\1", text)
-    text = _LINE_MARKER.sub("", text)
-    text = _EMPHASIS.sub("", text)
-    text = _SINGLE_EMPHASIS.sub("", text)
-    text = text.replace("|", " ")
-    return " ".join(text.split())
-
-
-def shorten(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, with an ellipsis when cut."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
 
 def node_text(role: str, text: str, thinking: str = "") -> str:
     """What a node says, as plain text; a placeholder for an empty node."""
-    plain = plain_text(text)
+    plain = " ".join(plain_text(text).split())
     if plain:
         return plain
     if role == "root":
