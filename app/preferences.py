@@ -26,7 +26,10 @@ DEFAULTS: dict[str, Any] = {
     "system_prompt": "",
     # Checkpoints beyond this are evicted, least recently used first; 0: no limit.
     "checkpoint_budget_mb": 2048,
+    # How the tree panel shows the conversation: "list" or "graph".
+    "tree_view": "list",
 }
+TREE_VIEWS = ("list", "graph")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Preferences:
     sampling: SamplingParams
     system_prompt: str
     checkpoint_budget_mb: int
+    tree_view: str = "list"
 
     @property
     def checkpoint_budget_bytes(self) -> int | None:
@@ -82,6 +86,7 @@ def load_preferences(db: Database) -> Preferences:
         sampling=sampling,
         system_prompt=str(values["system_prompt"] or ""),
         checkpoint_budget_mb=max(0, int(values["checkpoint_budget_mb"] or 0)),
+        tree_view=values["tree_view"] if values["tree_view"] in TREE_VIEWS else "list",
     )
 
 
@@ -93,3 +98,4 @@ def save_preferences(db: Database, prefs: Preferences) -> None:
     repository.set_setting(db, "sampling", prefs.sampling.as_dict())
     repository.set_setting(db, "system_prompt", prefs.system_prompt)
     repository.set_setting(db, "checkpoint_budget_mb", prefs.checkpoint_budget_mb)
+    repository.set_setting(db, "tree_view", prefs.tree_view)

@@ -139,6 +139,7 @@ class MainWindow(QMainWindow):
         self.transcript = TranscriptView()
         self.composer = Composer()
         self.tree_panel = TreePanel(self.tree_model)
+        self.tree_panel.set_mode(self.prefs.tree_view)
         self.welcome = WelcomePage()
         self.welcome.set_recent(list(self.prefs.recent_models))
 
@@ -312,6 +313,7 @@ class MainWindow(QMainWindow):
         self.sidebar.delete_requested.connect(self._on_sidebar_delete_requested)
         self.tree_panel.node_activated.connect(self._on_tree_panel_node_activated)
         self.tree_panel.delete_requested.connect(self._on_tree_panel_delete_requested)
+        self.tree_panel.mode_changed.connect(self._on_tree_panel_mode_changed)
         self.transcript.sibling_requested.connect(self._on_transcript_sibling_requested)
         self.transcript.edit_requested.connect(self._on_transcript_edit_requested)
         self.transcript.regenerate_requested.connect(
@@ -696,6 +698,11 @@ class MainWindow(QMainWindow):
     def _on_tree_panel_node_activated(self, node_id: int) -> None:
         if not self.generating and node_id != self.active_id:
             self.activate(node_id)
+
+    @Slot(str)
+    def _on_tree_panel_mode_changed(self, mode: str) -> None:
+        if not self.db.read_only:
+            self._save_prefs(replace(self.prefs, tree_view=mode))
 
     @Slot(int)
     def _on_tree_panel_delete_requested(self, node_id: int) -> None:

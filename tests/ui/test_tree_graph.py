@@ -161,3 +161,15 @@ def test_a_500_node_tree_builds_fast_and_a_deep_click_activates(qtbot, make_wind
     assert window.active_id == deepest and graph.active_id == deepest
     wait_idle(qtbot, window)
     assert window.transcript.cards[-1].node_id == deepest
+
+
+def test_the_list_or_graph_choice_is_remembered(qtbot, make_window):
+    window = make_window()
+    assert window.tree_panel.mode == "list"
+    qtbot.mouseClick(window.tree_panel.graph_button, Qt.MouseButton.LeftButton)
+    assert window.tree_panel.mode == "graph"
+    window.close()
+
+    reopened = make_window()
+    assert reopened.tree_panel.mode == "graph"
+    assert reopened.tree_panel.stack.currentWidget() is reopened.tree_panel.graph
