@@ -407,12 +407,12 @@ class Problems:
             self.found.append(message)
         return bool(condition)
 
-    def clean(self, result: CliResult) -> bool:
-        """``assert_clean``, noted rather than raised."""
+    def clean(self, result: CliResult, where: str = "") -> bool:
+        """``assert_clean``, noted (after ``where``) rather than raised."""
         try:
             assert_clean(result)
         except AssertionError as exc:
-            self.found.append(str(exc))
+            self.found.append(where + str(exc))
             return False
         return True
 
