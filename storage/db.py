@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from storage import migrations
+from storage import migrations, reserve
 from storage.errors import StorageUnavailable
 
 DATABASE_FILENAME = "arbor.sqlite3"
@@ -132,10 +132,25 @@ def open_database(path: Path, busy_timeout_ms: int = 5000) -> Database:
     reason = _read_only_reason(path, new=version == 0)
     if reason is None:
         try:
-            return _open_writable(path, version, busy_timeout_ms)
+            return _open_writable_with_reserve(path, version, busy_timeout_ms)
         except _CannotWrite as exc:
             reason = exc.reason
     return _open_read_only(path, version, reason, busy_timeout_ms)
+
+
+def _open_writable_with_reserve(
+    path: Path, version: int, busy_timeout_ms: int
+) -> Database:
+    # On a full disk the reserve makes room for the -wal and -shm files, so
+    # that the user can still delete things (see storage/reserve.py).
+    try:
+        db = _open_writable(path, version, busy_timeout_ms)
+    except _CannotWrite as exc:
+        if not (exc.full_disk and reserve.give_up(path)):
+            raise
+        db = _open_writable(path, version, busy_timeout_ms)
+    reserve.keep(path)
+    return db
 
 
 def _make_folder(folder: Path) -> None:
@@ -153,6 +168,7 @@ class _CannotWrite(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.full_disk = reason == _FULL_DISK_REASON
 
 
 def _read_only_reason(path: Path, new: bool) -> str | None:
@@ -206,6 +222,9 @@ def _open_writable(path: Path, version: int, busy_timeout_ms: int) -> Database:
     return Database(path, engine)
 
 
+_FULL_DISK_REASON = "the disk holding it is full; free some space and open it again"
+
+
 def _cannot_write_reason(path: Path, exc: BaseException | None) -> str | None:
     # Failures after which the file can still be read: SQLite refused to write
     # although the permission checks passed (ACLs, a -shm owned by someone
@@ -214,7 +233,7 @@ def _cannot_write_reason(path: Path, exc: BaseException | None) -> str | None:
     if name.startswith("SQLITE_FULL") or (
         name.startswith("SQLITE_IOERR") and _disk_full(path)
     ):
-        return "the disk holding it is full; free some space and open it again"
+        return _FULL_DISK_REASON
     if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
         return f"SQLite cannot write to it: {exc}"
     return None

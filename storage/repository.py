@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from storage import reserve
 from storage.db import Database, translate_errors
 from storage.errors import NotFound, StorageUnavailable
 from storage.models import (
@@ -61,24 +62,30 @@ def release_space(db: Database) -> None:
     """Give the pages freed by deletions back to the file system.
 
     Checkpoints are most of the file; without this, deleting them would free
-    room inside the file but never shrink it. Does nothing on a read-only
-    database.
+    room inside the file but never shrink it. Best effort: the deletion is
+    already committed, so a failure here (a disk still too full to move pages)
+    is only logged. Then the disk space reserve is made again if it was spent.
+    Does nothing on a read-only database.
     """
     if db.read_only:
         return
-    with translate_errors(db.path):
-        connection = db.engine.raw_connection()
-        try:
-            # The pragma frees one page per step and sqlite3's execute() steps
-            # once; executescript() runs it to the end. The file only shrinks
-            # when the pages reach it, at a checkpoint: run one now. PASSIVE,
-            # not TRUNCATE: the -wal file keeps its size, and a later deletion
-            # on a full disk can reuse it instead of needing new space.
-            connection.driver_connection.executescript(  # type: ignore[union-attr]
-                "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(PASSIVE);"
-            )
-        finally:
-            connection.close()
+    try:
+        with translate_errors(db.path):
+            connection = db.engine.raw_connection()
+            try:
+                # The pragma frees one page per step and sqlite3's execute()
+                # steps once; executescript() runs it to the end. The file only
+                # shrinks when the pages reach it, at a checkpoint: run one now.
+                # PASSIVE, not TRUNCATE: the -wal file keeps its size, and a
+                # later deletion on a full disk can reuse it.
+                connection.driver_connection.executescript(  # type: ignore[union-attr]
+                    "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(PASSIVE);"
+                )
+            finally:
+                connection.close()
+    except StorageUnavailable as exc:
+        log.warning("could not give freed space back yet: %s", exc)
+    reserve.keep(db.path)
 
 
 # --- records -----------------------------------------------------------------
