@@ -57,3 +57,16 @@ def give_up(database: Path) -> bool:
         log.warning("cannot delete the disk space reserve: %s", exc)
         return False
     return True
+
+
+def spend_if_short(database: Path) -> None:
+    """Give up the reserve before a deletion when the disk is nearly full.
+
+    A deletion writes too (to the -wal file) before it frees anything.
+    """
+    try:
+        short = shutil.disk_usage(database.parent).free < _FREE_FACTOR * RESERVE_BYTES
+    except OSError:
+        short = True
+    if short:
+        give_up(database)

@@ -549,21 +549,23 @@ def test_full_disk_reopened_spends_the_reserve_to_delete(small_disk: Path):
     db = open_database(path)
     try:
         # The reserve made room for SQLite's -wal and -shm: writable again.
-        assert not db.read_only
+        assert not db.read_only and db.space_low
         assert not reserve.reserve_path(path).exists()
         assert len(repository.list_conversations(db)) == 3
+        # The room is for deleting: a new message would only fill it again.
+        with pytest.raises(StorageUnavailable, match="is full"):
+            repository.add_node(db, chains[0][-1], "user", "more")
         repository.delete_conversation(
             db, repository.get_node(db, chains[2][0]).conversation_id
         )
         assert repository.delete_checkpoints(db, conversation_id=None) > 0
         # Deleting freed the space, and the reserve is back for next time.
         assert os.statvfs(small_disk).f_bavail > 0
+        (small_disk / "filler").unlink()  # and the user frees some more
+        repository.add_node(db, chains[0][-1], "user", "more")
+        assert not db.space_low and reserve.reserve_path(path).exists()
     finally:
         db.close()
-    (small_disk / "filler").unlink()
-    reopened = open_database(path)
-    reopened.close()
-    assert reserve.reserve_path(path).exists()
 
 
 def test_full_disk_without_a_reserve_reads_read_only(small_disk: Path):
