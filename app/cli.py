@@ -390,9 +390,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
 def _cmd_regenerate(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     if args.n == 1:
-        return _generating(
-            args, lambda p, **kw: service.regenerate(args.node, p, **kw)
-        )
+        return _generating(args, lambda p, **kw: service.regenerate(args.node, p, **kw))
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop.request)
     on_token = (

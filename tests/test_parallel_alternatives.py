@@ -158,9 +158,7 @@ def test_stop_ends_every_alternative(service):
         calls += 1
         return calls > 3
 
-    replies = service.regenerate_parallel(
-        assistant, SEEDED, 2, should_stop=should_stop
-    )
+    replies = service.regenerate_parallel(assistant, SEEDED, 2, should_stop=should_stop)
     for reply in replies:
         assert reply.stats.stop_reason == "stopped"
         assert 1 <= reply.stats.generated_tokens <= 3

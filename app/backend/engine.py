@@ -618,7 +618,7 @@ class LlamaEngine:
             self._forks[seq] += 1
 
     def ranked_token(self, row: int, rank: int) -> int:
-        """The token with the ``rank``-th highest logit of batch ``row`` (0: the top)."""
+        """The token with the ``rank``-th highest logit of batch ``row`` (0: top)."""
         logits = self.logits(row)
         order = np.argsort(-logits, kind="stable")
         return int(order[min(rank, len(order) - 1)])

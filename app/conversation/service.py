@@ -169,9 +169,7 @@ def _emit_indexed(
             target(index, piece)
 
 
-def _indexed(
-    callback: IndexedTokenCallback | None, index: int
-) -> TokenCallback | None:
+def _indexed(callback: IndexedTokenCallback | None, index: int) -> TokenCallback | None:
     """``callback`` with its alternative's index bound, for one plain reply."""
     if callback is None:
         return None
