@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app import paths
+from app.backend.engine import MAX_FORKS
 from app.backend.errors import BackendError, InvalidSetting
 from app.backend.sampling import SamplingParams
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
@@ -59,6 +60,7 @@ def _int_type(low: int, high: int, rule: str) -> Callable[[str], int]:
 
 
 _node_id = _int_type(1, _MAX_ID, "node id must be a positive integer below 2^63")
+_alternatives_count = _int_type(1, MAX_FORKS, f"--n must be 1 to {MAX_FORKS}")
 _conversation_id = _int_type(
     1, _MAX_ID, "conversation id must be a positive integer below 2^63"
 )
@@ -101,7 +103,13 @@ def _is_utf8(text: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for ``arbor``."""
-    parser = _Parser(prog="arbor", description="Branching chat with local GGUF models.")
+    # No abbreviations at the top: "regenerate --n 3" would otherwise be taken
+    # as an ambiguous "--n-ctx"/"--n-gpu-layers" before the subcommand sees it.
+    parser = _Parser(
+        prog="arbor",
+        description="Branching chat with local GGUF models.",
+        allow_abbrev=False,
+    )
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {__version__}"
     )
@@ -152,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     regen = sub.add_parser("regenerate", help="a new reply beside assistant NODE_ID")
     regen.add_argument("node", type=_node_id)
+    regen.add_argument(
+        "--n",
+        type=_alternatives_count,
+        default=1,
+        help=f"generate N replies together (1 to {MAX_FORKS}), seeds SEED..SEED+N-1",
+    )
     _sampling_flags(regen)
 
     edit = sub.add_parser(
@@ -375,7 +389,19 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
 def _cmd_regenerate(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
-    return _generating(args, lambda p, **kw: service.regenerate(args.node, p, **kw))
+    if args.n == 1:
+        return _generating(args, lambda p, **kw: service.regenerate(args.node, p, **kw))
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop.request)
+    on_token = (
+        (lambda index, piece: print(f"[{index}]{piece}", file=sys.stderr, flush=True))
+        if args.stream
+        else None
+    )
+    replies = service.regenerate_parallel(
+        args.node, args.sampling, args.n, on_token=on_token, should_stop=stop
+    )
+    return _emit({"replies": [_reply_json(reply) for reply in replies]})
 
 
 def _cmd_edit(args: argparse.Namespace) -> int:

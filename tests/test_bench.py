@@ -52,6 +52,7 @@ def test_markdown_has_every_section(bench):
         "### 2. Sibling switch",
         "### 3. Storage",
         "### 4. Overhead",
+        "### 5. Alternatives",
         "### Targets",
     ):
         assert heading in markdown
@@ -66,6 +67,7 @@ def test_markdown_has_every_section(bench):
             "compression",
             "overhead",
             "node_writes",
+            "alternatives",
             "targets",
         )
     )
@@ -146,3 +148,14 @@ def test_every_target_is_judged(bench):
     assert len(data["targets"]) == 5
     assert all(isinstance(t["met"], bool) and t["measured"] for t in data["targets"])
     assert data["model"]["kv_bytes_per_token"] > 0 and data["machine"]["cpu"]
+
+
+def test_alternatives_rows(bench):
+    _, data = bench
+    rows = data["alternatives"]
+    assert [r["n"] for r in rows] == list(QUICK.alternatives_counts)
+    for row in rows:
+        assert row["sequential_tokens"] > 0 and row["parallel_tokens"] > 0
+        assert row["parallel_ms"] > row["redecode_ms"] > 0
+        expected = row["parallel_tps"] / row["sequential_tps"]
+        assert row["speedup"] == pytest.approx(expected, rel=1e-3, abs=1e-3)

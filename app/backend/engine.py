@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 MAIN_SEQ = 0
 SCRATCH_SEQ = 1
+# Sequences FIRST_FORK_SEQ, FIRST_FORK_SEQ + 1, ... hold alternatives
+# generated together (``fork``): each shares the main sequence's cells up to
+# the fork and appends its own reply.
+FIRST_FORK_SEQ = 2
+MAX_FORKS = 4
 # Bumped when Arbor changes how it lays out checkpoints.
 CHECKPOINT_FORMAT = 1
 
@@ -193,6 +198,8 @@ class LlamaEngine:
         self._batch = llama_cpp.llama_batch_init(min(settings.n_batch, n_ctx), 0, 1)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_past = 0
+        # End position of each fork sequence while alternatives are generated.
+        self._forks: dict[int, int] = {}
 
         self.path = model_path
         self.chat_format = self._load_chat_format()
@@ -309,9 +316,13 @@ class LlamaEngine:
         ctx_params.n_ctx = n_ctx
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
-        # Sequence 1 is scratch space for copying one node's cells in or out; a
-        # unified KV cache lets both sequences share the same cells.
-        ctx_params.n_seq_max = 2
+        # Sequence 1 is scratch space for copying one node's cells in or out,
+        # sequences 2.. hold alternatives generated together (``fork``); a
+        # unified KV cache lets all of them share the same cells. n_seq_max
+        # sizes only the compute buffers: measured on the tiny model and
+        # SmolLM2, checkpoints made at n_seq_max 2 restore bit-exactly at 6,
+        # and a single sequence decodes to the same logits at either.
+        ctx_params.n_seq_max = FIRST_FORK_SEQ + MAX_FORKS
         ctx_params.kv_unified = True
         # Sliding-window layers keep every cell, not only the last window
         # (llama.cpp's default, set here because correctness rests on it).
@@ -537,18 +548,94 @@ class LlamaEngine:
             raise BackendError(f"llama.cpp failed to decode (error {result}).")
         self.n_past += n
 
-    def logits(self) -> np.ndarray:
-        """A copy of the logits after the last decoded token."""
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+    def logits(self, row: int = -1) -> np.ndarray:
+        """A copy of the logits after the last decoded token (or batch ``row``)."""
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def batch_sizes(self, n_tokens: int) -> list[int]:
+        """The batch sizes ``decode`` uses for ``n_tokens`` by default."""
+        step = self.settings.n_batch
+        return [min(step, n_tokens - i) for i in range(0, n_tokens, step)]
+
+    # --- alternatives decoded together --------------------------------------------
+
+    def fork(self, n: int) -> list[int]:
+        """Start ``n`` sequences that continue the main one; return their ids.
+
+        In a unified KV cache the copy shares the cells (each cell is tagged
+        with several sequences): nothing is copied, and the prefix is decoded
+        once for all of them. ``decode_forks`` then appends to each. The main
+        sequence is left as it is.
+
+        What a fork's cells hold is *not* what decoding the same tokens alone
+        gives: a batch of several rows takes other matmul kernels, and the
+        sequences' cells interleave in the cache, which changes the order of
+        the attention sums (measured, see ``ConversationService
+        .regenerate_parallel``). Forks serve sampling only; checkpoints are
+        made from the main sequence.
+        """
+        if not 1 <= n <= MAX_FORKS:
+            raise BackendError(f"between 1 and {MAX_FORKS} alternatives, not {n}")
+        if self.state_kind == "full":
+            # Recurrent state has no cells to share; copying it per sequence
+            # is possible but not worth it for these models.
+            raise BackendError(
+                "Alternatives cannot be generated together with this model "
+                f"({self.info.state_note})."
+            )
+        self.end_fork()
+        seqs = [FIRST_FORK_SEQ + k for k in range(n)]
+        for seq in seqs:
+            llama_cpp.llama_memory_seq_cp(self._mem, MAIN_SEQ, seq, -1, -1)
+            self._forks[seq] = self.n_past
+        return seqs
+
+    def fork_pos(self, seq: int) -> int:
+        """How many positions fork sequence ``seq`` holds."""
+        return self._forks[seq]
+
+    def decode_forks(self, rows: list[tuple[int, int]]) -> None:
+        """Append one token to each of some forks, in one batch.
+
+        ``rows`` are ``(sequence, token)``; row ``i``'s logits are then
+        ``logits(i)`` (and what ``sample(sampler, i)`` samples from).
+        """
+        batch = self._batch
+        for i, (seq, token) in enumerate(rows):
+            batch.token[i] = token
+            batch.pos[i] = self._forks[seq]
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = True
+        batch.n_tokens = len(rows)
+        result = llama_cpp.llama_decode(self._ctx, batch)
+        if result == 1:
+            raise ContextFullError("The context has no room left for these tokens.")
+        if result != 0:
+            raise BackendError(f"llama.cpp failed to decode (error {result}).")
+        for seq, _token in rows:
+            self._forks[seq] += 1
+
+    def ranked_token(self, row: int, rank: int) -> int:
+        """The token with the ``rank``-th highest logit of batch ``row`` (0: top)."""
+        logits = self.logits(row)
+        order = np.argsort(-logits, kind="stable")
+        return int(order[min(rank, len(order) - 1)])
+
+    def end_fork(self) -> None:
+        """Drop every fork sequence (the cells only they held are freed)."""
+        for seq in range(FIRST_FORK_SEQ, FIRST_FORK_SEQ + MAX_FORKS):
+            llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        self._forks.clear()
 
     def sampler(self, params: SamplingParams, history: list[int]) -> Sampler:
         """A sampler chain for ``params``, primed with the context's recent tokens."""
         return Sampler(params, history, self.n_vocab)
 
-    def sample(self, sampler: Sampler) -> int:
-        """Pick the next token with ``sampler`` from the current logits."""
-        return sampler.sample(self._ctx)
+    def sample(self, sampler: Sampler, row: int = -1) -> int:
+        """Pick the next token with ``sampler`` from the logits of batch ``row``."""
+        return sampler.sample(self._ctx, row)
 
     # --- KV state ----------------------------------------------------------------
 
@@ -563,6 +650,7 @@ class LlamaEngine:
         if pos <= 0 or self.state_kind == "full":
             # Recurrent state cannot be cut at a position: start over.
             llama_cpp.llama_memory_clear(self._mem, True)
+            self._forks.clear()
             self.n_past = 0
             return
         if not llama_cpp.llama_memory_seq_rm(

@@ -130,9 +130,14 @@ class Sampler:
         for token in history[-PENALTY_LAST_N:]:
             llama_cpp.llama_sampler_accept(chain, token)
 
-    def sample(self, ctx: Any) -> int:
-        """Choose (and accept) the next token from the last decoded logits."""
-        return int(llama_cpp.llama_sampler_sample(self._chain, ctx, -1))
+    def sample(self, ctx: Any, row: int = -1) -> int:
+        """Choose (and accept) the next token from the logits of batch ``row``
+        (by default the last decoded token's)."""
+        return int(llama_cpp.llama_sampler_sample(self._chain, ctx, row))
+
+    def accept(self, token: int) -> None:
+        """Record ``token`` as chosen (for the repeat penalty) without sampling."""
+        llama_cpp.llama_sampler_accept(self._chain, token)
 
     def close(self) -> None:
         """Free the native chain."""

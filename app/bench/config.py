@@ -37,6 +37,10 @@ class BenchConfig:
         reply two follow-ups.
     bushy_message_tokens
         Size of each user message of the bushy tree.
+    alternatives_counts
+        How many alternatives to generate together (and one by one).
+    alternatives_tokens
+        Most tokens of each alternative.
     """
 
     repeats: int = 3
@@ -53,6 +57,8 @@ class BenchConfig:
     overhead_tokens: int = 64
     bushy_width: int = 3
     bushy_message_tokens: int = 48
+    alternatives_counts: tuple[int, ...] = (1, 2, 4)
+    alternatives_tokens: int = 64
 
     def __post_init__(self) -> None:
         """Reject configurations the scenarios cannot run."""
@@ -75,4 +81,5 @@ class BenchConfig:
             overhead_tokens=8,
             bushy_width=1,
             bushy_message_tokens=16,
+            alternatives_tokens=8,
         )

@@ -256,6 +256,44 @@ def render(report: Report) -> str:
             for r in report.node_writes
         ],
     )
+    lines += [
+        "",
+        "### 5. Alternatives: N replies generated together vs. one by one",
+        "",
+        "Tokens/s over the whole operation; the parallel arm includes decoding "
+        "each reply again alone, which makes its checkpoint exact (its sampling "
+        "loop alone in the next column).",
+        "",
+    ]
+    lines += _table(
+        [
+            "N",
+            "one by one: tokens",
+            "ms",
+            "tok/s",
+            "together: tokens",
+            "ms",
+            "tok/s",
+            "sampling tok/s",
+            "re-decode ms",
+            "speed-up",
+        ],
+        [
+            [
+                r.n,
+                r.sequential_tokens,
+                _ms(r.sequential_ms),
+                f"{r.sequential_tps:.1f}",
+                r.parallel_tokens,
+                _ms(r.parallel_ms),
+                f"{r.parallel_tps:.1f}",
+                f"{r.sampling_tps:.1f}",
+                _ms(r.redecode_ms),
+                f"{r.speedup:.2f}x",
+            ]
+            for r in report.alternatives
+        ],
+    )
     lines += ["", "### Targets", ""]
     lines += _table(
         ["target", "goal", "measured", "met"],

@@ -17,6 +17,7 @@ from pathlib import Path
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.bench import targets, workload
+from app.bench.alternatives import run_alternatives
 from app.bench.cold_resume import run_cold_resume
 from app.bench.compression import run_compression
 from app.bench.config import REFERENCE_PATH_TOKENS, BenchConfig
@@ -183,4 +184,11 @@ def _run_scenarios(
         progress,
     )
     report.node_writes = node_write_rows(service.writes)
+    report.alternatives = run_alternatives(
+        service,
+        config.alternatives_counts,
+        config.alternatives_tokens,
+        config.repeats,
+        progress,
+    )
     report.sqlite = sqlite_footprint(db)

@@ -13,13 +13,14 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from app.backend.engine import LlamaEngine
+from app.backend.engine import MAX_FORKS, LlamaEngine
 from app.backend.errors import ContextFullError
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
-from app.backend.sampling import PENALTY_LAST_N, SamplingParams
+from app.backend.sampling import PENALTY_LAST_N, Sampler, SamplingParams
 from app.backend.text_stream import Utf8Stream
 from app.conversation import spans
 from app.conversation.context_sync import ContextSync, SyncStats
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 PARTIAL_SAVE_SECONDS = 0.5
 
 TokenCallback = Callable[[str], None]
+# A piece of alternative ``index``'s text (alternatives generated together).
+IndexedTokenCallback = Callable[[int, str], None]
 StopCheck = Callable[[], bool]
 
 
@@ -86,6 +89,9 @@ class ReplyStats(SyncStats):
     generated_tokens: int = 0
     generate_ms: float = 0.0
     tokens_per_second: float = 0.0
+    # Alternatives generated together: decoding the reply's span again alone,
+    # which makes its checkpoint exact (see ``regenerate_parallel``).
+    redecode_ms: float = 0.0
     context_tokens: int = 0
     n_ctx: int = 0
     stop_reason: str = ""
@@ -116,6 +122,25 @@ class _SampledReply:
     stop_reason: str = "max_tokens"
 
 
+@dataclass
+class _Alternative:
+    """One reply of a parallel regeneration while it is sampled."""
+
+    index: int
+    node: NodeRecord
+    params: SamplingParams
+    seq: int
+    sampler: Sampler
+    splitter: ReasoningSplitter
+    text_stream: Utf8Stream = field(default_factory=Utf8Stream)
+    sampled: _SampledReply = field(default_factory=_SampledReply)
+    live: bool = True
+
+    def stop(self, reason: str) -> None:
+        self.sampled.stop_reason = reason
+        self.live = False
+
+
 @dataclass(frozen=True)
 class _Streams:
     """Where a reply's answer and reasoning go as they are generated."""
@@ -123,6 +148,32 @@ class _Streams:
     on_token: TokenCallback | None = None
     on_thinking: TokenCallback | None = None
     should_stop: StopCheck | None = None
+
+
+@dataclass(frozen=True)
+class _IndexedStreams:
+    """Where the pieces of alternatives generated together go."""
+
+    on_token: IndexedTokenCallback | None = None
+    on_thinking: IndexedTokenCallback | None = None
+    should_stop: StopCheck | None = None
+
+
+def _emit_indexed(
+    streams: _IndexedStreams, index: int, pieces: list[tuple[str, str]]
+) -> None:
+    """Send a splitter's pieces of alternative ``index`` to their streams."""
+    for channel, piece in pieces:
+        target = streams.on_thinking if channel == "thinking" else streams.on_token
+        if piece and target is not None:
+            target(index, piece)
+
+
+def _indexed(callback: IndexedTokenCallback | None, index: int) -> TokenCallback | None:
+    """``callback`` with its alternative's index bound, for one plain reply."""
+    if callback is None:
+        return None
+    return lambda piece: callback(index, piece)
 
 
 @dataclass(frozen=True)
@@ -296,6 +347,344 @@ class ConversationService:
         """Generate a (new) assistant reply to the user message ``user_node_id``."""
         streams = _Streams(on_token, on_thinking, should_stop)
         return self._reply(user_node_id, params, streams)
+
+    def regenerate_parallel(
+        self,
+        node_id: int,
+        params: SamplingParams,
+        n: int,
+        on_token: IndexedTokenCallback | None = None,
+        should_stop: StopCheck | None = None,
+        on_thinking: IndexedTokenCallback | None = None,
+    ) -> list[Reply]:
+        """Generate ``n`` new replies to a user message together, as siblings.
+
+        ``node_id`` is the user message, or one of its replies. The replies
+        share the context up to their generation prompt, which is decoded
+        once; each then gets its own sequence of the engine (``fork``), and
+        one decode per step carries one token of every reply still going.
+        Alternative ``k`` samples with seed ``seed + k`` (a random ``seed``
+        when ``params`` has none); with temperature 0, where the seed plays
+        no part, it starts with the ``k``-th most likely first token and
+        continues greedily, so greedy alternatives differ too. Each stops on
+        its own (end of turn, ``max_tokens``, its share of the context);
+        ``should_stop`` stops them all. Pieces stream through
+        ``on_token(k, piece)`` and ``on_thinking(k, piece)``.
+
+        Exactness: the cells a reply gets in such a batch are not those that
+        decoding its tokens alone gives. Measured with llama-cpp-python
+        0.3.36 on the CPU (a 40-token reply after a 93-token prefix, N = 2
+        and 4): on the tiny test model every reply's cells differed from
+        the first step, with flash attention on or off (logits up to 2.5e-3
+        apart: several rows take other matmul kernels than one); on
+        SmolLM2-135M (Q4_1) they were identical with flash attention, but
+        with it off half of the cache bytes differed and the logits after
+        restoring them were 0.7 apart (the replies' cells interleave in the
+        cache, which reorders the attention sums). A checkpoint must restore
+        what reprocessing the node's tokens gives, since the context sync
+        reprocesses a node whose checkpoint is missing, and the nodes below
+        are checkpointed on top of whichever it was. So the forks only
+        sample: afterwards each reply's span is decoded again alone on the
+        main sequence, in ``n_batch`` batches (prompt speed, not generation
+        speed), its node records those batch sizes as its ``chunks``, and
+        its checkpoint is captured from that. Restoring it is then exact,
+        and moving to it reprocesses nothing. The main sequence is left
+        holding the first reply.
+
+        Models whose state is one whole snapshot (recurrent, hybrid) get the
+        ``n`` replies one after another instead.
+        """
+        engine = self._require_engine()
+        sync = self._sync
+        assert sync is not None
+        if not 1 <= n <= MAX_FORKS:
+            raise ServiceError(f"Between 1 and {MAX_FORKS} alternatives, not {n}.")
+        node = repository.get_node(self.db, node_id)
+        if node.role == "assistant" and node.parent_id is not None:
+            user_id = node.parent_id
+        elif node.role == "user":
+            user_id = node.id
+        else:
+            raise ServiceError(
+                f"Node {node_id} is neither a user message nor a reply to one."
+            )
+        seed = params.with_seed().seed
+        assert seed is not None
+        seeded = [replace(params, seed=(seed + k) % 2**32) for k in range(n)]
+        if engine.state_kind == "full":
+            return [
+                self.reply(
+                    user_id,
+                    p,
+                    _indexed(on_token, k),
+                    should_stop,
+                    _indexed(on_thinking, k),
+                )
+                for k, p in enumerate(seeded)
+            ]
+        path, variables = self._ensured_path(user_id)
+        if path[-1].role != "user":
+            raise ServiceError(f"Node {user_id} is not a user message.")
+        opening = spans.place_reply(engine, path, variables)
+        self._check_room(opening.start_pos + len(opening.tokens) + 8 * n)
+        stats = ReplyStats.after(self._move_to(opening.base))
+        nodes: list[NodeRecord] = []
+        try:
+            prompt_started = time.perf_counter()
+            start = engine.n_past
+            engine.decode(opening.tokens, [len(opening.tokens)])
+            stats.prompt_tokens += len(opening.tokens)
+            stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
+            stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
+            for k, p in enumerate(seeded):
+                generation: dict[str, Any] = {
+                    "params": p.as_dict(),
+                    "model": engine.info.name,
+                    "alternative": {"index": k, "of": n},
+                }
+                if p.temperature == 0 and k:
+                    generation["alternative"]["first_token_rank"] = k
+                nodes.append(
+                    repository.add_node(
+                        self.db,
+                        path[-1].id,
+                        "assistant",
+                        "",
+                        tokens=opening.tokens,
+                        start_pos=start,
+                        chunks=[len(opening.tokens)],
+                        vocab_id=engine.vocab_id,
+                        status="generating",
+                        generation=generation,
+                        span_text=opening.text,
+                    )
+                )
+            context = [t for held in sync.loaded for t in held.tokens]
+            history = context[-PENALTY_LAST_N:] + opening.tokens
+            streams = _IndexedStreams(on_token, on_thinking, should_stop)
+            gen_started = time.perf_counter()
+            with ExitStack() as samplers:
+                alternatives = [
+                    _Alternative(
+                        index=k,
+                        node=nodes[k],
+                        params=p,
+                        seq=-1,
+                        sampler=samplers.enter_context(engine.sampler(p, history)),
+                        splitter=ReasoningSplitter(
+                            engine.reasoning_format,
+                            starts_in_thinking(engine.reasoning_format, opening.text),
+                        ),
+                    )
+                    for k, p in enumerate(seeded)
+                ]
+                self._sample_together(alternatives, opening, streams)
+            stats.generate_ms = (time.perf_counter() - gen_started) * 1000
+            return self._checkpoint_alternatives(alternatives, opening, start, stats)
+        except Exception:
+            engine.end_fork()
+            sync.forget()
+            for reply in nodes:
+                self._abandon(reply.id)
+            raise
+
+    def _sample_together(
+        self,
+        alternatives: list[_Alternative],
+        opening: Placement,
+        streams: _IndexedStreams,
+    ) -> None:
+        """Sample every alternative, one batched decode per step.
+
+        The opening's logits (row -1) give every alternative its first token;
+        after that, alternative ``k`` samples from the batch row that carried
+        its last token.
+        """
+        engine = self._require_engine()
+        header = opening.tokens
+        seqs = engine.fork(len(alternatives))
+        for alternative, seq in zip(alternatives, seqs, strict=True):
+            alternative.seq = seq
+        # Each reply gets an equal share of the context left (a unified KV
+        # cache holds every sequence's cells in its n_ctx cells), keeping
+        # room to close its turn; the re-decode then needs only its own.
+        footer = len(engine.tokenize(engine.chat_format.footer))
+        left = engine.n_ctx - engine.n_past
+        limit = engine.n_past + left // len(alternatives) - footer - 1
+        rows = {a.index: -1 for a in alternatives}
+        first_step = True
+        last_save = time.perf_counter()
+        while any(a.live for a in alternatives):
+            if streams.should_stop is not None and streams.should_stop():
+                for alternative in alternatives:
+                    if alternative.live:
+                        alternative.stop("stopped")
+                break
+            step: list[tuple[_Alternative, int]] = []
+            for alternative in (a for a in alternatives if a.live):
+                token = self._next_token(
+                    alternative, rows[alternative.index], limit, first_step, streams
+                )
+                if token is not None:
+                    step.append((alternative, token))
+            first_step = False
+            if not step:
+                break
+            engine.decode_forks([(a.seq, token) for a, token in step])
+            rows = {a.index: row for row, (a, _token) in enumerate(step)}
+            if time.perf_counter() - last_save >= PARTIAL_SAVE_SECONDS:
+                last_save = time.perf_counter()
+                for alternative in alternatives:
+                    self._save_partial(alternative, header, opening.text)
+        engine.end_fork()
+        for alternative in alternatives:
+            pieces = alternative.splitter.push(alternative.text_stream.flush())
+            _emit_indexed(streams, alternative.index, pieces)
+            _emit_indexed(streams, alternative.index, alternative.splitter.flush())
+            alternative.sampled.text = alternative.splitter.answer
+            alternative.sampled.thinking = alternative.splitter.thinking
+
+    def _next_token(
+        self,
+        alternative: _Alternative,
+        row: int,
+        limit: int,
+        first_step: bool,
+        streams: _IndexedStreams,
+    ) -> int | None:
+        """Sample alternative's next token; None when it stops there.
+
+        The same rules as ``_sample``: a turn's end marker is kept to close
+        the turn; the token reaching ``max_tokens`` is kept but not decoded.
+        """
+        engine = self._require_engine()
+        sampled = alternative.sampled
+        if engine.fork_pos(alternative.seq) >= limit:
+            alternative.stop("context_full")
+            return None
+        if first_step and alternative.params.temperature == 0 and alternative.index:
+            # Greedy alternatives would all be the same reply: each starts
+            # with the next most likely token instead.
+            token = engine.ranked_token(row, alternative.index)
+            alternative.sampler.accept(token)
+        else:
+            token = engine.sample(alternative.sampler, row)
+        if engine.is_end_of_generation(token):
+            alternative.stop("end_of_turn")
+            marker = engine.token_text(token)
+            if marker and engine.chat_format.footer.startswith(marker):
+                sampled.pending.append(token)
+            return None
+        sampled.tokens.append(token)
+        special = engine.is_special(token)
+        piece = alternative.text_stream.push(engine.token_bytes(token, special=True))
+        _emit_indexed(
+            streams,
+            alternative.index,
+            alternative.splitter.push(piece, special=special),
+        )
+        if len(sampled.tokens) >= alternative.params.max_tokens:
+            alternative.stop("max_tokens")
+            sampled.pending.append(token)
+            return None
+        return token
+
+    def _save_partial(
+        self, alternative: _Alternative, header: list[int], header_text: str
+    ) -> None:
+        """Write an alternative in progress, so that a crash loses little of it.
+
+        Its batch sizes are those of the re-decode its node would get: its
+        cells so far exist only in a fork, which no checkpoint is made from.
+        """
+        engine = self._require_engine()
+        tokens = alternative.sampled.tokens
+        if alternative.node.status != "generating" or not tokens:
+            return
+        span = [*header, *tokens]
+        alternative.node = repository.update_node(
+            self.db,
+            alternative.node.id,
+            text=alternative.splitter.answer,
+            thinking=alternative.splitter.thinking,
+            tokens=span,
+            chunks=engine.batch_sizes(len(span)),
+            span_text=header_text + engine.detokenize(tokens),
+        )
+
+    def _checkpoint_alternatives(
+        self,
+        alternatives: list[_Alternative],
+        opening: Placement,
+        start: int,
+        stats: ReplyStats,
+    ) -> list[Reply]:
+        """Close each alternative's turn, decode its span alone, checkpoint it.
+
+        The last one done stays in the context: the first alternative, the one
+        the window shows.
+        """
+        engine = self._require_engine()
+        sync = self._sync
+        assert sync is not None
+        replies: dict[int, Reply] = {}
+        for alternative in reversed(alternatives):
+            sampled = alternative.sampled
+            decoded, closing, closing_text = self._closing(sampled)
+            span = [*opening.tokens, *decoded, *closing]
+            engine.truncate(start)
+            if engine.n_past != start:  # the engine could not cut there
+                self._move_to(opening.base)
+            redecode_started = time.perf_counter()
+            chunks = engine.decode(span)
+            redecode_ms = (time.perf_counter() - redecode_started) * 1000
+            reply_stats = replace(
+                stats,
+                fallbacks=list(stats.fallbacks),
+                generated_tokens=len(sampled.tokens),
+                tokens_per_second=(
+                    len(sampled.tokens) / (stats.generate_ms / 1000)
+                    if stats.generate_ms > 0
+                    else 0.0
+                ),
+                redecode_ms=redecode_ms,
+                stop_reason=sampled.stop_reason,
+            )
+            node = alternative.node
+            assert node.generation is not None
+            node = repository.update_node(
+                self.db,
+                node.id,
+                text=sampled.text,
+                thinking=sampled.thinking,
+                tokens=span,
+                chunks=chunks,
+                span_text=opening.text + closing_text,
+                status=_STATUS_BY_STOP_REASON.get(sampled.stop_reason, "complete"),
+                generation={
+                    **node.generation,
+                    "stop_reason": sampled.stop_reason,
+                    "generated_tokens": len(sampled.tokens),
+                    "tokens_per_second": round(reply_stats.tokens_per_second, 2),
+                },
+            )
+            alternative.node = node
+            sync.append(node)
+            reply_stats.checkpoint_bytes_written = self._store_checkpoint(
+                node, engine.capture(node.start_pos, node.end_pos)
+            )
+            reply_stats.context_tokens = engine.n_past
+            reply_stats.n_ctx = engine.n_ctx
+            replies[alternative.index] = Reply(
+                user_node=None,
+                assistant_node=node.id,
+                text=node.text,
+                stats=reply_stats,
+                thinking=node.thinking,
+            )
+            if alternative is not alternatives[0]:
+                sync.drop(node.id)
+        return [replies[k] for k in range(len(alternatives))]
 
     def _reply(
         self, user_node_id: int, params: SamplingParams, streams: _Streams
@@ -599,6 +988,22 @@ class ConversationService:
         wrote and the footer, the header's text excluded.
         """
         engine = self._require_engine()
+        decoded, closing, text = self._closing(sampled)
+        chunks = [len(header)] + [1] * len(decoded)
+        if closing:
+            engine.decode(closing, [len(closing)])
+            chunks.append(len(closing))
+        return [*header, *decoded, *closing], chunks, text
+
+    def _closing(self, sampled: _SampledReply) -> tuple[list[int], list[int], str]:
+        """Split a sampled reply into what is decoded and what closes the turn.
+
+        Returns the sampled tokens already decoded, the tokens that close the
+        turn (what was sampled but not decoded, then the template's footer
+        minus the end-of-turn marker when the model produced it), and the text
+        of both.
+        """
+        engine = self._require_engine()
         footer_text = engine.chat_format.footer
         pending = sampled.pending
         ended_by_model = bool(pending) and engine.is_end_of_generation(pending[-1])
@@ -608,12 +1013,8 @@ class ConversationService:
         decoded = (
             sampled.tokens if ended_by_model or not pending else sampled.tokens[:-1]
         )
-        chunks = [len(header)] + [1] * len(decoded)
-        if closing:
-            engine.decode(closing, [len(closing)])
-            chunks.append(len(closing))
         text = engine.detokenize([*decoded, *pending]) + footer_text
-        return [*header, *decoded, *closing], chunks, text
+        return decoded, closing, text
 
     # --- internals ------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from app.views.dialogs.errors import confirm, show_error
 from app.views.dialogs.new_conversation import NewConversationDialog
 from app.views.dialogs.settings import SettingsDialog
 from app.views.dialogs.storage import StorageDialog
+from app.views.message_card import TIMES
 from app.views.sidebar import Sidebar
 from app.views.status_bar import ArborStatusBar
 from app.views.theme import app_icon, icon
@@ -64,6 +65,9 @@ BUSY_TEXTS = {
     "restore": "Restoring…",
     "delete": "Deleting…",
 }
+# How many replies "Regenerate last reply N times" generates together (a reply's
+# own regenerate menu offers 2 to 4).
+DEFAULT_ALTERNATIVES = 3
 # A keyboard move through the tree: (tree, active node) → node to activate.
 Move = Callable[[TreeSnapshot, int], "int | None"]
 SHORTCUTS_HELP = (
@@ -78,6 +82,7 @@ SHORTCUTS_HELP = (
     "Alt+Left / Alt+Right\tprevious / next branch at the nearest fork\n"
     "Alt+Up / Alt+Down\tparent / newest child message\n"
     "Ctrl+R\tregenerate the last reply (a new sibling)\n"
+    "Ctrl+Shift+R\tregenerate it 3 times, side by side (three new siblings)\n"
     "Ctrl+E\tedit your last message\n"
     "Ctrl+Shift+T\tfocus the conversation tree\n"
     "Ctrl+T\tshow or hide the conversation tree\n"
@@ -264,7 +269,9 @@ class MainWindow(QMainWindow):
         tools = menu.addMenu("&Tools")
         tools.addActions([self.settings_action, self.storage_action])
         chat_menu.addSeparator()
-        chat_menu.addActions([self.regenerate_action, self.edit_last_action])
+        chat_menu.addActions(
+            [self.regenerate_action, self.alternatives_action, self.edit_last_action]
+        )
         view = menu.addMenu("&View")
         view.addAction(self.tree_action)
         view.addAction(self.focus_tree_action)
@@ -290,6 +297,11 @@ class MainWindow(QMainWindow):
         self.regenerate_action = self._action(
             "&Regenerate last reply", self._on_regenerate_action_triggered, "Ctrl+R"
         )
+        self.alternatives_action = self._action(
+            f"Regenerate last reply {TIMES}{DEFAULT_ALTERNATIVES} (side by side)",
+            self._on_alternatives_action_triggered,
+            "Ctrl+Shift+R",
+        )
         self.edit_last_action = self._action(
             "&Edit last message", self._on_edit_last_action_triggered, "Ctrl+E"
         )
@@ -303,6 +315,7 @@ class MainWindow(QMainWindow):
         self.engine.started.connect(self._on_engine_started)
         self.engine.token_received.connect(self._on_engine_token_received)
         self.engine.thinking_received.connect(self._on_engine_thinking_received)
+        self.engine.alternative_received.connect(self.transcript.append_alternative)
         self.engine.failed.connect(self._on_engine_failed)
         self.engine.finished.connect(self._on_engine_finished)
         self.sidebar.conversation_selected.connect(
@@ -318,6 +331,9 @@ class MainWindow(QMainWindow):
         self.transcript.edit_requested.connect(self._on_transcript_edit_requested)
         self.transcript.regenerate_requested.connect(
             self._on_transcript_regenerate_requested
+        )
+        self.transcript.alternatives_requested.connect(
+            self._on_transcript_alternatives_requested
         )
         self.transcript.branch_requested.connect(self._on_tree_panel_node_activated)
         self.composer.send_clicked.connect(self._on_send_action_triggered)
@@ -484,7 +500,10 @@ class MainWindow(QMainWindow):
             {n: snapshot.siblings(n) for n in snapshot.path(prefix_id)},
             self._path_thinking(prefix_id),
         )
-        self.transcript.begin_stream(pending_text)
+        if isinstance(job, jobs.RegenerateParallel):
+            self.transcript.begin_alternatives(job.n)
+        else:
+            self.transcript.begin_stream(pending_text)
         self._generating_job = job
         self._pending_text = pending_text
         self._update_composer()
@@ -682,6 +701,20 @@ class MainWindow(QMainWindow):
             None,
         )
 
+    @Slot(int, int)
+    def _on_transcript_alternatives_requested(self, node_id: int, n: int) -> None:
+        if self.generating or self.model_info is None:
+            return
+        parent = self.tree_model.snapshot.nodes[node_id].parent_id
+        assert parent is not None
+        self._begin_generation(
+            jobs.RegenerateParallel(
+                node_id, self._sampling(), n, self.prefs.checkpoint_budget_bytes
+            ),
+            parent,
+            None,
+        )
+
     @Slot(int)
     def _on_transcript_edit_requested(self, node_id: int) -> None:
         if not self.generating:
@@ -832,6 +865,14 @@ class MainWindow(QMainWindow):
             reply = snapshot.last_of_role(self.active_id, "assistant")
             if reply is not None:
                 self._on_transcript_regenerate_requested(reply)
+
+    @Slot()
+    def _on_alternatives_action_triggered(self) -> None:
+        snapshot = self.tree_model.snapshot
+        if self.active_id in snapshot:
+            reply = snapshot.last_of_role(self.active_id, "assistant")
+            if reply is not None:
+                self._on_transcript_alternatives_requested(reply, DEFAULT_ALTERNATIVES)
 
     @Slot()
     def _on_edit_last_action_triggered(self) -> None:

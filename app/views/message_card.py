@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -37,6 +38,11 @@ STATUS_NOTES = {
     ),
 }
 
+# The "Regenerate N times" choices of a reply's regenerate menu (the engine
+# generates up to four replies together).
+ALTERNATIVE_COUNTS = (2, 3, 4)
+TIMES = "\N{MULTIPLICATION SIGN}"
+
 
 class MessageCard(QFrame):
     """A message; ``node_id`` is None while a reply streams in.
@@ -50,11 +56,14 @@ class MessageCard(QFrame):
         Show the sibling with this node id instead.
     edit_requested(int), regenerate_requested(int), branch_requested(int)
         The action was chosen on this card's node.
+    alternatives_requested(int, int)
+        "Regenerate N times" was chosen on this reply: N new replies, together.
     """
 
     sibling_requested = Signal(int)
     edit_requested = Signal(int)
     regenerate_requested = Signal(int)
+    alternatives_requested = Signal(int, int)
     branch_requested = Signal(int)
 
     def __init__(
@@ -213,6 +222,17 @@ class MessageCard(QFrame):
                 "regenerate", "Regenerate: a new reply beside this one"
             )
             self.regenerate_button.clicked.connect(self._on_regenerate_button_clicked)
+            # Its menu (the arrow beside it): several replies generated together.
+            menu = QMenu(self.regenerate_button)
+            for n in ALTERNATIVE_COUNTS:
+                action = menu.addAction(f"Regenerate {TIMES}{n} (side by side)")
+                action.triggered.connect(
+                    lambda _checked=False, n=n: self._request_alternatives(n)
+                )
+            self.regenerate_button.setMenu(menu)
+            self.regenerate_button.setPopupMode(
+                QToolButton.ToolButtonPopupMode.MenuButtonPopup
+            )
             header.addWidget(self.regenerate_button)
         self.branch_button = self._tool_button(
             "branch", "Branch from here: continue from this message"
@@ -245,6 +265,10 @@ class MessageCard(QFrame):
     def _on_regenerate_button_clicked(self) -> None:
         assert self.node_id is not None
         self.regenerate_requested.emit(self.node_id)
+
+    def _request_alternatives(self, n: int) -> None:
+        assert self.node_id is not None
+        self.alternatives_requested.emit(self.node_id, n)
 
     @Slot()
     def _on_branch_button_clicked(self) -> None:

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.models.tree_snapshot import PathEntry
+from app.views.alternatives import AlternativesRow
 from app.views.message_card import MessageCard
 
 STREAM_REPAINT_MS = 40
@@ -43,13 +44,14 @@ class TranscriptView(QScrollArea):
     Signals
     -------
     sibling_requested(int), edit_requested(int), regenerate_requested(int),
-    branch_requested(int)
+    alternatives_requested(int, int), branch_requested(int)
         Forwarded from the message cards.
     """
 
     sibling_requested = Signal(int)
     edit_requested = Signal(int)
     regenerate_requested = Signal(int)
+    alternatives_requested = Signal(int, int)
     branch_requested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -75,6 +77,7 @@ class TranscriptView(QScrollArea):
         self.setWidget(page)
         self.cards: list[MessageCard] = []
         self.streaming_card: MessageCard | None = None
+        self.alternatives: AlternativesRow | None = None
         self._stream_parts: list[str] = []
         self._thinking_parts: list[str] = []
         self._repaint_timer = QTimer(self)
@@ -120,6 +123,7 @@ class TranscriptView(QScrollArea):
             card.sibling_requested.connect(self.sibling_requested)
             card.edit_requested.connect(self.edit_requested)
             card.regenerate_requested.connect(self.regenerate_requested)
+            card.alternatives_requested.connect(self.alternatives_requested)
             card.branch_requested.connect(self.branch_requested)
             self._add_card(card)
         self._placeholder.setVisible(not self.cards)
@@ -136,6 +140,19 @@ class TranscriptView(QScrollArea):
         self._add_card(self.streaming_card)
         self._placeholder.hide()
         self._scroll_to_end()
+
+    def begin_alternatives(self, n: int) -> None:
+        """Add a row of ``n`` empty replies that stream side by side."""
+        self.alternatives = AlternativesRow(n)
+        self._layout.insertWidget(self._layout.count() - 1, self.alternatives)
+        self.alternatives.show()
+        self._placeholder.hide()
+        self._scroll_to_end()
+
+    def append_alternative(self, index: int, piece: str) -> None:
+        """Add a piece of alternative ``index``'s answer (``begin_alternatives``)."""
+        if self.alternatives is not None:
+            self.alternatives.append(index, piece)
 
     def append_stream(self, piece: str) -> None:
         """Add a piece of the streaming reply (drawn on the next repaint tick)."""
@@ -251,6 +268,11 @@ class TranscriptView(QScrollArea):
         self.streaming_card = None
         self._stream_parts = []
         self._thinking_parts = []
+        if self.alternatives is not None:
+            self._layout.removeWidget(self.alternatives)
+            self.alternatives.hide()
+            self.alternatives.deleteLater()
+            self.alternatives = None
         for card in self.cards:
             # Hidden now, deleted later: the card may be the sender of the
             # signal that led here (a click on its navigator).

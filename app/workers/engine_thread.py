@@ -30,8 +30,8 @@ class EngineController(QObject):
 
     Signals
     -------
-    started(str), token_received(str), thinking_received(str), failed(str, str),
-    finished(object)
+    started(str), token_received(str), thinking_received(str),
+    alternative_received(int, str), failed(str, str), finished(object)
         Forwarded from the worker (see ``EngineWorker``), delivered on the
         GUI thread.
     """
@@ -39,6 +39,7 @@ class EngineController(QObject):
     started = Signal(str)
     token_received = Signal(str)
     thinking_received = Signal(str)
+    alternative_received = Signal(int, str)
     failed = Signal(str, str)
     finished = Signal(object)
 
@@ -56,6 +57,7 @@ class EngineController(QObject):
         self._worker.started.connect(self.started)
         self._worker.token_received.connect(self.token_received)
         self._worker.thinking_received.connect(self.thinking_received)
+        self._worker.alternative_received.connect(self.alternative_received)
         self._worker.failed.connect(self.failed)
         self._worker.finished.connect(self._on_worker_finished)
         self._pending = 0

@@ -35,6 +35,9 @@ class EngineWorker(QObject):
     thinking_received(str)
         A piece of streamed reasoning ("thinking"), which comes before the
         answer in models that reason.
+    alternative_received(int, str)
+        A piece of the answer of alternative ``index`` (replies generated
+        together); their reasoning is not streamed.
     failed(str, str)
         A job of this kind failed with a message written for a person.
     finished(object)
@@ -44,6 +47,7 @@ class EngineWorker(QObject):
     started = Signal(str)
     token_received = Signal(str)
     thinking_received = Signal(str)
+    alternative_received = Signal(int, str)
     failed = Signal(str, str)
     finished = Signal(object)
 
@@ -106,6 +110,8 @@ class EngineWorker(QObject):
         if isinstance(job, jobs.SetReasoning):
             self._service.set_reasoning(job.conversation_id, job.choice)
             return JobResult(kind=job.kind, conversation_id=job.conversation_id)
+        if isinstance(job, jobs.RegenerateParallel):
+            return self._alternatives(job)
         return self._generate(job)
 
     def _load(self, job: jobs.LoadModel) -> JobResult:
@@ -150,6 +156,31 @@ class EngineWorker(QObject):
             reply=reply,
             context_tokens=reply.stats.context_tokens,
             n_ctx=reply.stats.n_ctx,
+            evicted_bytes=evicted,
+        )
+
+    def _alternatives(self, job: jobs.RegenerateParallel) -> JobResult:
+        replies = self._service.regenerate_parallel(
+            job.node_id,
+            job.params,
+            job.n,
+            on_token=self.alternative_received.emit,
+            should_stop=self.cancel_requested.is_set,
+        )
+        evicted = 0
+        if job.budget_bytes is not None:
+            evicted = repository.evict_checkpoints(self._db, job.budget_bytes)
+        first = replies[0]
+        return JobResult(
+            kind=job.kind,
+            conversation_id=repository.get_node(
+                self._db, first.assistant_node
+            ).conversation_id,
+            node_id=first.assistant_node,
+            reply=first,
+            replies=tuple(replies),
+            context_tokens=first.stats.context_tokens,
+            n_ctx=first.stats.n_ctx,
             evicted_bytes=evicted,
         )
 

@@ -70,6 +70,18 @@ class Regenerate:
 
 
 @dataclass(frozen=True)
+class RegenerateParallel:
+    """``n`` new replies generated together beside reply (or under user message)
+    ``node_id``; they stream side by side."""
+
+    node_id: int
+    params: SamplingParams
+    n: int
+    budget_bytes: int | None = None
+    kind: str = field(default="alternatives", init=False)
+
+
+@dataclass(frozen=True)
 class GenerateReply:
     """A (new) reply to user message ``node_id``."""
 
@@ -114,6 +126,7 @@ Job = (
     | Send
     | Edit
     | Regenerate
+    | RegenerateParallel
     | GenerateReply
     | Restore
     | DeleteBranch
@@ -121,14 +134,16 @@ Job = (
 )
 
 # Jobs that stream tokens and can be stopped.
-GENERATING_KINDS = frozenset({"send", "edit", "regenerate", "reply"})
+GENERATING_KINDS = frozenset({"send", "edit", "regenerate", "reply", "alternatives"})
 
 
 @dataclass(frozen=True)
 class JobResult:
     """What a job did. ``error`` is set (and the rest mostly empty) on failure.
 
-    ``node_id`` is the node the window should show as active afterwards.
+    ``node_id`` is the node the window should show as active afterwards;
+    ``replies`` holds every reply of a job that made several (``reply`` is
+    then the first).
     """
 
     kind: str
@@ -136,6 +151,7 @@ class JobResult:
     conversation_id: int | None = None
     node_id: int | None = None
     reply: Reply | None = None
+    replies: tuple[Reply, ...] = ()
     sync: SyncStats | None = None
     model: ModelInfo | None = None
     context_tokens: int = 0

@@ -1,0 +1,57 @@
+"""``AlternativesRow``: replies generated together, streaming side by side.
+
+While "Regenerate N times" runs, the transcript shows this row under the user's
+message: one card per alternative, in a horizontal row, each filled by the
+pieces of its own reply. When the job ends the window shows the path again,
+with the first new reply active and the others behind its "k/N" navigator.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Slot
+from PySide6.QtWidgets import QHBoxLayout, QWidget
+
+from app.views.message_card import MessageCard
+
+REPAINT_MS = 40
+
+
+class AlternativesRow(QWidget):
+    """``n`` streaming reply cards side by side."""
+
+    def __init__(self, n: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("AlternativesRow")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(8)
+        self.cards = [MessageCard("assistant", "") for _ in range(n)]
+        for card in self.cards:
+            layout.addWidget(card, 1)
+        self._parts: list[list[str]] = [[] for _ in range(n)]
+        self._dirty: set[int] = set()
+        # Pieces arrive per token; redrawing Markdown that often would stall
+        # the window, so the cards are redrawn on a timer.
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(REPAINT_MS)
+        self._timer.timeout.connect(self._on_timer_timeout)
+
+    def append(self, index: int, piece: str) -> None:
+        """Add a piece of alternative ``index``'s answer."""
+        if not 0 <= index < len(self.cards):
+            return
+        self._parts[index].append(piece)
+        self._dirty.add(index)
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def text(self, index: int) -> str:
+        """Alternative ``index``'s answer received so far."""
+        return "".join(self._parts[index])
+
+    @Slot()
+    def _on_timer_timeout(self) -> None:
+        for index in sorted(self._dirty):
+            self.cards[index].set_text(self.text(index))
+        self._dirty.clear()
