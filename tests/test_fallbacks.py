@@ -17,10 +17,12 @@ from tests.tiny_model import write_tiny_model
 FLAGS = ("--temperature", "0", "--max-tokens", "16")
 
 
-def _conversation(arbor) -> tuple[int, dict]:
+def _conversation(arbor, extra: tuple[str, ...] = ()) -> tuple[int, dict]:
     root = arbor("new", "--system", "Be exact.")["node"]
-    first = arbor("send", root, "First question", *FLAGS)
-    second = arbor("send", first["assistant_node"], "Second question", *FLAGS)
+    first = arbor("send", root, "First question", *FLAGS, extra=extra)
+    second = arbor(
+        "send", first["assistant_node"], "Second question", *FLAGS, extra=extra
+    )
     return first["assistant_node"], second
 
 
@@ -73,8 +75,8 @@ def test_damaged_checkpoint_falls_back_to_identical_reprocessing(
     assert third["stats"]["logits_digest"] == expected["stats"]["logits_digest"]
 
 
-def test_checkpoints_of_another_profile_are_not_used(arbor, data_dir, other_tiny_model):
-    """A different model (same vocab) or n_ctx never restores another's state."""
+def test_checkpoints_of_another_model_are_not_used(arbor, data_dir, other_tiny_model):
+    """A different model (same vocab) never restores another's state."""
     _first, second = _conversation(arbor)
     node = second["assistant_node"]
 
@@ -82,13 +84,23 @@ def test_checkpoints_of_another_profile_are_not_used(arbor, data_dir, other_tiny
     assert other["stats"]["restored_tokens"] == 0
     assert other["stats"]["reprocessed_tokens"] > 0
 
-    bigger = arbor("send", node, "Third question", *FLAGS, extra=("--n-ctx", "2048"))
-    assert bigger["stats"]["restored_tokens"] == 0
-    # Reprocessing gives what the same settings give from scratch: run it again,
-    # now restoring the checkpoints that reprocessing wrote for this profile.
-    again = arbor("send", node, "Third question", *FLAGS, extra=("--n-ctx", "2048"))
-    assert again["stats"]["reprocessed_tokens"] == 0
-    assert again["stats"]["logits_digest"] == bigger["stats"]["logits_digest"]
+
+def test_checkpoints_restore_exactly_into_a_larger_context(arbor, data_dir):
+    """n_ctx is not part of the profile: deltas captured at 1024 restore bit-exactly
+    at 2048 (the same logits as decoding the path afresh at 2048)."""
+    _first, second = _conversation(arbor, extra=("--n-ctx", "1024"))
+    node = second["assistant_node"]
+
+    restored = arbor("send", node, "Third question", *FLAGS, extra=("--n-ctx", "2048"))
+    assert restored["stats"]["reprocessed_tokens"] == 0
+    assert restored["stats"]["fallbacks"] == []
+
+    # The reference: the same path decoded from scratch in a 2048 context.
+    with _db(data_dir) as con:
+        con.execute("DELETE FROM checkpoint")
+    fresh = arbor("send", node, "Third question", *FLAGS, extra=("--n-ctx", "2048"))
+    assert fresh["stats"]["restored_tokens"] == 0
+    assert fresh["stats"]["logits_digest"] == restored["stats"]["logits_digest"]
 
 
 def test_foreign_checkpoint_with_valid_checksum_is_rejected(tmp_path, tiny_model):

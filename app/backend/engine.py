@@ -235,7 +235,6 @@ class LlamaEngine:
         self.profile_details = {
             "model_identity": content_identity(model_path),
             "model_name": self.info.name,
-            "n_ctx": self.n_ctx,
             "type_k": settings.kv_cache_type,
             "type_v": settings.kv_cache_type,
             "flash_attn": settings.flash_attn,
@@ -243,6 +242,12 @@ class LlamaEngine:
             "state_kind": self.state_kind,
             "checkpoint_format": CHECKPOINT_FORMAT,
         }
+        # A delta of full-attention layers restores bit-exactly into a context
+        # of another size (tests/test_fallbacks.py), so raising n_ctx keeps the
+        # checkpoints. Sliding-window and recurrent state was not shown to:
+        # there n_ctx still separates profiles.
+        if self.n_swa or self.state_kind != "delta":
+            self.profile_details["n_ctx"] = self.n_ctx
         self.profile_fingerprint = hashlib.sha256(
             repr(sorted(self.profile_details.items())).encode()
         ).hexdigest()
