@@ -193,10 +193,12 @@ class LlamaEngine:
             self.close()
             raise
         self._mem = llama_cpp.llama_get_memory(self._ctx)
-        # A batch never holds more than the context (llama.cpp caps n_batch
-        # there too); allocating n_batch slots could take gigabytes.
-        self._batch = llama_cpp.llama_batch_init(min(settings.n_batch, n_ctx), 0, 1)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        # The batch size llama.cpp settled on: it caps n_batch at the context
+        # it was asked for (and may round n_ctx up after), so a larger batch
+        # would abort in llama_decode. Allocating n_batch slots once.
+        self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.n_past = 0
         # End position of each fork sequence while alternatives are generated.
         self._forks: dict[int, int] = {}
@@ -526,9 +528,9 @@ class LlamaEngine:
         if (
             chunks is None
             or sum(chunks) != len(tokens)
-            or max(chunks, default=0) > self.settings.n_batch
+            or max(chunks, default=0) > self.n_batch
         ):
-            step = self.settings.n_batch
+            step = self.n_batch
             chunks = [min(step, len(tokens) - i) for i in range(0, len(tokens), step)]
         offset = 0
         for size in chunks:
@@ -560,7 +562,7 @@ class LlamaEngine:
 
     def batch_sizes(self, n_tokens: int) -> list[int]:
         """The batch sizes ``decode`` uses for ``n_tokens`` by default."""
-        step = self.settings.n_batch
+        step = self.n_batch
         return [min(step, n_tokens - i) for i in range(0, n_tokens, step)]
 
     # --- alternatives decoded together --------------------------------------------

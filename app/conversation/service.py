@@ -22,7 +22,7 @@ from app.backend.errors import ContextFullError
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.sampling import PENALTY_LAST_N, Sampler, SamplingParams
 from app.backend.text_stream import Utf8Stream
-from app.conversation import spans
+from app.conversation import spans, summary
 from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.spans import Placement
 from app.plain_text import plain_text
@@ -1033,6 +1033,38 @@ class ConversationService:
         path = self.path(node_id)
         variables = self._variables(path[0].conversation_id)
         return spans.ensure_spans(self.db, engine, path, variables), variables
+
+    def continue_in_new_conversation(
+        self,
+        node_id: int,
+        params: SamplingParams,
+        should_stop: StopCheck | None = None,
+    ) -> tuple[int, int]:
+        """Start a conversation from the model's summary of ``node_id``'s path.
+
+        The way on from a branch that has filled the context: the new
+        conversation's system prompt is the old one followed by the summary.
+        Returns the new conversation's id and its root's id.
+        """
+        engine = self._require_engine()
+        assert self._sync is not None
+        path = repository.get_path(self.db, node_id)
+        conversation = repository.get_conversation(self.db, path[0].conversation_id)
+        try:
+            text = summary.summarize(engine, path, params, should_stop)
+        finally:
+            self._sync.forget()  # the summary's run overwrote the context
+        if not text:
+            raise ServiceError("The model wrote no summary; try again or branch.")
+        system = "\n\n".join(
+            part
+            for part in (
+                conversation.system_prompt or "",
+                f"Summary of an earlier conversation:\n{text}",
+            )
+            if part
+        )
+        return self.new_conversation(system, f"{conversation.title} (continued)")
 
     def _require_engine(self) -> LlamaEngine:
         if self.engine is None or self._sync is None:

@@ -33,6 +33,7 @@ from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences, save_preferences
 from app.views.about import about_text
 from app.views.composer import Composer
+from app.views.dialogs.context_full import WayOn, ask_way_on
 from app.views.dialogs.errors import confirm, show_error
 from app.views.dialogs.new_conversation import NewConversationDialog
 from app.views.dialogs.settings import SettingsDialog
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 FAILURE_TITLES = {
     "load": "Could not load the model",
     "new": "Could not create the conversation",
+    "summary": "Could not continue from a summary",
     "restore": "Could not go to that message",
     "delete": "Could not delete the branch",
     "reasoning": "Could not change the reasoning setting",
@@ -529,6 +531,30 @@ class MainWindow(QMainWindow):
         # Same path, now complete: a user reading higher up stays there.
         self.activate(target, restore=False, follow=False)
         self.sidebar.refresh(self.conversation_id)
+        cut = result.reply is not None and result.reply.stats.stop_reason == (
+            "context_full"
+        )
+        if result.context_full or cut:
+            self._offer_ways_on(result.error or "The reply was cut off.")
+
+    def _offer_ways_on(self, message: str) -> None:
+        """The branch filled the context: let the user choose how to go on."""
+        if self.model_info is None or self.active_id is None:
+            return
+        choice, size = ask_way_on(
+            self, message, self.model_info.n_ctx, self.model_info.n_ctx_train
+        )
+        if choice is WayOn.BRANCH:
+            self._on_focus_tree_action_triggered()
+            self.status.showMessage("Click an earlier message to branch from it.")
+        elif choice is WayOn.RAISE and size is not None:
+            backend = replace(self.prefs.backend, n_ctx=size)
+            self.apply_preferences(replace(self.prefs, backend=backend))
+        elif choice is WayOn.SUMMARY:
+            self.status.set_busy("Summarizing this branch…")
+            self.engine.submit(
+                jobs.ContinueWithSummary(self.active_id, self._sampling())
+            )
 
     def _stored_active_node(self) -> int | None:
         if self.conversation_id is None:
@@ -570,7 +596,7 @@ class MainWindow(QMainWindow):
             self._on_model_loaded(result)
         elif result.kind in GENERATING_KINDS:
             self._end_generation(result)
-        elif result.kind == "new" and result.conversation_id is not None:
+        elif result.kind in ("new", "summary") and result.conversation_id is not None:
             self.sidebar.refresh(result.conversation_id)
             self.show_conversation(result.conversation_id)
         elif result.kind == "restore" and result.sync is not None:

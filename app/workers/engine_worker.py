@@ -13,6 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.backend.errors import ContextFullError
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
 from app.workers import jobs
@@ -66,6 +67,10 @@ class EngineWorker(QObject):
         self.started.emit(job.kind)
         try:
             result = self._dispatch(job)
+        except ContextFullError as exc:
+            # Not an error dialog: the window offers the ways on instead.
+            log.info("%s: the context is full: %s", job.kind, exc)
+            result = JobResult(kind=job.kind, error=str(exc), context_full=True)
         except USER_ERRORS as exc:
             log.info("%s failed: %s", job.kind, exc)
             self.failed.emit(job.kind, str(exc))
@@ -112,6 +117,11 @@ class EngineWorker(QObject):
             return JobResult(kind=job.kind, conversation_id=job.conversation_id)
         if isinstance(job, jobs.RegenerateParallel):
             return self._alternatives(job)
+        if isinstance(job, jobs.ContinueWithSummary):
+            conversation, root = self._service.continue_in_new_conversation(
+                job.node_id, job.params, self.cancel_requested.is_set
+            )
+            return JobResult(kind=job.kind, conversation_id=conversation, node_id=root)
         return self._generate(job)
 
     def _load(self, job: jobs.LoadModel) -> JobResult:

@@ -120,6 +120,15 @@ class SetReasoning:
     kind: str = field(default="reasoning", init=False)
 
 
+@dataclass(frozen=True)
+class ContinueWithSummary:
+    """Start a conversation from the model's summary of ``node_id``'s path."""
+
+    node_id: int
+    params: SamplingParams
+    kind: str = field(default="summary", init=False)
+
+
 Job = (
     LoadModel
     | NewConversation
@@ -131,6 +140,7 @@ Job = (
     | Restore
     | DeleteBranch
     | SetReasoning
+    | ContinueWithSummary
 )
 
 # Jobs that stream tokens and can be stopped.
@@ -148,6 +158,9 @@ class JobResult:
 
     kind: str
     error: str | None = None
+    # The job failed because the branch no longer fits the context: the window
+    # offers the ways on (branch, raise the context, continue from a summary).
+    context_full: bool = False
     conversation_id: int | None = None
     node_id: int | None = None
     reply: Reply | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,24 +148,6 @@ def test_a_bad_model_file_shows_a_readable_error(qtbot, make_window, tmp_path):
     assert "broken.gguf" in boxes[0].text() and "Traceback" not in boxes[0].text()
     assert window.model_info is None
     assert window.center.currentWidget() is window.welcome
-    boxes[0].close()
-
-
-def test_a_full_context_is_reported_and_the_message_given_back(qtbot, make_window):
-    window = make_window()
-    window.apply_preferences(
-        replace(window.prefs, backend=replace(window.prefs.backend, n_ctx=256))
-    )
-    wait_idle(qtbot, window)
-    assert window.status.context_label.text().endswith(" / 256")
-    long_text = "word " * 400
-    window.composer.edit.setPlainText(long_text)
-    window.send_action.trigger()
-    wait_idle(qtbot, window)
-    boxes = _error_boxes()
-    assert boxes and "context" in boxes[0].text()
-    assert window.composer.text.strip() == long_text.strip()
-    assert [c.role for c in window.transcript.cards] == []  # nothing half-sent
     boxes[0].close()
 
 

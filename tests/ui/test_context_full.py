@@ -1,0 +1,108 @@
+"""A full context is a fork in the road: branch, raise the context, or continue
+from a summary, through the real window and engine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.views.dialogs.context_full import raised_context_size
+from storage import repository
+from tests.ui.conftest import wait_idle
+
+LONG_MESSAGE = "word " * 400
+
+
+def _answer_when_asked(button_text: str, seen: list[str]) -> QTimer:
+    """Click ``button_text`` in the context-full dialog as soon as it shows."""
+
+    def poll() -> None:
+        for widget in QApplication.topLevelWidgets():
+            if isinstance(widget, QMessageBox) and widget.isVisible():
+                if widget.objectName() != "ContextFullDialog":
+                    continue
+                seen.append(widget.informativeText())
+                for button in widget.buttons():
+                    if button.text().startswith(button_text):
+                        timer.stop()
+                        button.click()
+                        return
+
+    timer = QTimer()
+    timer.timeout.connect(poll)
+    timer.start(20)
+    return timer
+
+
+def _small_context(qtbot, window, n_ctx: int = 256, max_tokens: int = 64) -> None:
+    window.apply_preferences(
+        replace(
+            window.prefs,
+            backend=replace(window.prefs.backend, n_ctx=n_ctx),
+            sampling=replace(window.prefs.sampling, max_tokens=max_tokens),
+        )
+    )
+    wait_idle(qtbot, window)
+
+
+def _send_text(qtbot, window, text: str) -> None:
+    window.composer.edit.setPlainText(text)
+    window.send_action.trigger()
+    wait_idle(qtbot, window)
+
+
+def test_sizes_offered():
+    assert raised_context_size(256, 32768) == 512
+    assert raised_context_size(4096, 6000) == 6000
+    assert raised_context_size(8192, 8192) is None
+
+
+def test_a_message_too_long_offers_a_larger_context(qtbot, make_window):
+    window = make_window()
+    _small_context(qtbot, window)
+    seen: list[str] = []
+    timer = _answer_when_asked("Raise to 512", seen)
+    _send_text(qtbot, window, LONG_MESSAGE)
+    timer.stop()
+
+    assert seen and "context" in seen[0]
+    assert window.composer.text.strip() == LONG_MESSAGE.strip()  # given back
+    assert [c.role for c in window.transcript.cards] == []  # nothing half-sent
+    wait_idle(qtbot, window)  # the model reloads with the larger context
+    assert window.prefs.backend.n_ctx == 512
+    assert window.model_info.n_ctx == 512
+
+
+def test_a_cut_off_reply_can_continue_from_a_summary(qtbot, make_window):
+    window = make_window()
+    _small_context(qtbot, window, max_tokens=400)  # the tiny model talks on
+    first = window.conversation_id
+    seen: list[str] = []
+    timer = _answer_when_asked("Continue from a summary", seen)
+    _send_text(qtbot, window, "hi")
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: window.conversation_id != first, timeout=30_000)
+    timer.stop()
+
+    cut = repository.get_path(
+        window.db, repository.get_conversation(window.db, first).active_node_id
+    )[-1]
+    assert cut.status == "truncated" and seen
+    new = repository.get_conversation(window.db, window.conversation_id)
+    assert new.title.endswith("(continued)")
+    assert "Summary of an earlier conversation:" in (new.system_prompt or "")
+    summary = new.system_prompt.split("Summary of an earlier conversation:")[1]
+    assert summary.strip()
+    assert window.transcript.cards[0].role == "root"  # the summary is shown
+
+
+def test_branching_from_earlier_focuses_the_tree(qtbot, make_window):
+    window = make_window()
+    _small_context(qtbot, window)
+    timer = _answer_when_asked("Branch from earlier", [])
+    _send_text(qtbot, window, LONG_MESSAGE)
+    timer.stop()
+    assert window.tree_panel.isVisible()
+    assert "branch" in window.status.currentMessage().lower()
