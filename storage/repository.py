@@ -920,7 +920,9 @@ class _MatchWords:
             if (a, b) == first or ((a, b) > first and self.matches(body[a:b])):
                 pieces += [body[at:a], MATCH_START, body[a:b], MATCH_END]
                 at = b
-        pieces.append(body[at : spans[-1][1]])
+        # The excerpt ends with its last word, or with the text's own ending
+        # (the full stop after the last word).
+        pieces.append(body[at:] if not more else body[at : spans[-1][1]])
         earlier = _WORD.search(body, 0, spans[0][0]) is not None
         return ("…" if earlier else "") + "".join(pieces) + ("…" if more else "")
 
