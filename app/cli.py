@@ -20,13 +20,12 @@ from app import paths
 from app.backend.errors import BackendError, InvalidSetting
 from app.backend.sampling import SamplingParams
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
-from app.conversation import exchange
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
 from app.interrupt import StopRequest
 from app.starter_model import starter_model_path
 from app.version import __version__
-from storage import repository
+from storage import exchange, repository
 from storage.db import open_database
 
 

@@ -21,11 +21,10 @@ import pytest
 from app.backend.engine import LlamaEngine
 from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
-from app.conversation import exchange
-from app.conversation.exchange import ExchangeError
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import exchange, repository
 from storage.db import open_database
+from storage.exchange import ExchangeError
 from tests.conftest import run_cli
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12)

@@ -7,9 +7,9 @@ anything else is a bug and goes to the crash report with its traceback.
 from __future__ import annotations
 
 from app.backend.errors import BackendError
-from app.conversation.exchange import ExchangeError
 from app.conversation.service import ServiceError
 from storage.errors import NotFound, StorageUnavailable
+from storage.exchange import ExchangeError
 
 # Bad input is refused deliberately, with a message, as a ServiceError, a
 # BackendError (InvalidSetting for out-of-range settings) or an ExchangeError

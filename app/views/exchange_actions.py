@@ -1,8 +1,9 @@
 """File → Export conversation… and File → Import conversation…: ask, then do.
 
 The questions (which file?) are module-level functions so that tests can
-answer them without a native file dialog. The work is ``app.conversation.
-exchange``; failures a person can act on go to ``show_error``.
+answer them without a native file dialog. The work is ``storage.exchange``
+(Qt-free, like the repository reads the window makes directly); failures a
+person can act on go to ``show_error``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from app.conversation import exchange
 from app.views.dialogs.errors import show_error
-from storage import repository
+from storage import exchange, repository
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 

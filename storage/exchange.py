@@ -1,4 +1,4 @@
-"""Export a conversation as Markdown or JSON, and import that JSON (no Qt here).
+"""Export a conversation as Markdown or JSON, and import that JSON.
 
 Markdown is for reading: the path from the conversation start to one node
 (by default where the user left it), as the transcript shows it. JSON is for
@@ -11,6 +11,10 @@ conversation created before any model was loaded.
 
 An import is checked whole before anything is written and then written in one
 transaction, so a file that is refused leaves the database as it was.
+
+It lives in storage because it is a format of the stored data and needs
+nothing else: the window and the CLI both call it directly, as they call the
+repository (views may not import the conversation service).
 
 The JSON format, version 1::
 
