@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from storage import migrations
+from storage import migrations, reserve
 from storage.errors import StorageUnavailable
 
 DATABASE_FILENAME = "arbor.sqlite3"
@@ -58,12 +58,19 @@ class Database:
     """
 
     def __init__(
-        self, path: Path, engine: Engine, read_only_reason: str | None = None
+        self,
+        path: Path,
+        engine: Engine,
+        read_only_reason: str | None = None,
+        space_low: bool = False,
     ) -> None:
         self.path = path
         self.engine = engine
         self.read_only_reason = read_only_reason
         self.read_only = read_only_reason is not None
+        # Opened on a full disk with the space reserve: the room it gave is
+        # for deleting (which frees more), not for new messages.
+        self.space_low = space_low
         self._readers = sessionmaker(
             engine.execution_options(**{_BEGIN_OPTION: "BEGIN DEFERRED"}),
             expire_on_commit=False,
@@ -84,15 +91,20 @@ class Database:
             yield session
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Session]:
+    def write(self, frees_space: bool = False) -> Iterator[Session]:
         """Yield a session inside one write transaction, committed on success.
 
         The transaction holds SQLite's write lock from its first statement, so
         what it reads cannot change before it writes. Raises
         ``StorageUnavailable`` on a read-only database and for environment
-        failures (locked, disk full, ...).
+        failures (locked, disk full, ...). While space is low (see
+        ``space_low``) only a write that ``frees_space`` may run.
         """
         self.require_writable()
+        if frees_space:
+            reserve.spend_if_short(self.path)
+        elif self.space_low and not self._space_recovered():
+            raise StorageUnavailable(disk_full_message(self.path))
         with translate_errors(self.path), self._writers.begin() as session:
             yield session
 
@@ -103,9 +115,23 @@ class Database:
                 read_only_message(self.path, self.read_only_reason)
             )
 
+    def _space_recovered(self) -> bool:
+        # Room again for the reserve means room for ordinary writes too.
+        reserve.keep(self.path)
+        self.space_low = not reserve.reserve_path(self.path).exists()
+        return not self.space_low
+
     def close(self) -> None:
         """Release every pooled connection."""
         self.engine.dispose()
+
+
+def disk_full_message(path: Path) -> str:
+    """The sentence shown when a write fails for lack of disk space."""
+    return (
+        f"The disk holding {path} is full. Free some space (or clear "
+        "checkpoints) and try again."
+    )
 
 
 def read_only_message(path: Path, reason: str) -> str:
@@ -132,10 +158,26 @@ def open_database(path: Path, busy_timeout_ms: int = 5000) -> Database:
     reason = _read_only_reason(path, new=version == 0)
     if reason is None:
         try:
-            return _open_writable(path, version, busy_timeout_ms)
+            return _open_writable_with_reserve(path, version, busy_timeout_ms)
         except _CannotWrite as exc:
             reason = exc.reason
     return _open_read_only(path, version, reason, busy_timeout_ms)
+
+
+def _open_writable_with_reserve(
+    path: Path, version: int, busy_timeout_ms: int
+) -> Database:
+    # On a full disk the reserve makes room for the -wal and -shm files, so
+    # that the user can still delete things (see storage/reserve.py).
+    try:
+        db = _open_writable(path, version, busy_timeout_ms)
+    except _CannotWrite as exc:
+        if not (exc.full_disk and reserve.give_up(path)):
+            raise
+        db = _open_writable(path, version, busy_timeout_ms)
+        db.space_low = True
+    reserve.keep(path)
+    return db
 
 
 def _make_folder(folder: Path) -> None:
@@ -153,6 +195,7 @@ class _CannotWrite(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.full_disk = reason == _FULL_DISK_REASON
 
 
 def _read_only_reason(path: Path, new: bool) -> str | None:
@@ -206,6 +249,9 @@ def _open_writable(path: Path, version: int, busy_timeout_ms: int) -> Database:
     return Database(path, engine)
 
 
+_FULL_DISK_REASON = "the disk holding it is full; free some space and open it again"
+
+
 def _cannot_write_reason(path: Path, exc: BaseException | None) -> str | None:
     # Failures after which the file can still be read: SQLite refused to write
     # although the permission checks passed (ACLs, a -shm owned by someone
@@ -214,7 +260,7 @@ def _cannot_write_reason(path: Path, exc: BaseException | None) -> str | None:
     if name.startswith("SQLITE_FULL") or (
         name.startswith("SQLITE_IOERR") and _disk_full(path)
     ):
-        return "the disk holding it is full; free some space and open it again"
+        return _FULL_DISK_REASON
     if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
         return f"SQLite cannot write to it: {exc}"
     return None

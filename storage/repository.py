@@ -17,9 +17,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import DateTime, delete, func, or_, select, text, update
+from sqlalchemy import (
+    DateTime,
+    LargeBinary,
+    case,
+    cast,
+    delete,
+    func,
+    null,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import Session
 
+from storage import reserve
 from storage.db import Database, translate_errors
 from storage.errors import NotFound, StorageUnavailable
 from storage.migrations import SEARCH_TABLE
@@ -65,24 +78,30 @@ def release_space(db: Database) -> None:
     """Give the pages freed by deletions back to the file system.
 
     Checkpoints are most of the file; without this, deleting them would free
-    room inside the file but never shrink it. Does nothing on a read-only
-    database.
+    room inside the file but never shrink it. Best effort: the deletion is
+    already committed, so a failure here (a disk still too full to move pages)
+    is only logged. Then the disk space reserve is made again if it was spent.
+    Does nothing on a read-only database.
     """
     if db.read_only:
         return
-    with translate_errors(db.path):
-        connection = db.engine.raw_connection()
-        try:
-            # The pragma frees one page per step and sqlite3's execute() steps
-            # once; executescript() runs it to the end. The file only shrinks
-            # when the pages reach it, at a checkpoint: run one now. PASSIVE,
-            # not TRUNCATE: the -wal file keeps its size, and a later deletion
-            # on a full disk can reuse it instead of needing new space.
-            connection.driver_connection.executescript(  # type: ignore[union-attr]
-                "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(PASSIVE);"
-            )
-        finally:
-            connection.close()
+    try:
+        with translate_errors(db.path):
+            connection = db.engine.raw_connection()
+            try:
+                # The pragma frees one page per step and sqlite3's execute()
+                # steps once; executescript() runs it to the end. The file only
+                # shrinks when the pages reach it, at a checkpoint: run one now.
+                # PASSIVE, not TRUNCATE: the -wal file keeps its size, and a
+                # later deletion on a full disk can reuse it.
+                connection.driver_connection.executescript(  # type: ignore[union-attr]
+                    "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(PASSIVE);"
+                )
+            finally:
+                connection.close()
+    except StorageUnavailable as exc:
+        log.warning("could not give freed space back yet: %s", exc)
+    reserve.keep(db.path)
 
 
 # --- records -----------------------------------------------------------------
@@ -307,7 +326,7 @@ def title_if_unnamed(db: Database, conversation_id: int, title: str) -> None:
 @_releases_space
 def delete_conversation(db: Database, conversation_id: int) -> None:
     """Delete a conversation with all its nodes and checkpoints."""
-    with db.write() as s:
+    with db.write(frees_space=True) as s:
         s.delete(_get(s, Conversation, conversation_id))
 
 
@@ -482,7 +501,7 @@ def delete_subtree(db: Database, node_id: int) -> int:
     The root cannot be deleted (delete the conversation instead). If the active
     node was inside the subtree, the parent becomes active.
     """
-    with db.write() as s:
+    with db.write(frees_space=True) as s:
         node = _get(s, Node, node_id)
         if node.parent_id is None:
             raise ValueError("The root of a conversation cannot be deleted.")
@@ -499,10 +518,10 @@ def delete_subtree(db: Database, node_id: int) -> int:
 def mark_interrupted_generations(db: Database) -> int:
     """Mark replies left 'generating' by a killed process as 'interrupted'.
 
-    Returns how many; does nothing on a read-only database (they are shown as
-    they were left).
+    Returns how many; does nothing on a read-only database or while disk space
+    is low (they are shown as they were left).
     """
-    if db.read_only:
+    if db.read_only or db.space_low:
         return 0
     with db.write() as s:
         result = s.execute(
@@ -520,7 +539,7 @@ def ensure_profile(db: Database, fingerprint: str, details: dict[str, Any]) -> i
     On a read-only database a known profile is still found (its checkpoints
     can be restored); a new one raises ``StorageUnavailable``.
     """
-    if db.read_only:
+    if db.read_only or db.space_low:
         with db.read() as s:
             existing = _profile_id(s, fingerprint)
         if existing is not None:
@@ -621,9 +640,14 @@ def load_checkpoints(
                 Checkpoint.start_pos,
                 Checkpoint.end_pos,
                 Checkpoint.checksum,
-                CheckpointBlob.data,
+                # A blob of another SQL type is damage, read as NULL (TEXT that
+                # is not UTF-8 could not even be read): is_intact() refuses it.
+                case(
+                    (func.typeof(CheckpointBlob.data) == "blob", CheckpointBlob.data),
+                    else_=null(),
+                ).label("data"),
                 BackendProfile.fingerprint,
-                Node.tokens,
+                cast(Node.tokens, LargeBinary).label("tokens"),
             )
             .join(CheckpointBlob, CheckpointBlob.checkpoint_id == Checkpoint.id)
             .join(BackendProfile, BackendProfile.id == Checkpoint.profile_id)
@@ -638,11 +662,11 @@ def load_checkpoints(
 def touch_checkpoints(db: Database, node_ids: list[int], profile_id: int) -> None:
     """Mark checkpoints as just used (eviction drops the least recently used).
 
-    Does nothing on a read-only database: this is bookkeeping, and restoring
-    a checkpoint must still work there.
+    Does nothing on a read-only database or while disk space is low: this is
+    bookkeeping, and restoring a checkpoint must still work there.
     """
     node_ids = _valid_ids(node_ids)
-    if not node_ids or not _valid_id(profile_id) or db.read_only:
+    if not node_ids or not _valid_id(profile_id) or db.read_only or db.space_low:
         return
     with db.write() as s:
         s.execute(
@@ -673,7 +697,7 @@ def delete_checkpoints(
     Messages are never touched: a node without a checkpoint is rebuilt from its
     tokens when needed.
     """
-    with db.write() as s:
+    with db.write(frees_space=True) as s:
         query = select(Checkpoint.id, Checkpoint.byte_size)
         if node_ids is not None:
             query = query.where(Checkpoint.node_id.in_(_valid_ids(node_ids)))
@@ -706,7 +730,7 @@ def evict_checkpoints(db: Database, budget_bytes: int) -> int:
 
     Returns the bytes freed.
     """
-    with db.write() as s:
+    with db.write(frees_space=True) as s:
         total = int(
             s.execute(
                 select(func.coalesce(func.sum(Checkpoint.byte_size), 0))

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from storage import repository
+from storage import repository, reserve
 from storage.db import open_database
 from storage.errors import NotFound, StorageUnavailable
 from storage.migrations import SCHEMA_VERSION
@@ -539,11 +539,41 @@ def test_full_disk_with_the_database_open_reads_and_deletes(small_disk: Path):
         db.close()
 
 
-def test_full_disk_reopened_reads_read_only(small_disk: Path):
+def test_full_disk_reopened_spends_the_reserve_to_delete(small_disk: Path):
     path = small_disk / "arbor.sqlite3"
     db = open_database(path)
     chains = _conversations_with_checkpoints(db)
     db.close()
+    assert reserve.reserve_path(path).stat().st_size == reserve.RESERVE_BYTES
+    _fill(small_disk)
+    db = open_database(path)
+    try:
+        # The reserve made room for SQLite's -wal and -shm: writable again.
+        assert not db.read_only and db.space_low
+        assert not reserve.reserve_path(path).exists()
+        assert len(repository.list_conversations(db)) == 3
+        # The room is for deleting: a new message would only fill it again.
+        with pytest.raises(StorageUnavailable, match="is full"):
+            repository.add_node(db, chains[0][-1], "user", "more")
+        repository.delete_conversation(
+            db, repository.get_node(db, chains[2][0]).conversation_id
+        )
+        assert repository.delete_checkpoints(db, conversation_id=None) > 0
+        # Deleting freed the space, and the reserve is back for next time.
+        assert os.statvfs(small_disk).f_bavail > 0
+        (small_disk / "filler").unlink()  # and the user frees some more
+        repository.add_node(db, chains[0][-1], "user", "more")
+        assert not db.space_low and reserve.reserve_path(path).exists()
+    finally:
+        db.close()
+
+
+def test_full_disk_without_a_reserve_reads_read_only(small_disk: Path):
+    path = small_disk / "arbor.sqlite3"
+    db = open_database(path)
+    chains = _conversations_with_checkpoints(db)
+    db.close()
+    reserve.give_up(path)
     _fill(small_disk)
     db = open_database(path)
     try:

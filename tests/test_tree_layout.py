@@ -7,7 +7,7 @@ import random
 import time
 from collections import defaultdict
 
-from app.conversation.plain_text import shorten
+from app.plain_text import shorten
 from app.views.tree_layout import node_text, tidy_layout
 
 

@@ -23,8 +23,8 @@ from app.backend.sampling import PENALTY_LAST_N, SamplingParams
 from app.backend.text_stream import Utf8Stream
 from app.conversation import spans
 from app.conversation.context_sync import ContextSync, SyncStats
-from app.conversation.plain_text import plain_text
 from app.conversation.spans import Placement
+from app.plain_text import plain_text
 from storage import repository
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable

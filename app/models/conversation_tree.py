@@ -18,8 +18,8 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor, QFont
 
-from app.conversation.plain_text import snippet as plain_snippet
 from app.models.tree_snapshot import TreeSnapshot
+from app.plain_text import snippet as plain_snippet
 from storage.repository import NodeSummary
 
 NodeIdRole = Qt.ItemDataRole.UserRole + 1

@@ -58,9 +58,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversation.plain_text import shorten
 from app.models.conversation_tree import ROLE_LABELS, format_bytes
 from app.models.tree_snapshot import TreeSnapshot
+from app.plain_text import shorten
 from app.views.theme import icon
 from app.views.tree_layout import (
     LABEL_CHARS,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from app.conversation.plain_text import plain_text
+from app.plain_text import plain_text
 
 
 class Slot(NamedTuple):
