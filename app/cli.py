@@ -26,7 +26,7 @@ from app.conversation.service import ConversationService, Reply
 from app.interrupt import StopRequest
 from app.starter_model import starter_model_path
 from app.version import __version__
-from storage import repository
+from storage import exchange, repository
 from storage.db import open_database
 
 
@@ -197,6 +197,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reasoning.add_argument("conversation", type=_conversation_id)
     reasoning.add_argument("choice", type=_text_type("reasoning choice"))
+
+    search = sub.add_parser("search", help="messages of every conversation with TEXT")
+    search.add_argument("text", type=_text_type("search"))
+    search.add_argument("--limit", type=_positive_int, default=20)
+
+    export = sub.add_parser(
+        "export", help="a conversation as JSON (the whole tree) or Markdown (a path)"
+    )
+    export.add_argument("conversation", type=_conversation_id)
+    export.add_argument(
+        "--format",
+        choices=["json", "markdown"],
+        help="default: from the --out file's extension (.md: markdown), else json",
+    )
+    export.add_argument(
+        "--out", type=_path_type("output"), help="file to write (default: stdout)"
+    )
+    export.add_argument(
+        "--node",
+        type=_node_id,
+        help="markdown: the path to this node (default: the active node)",
+    )
+
+    import_ = sub.add_parser(
+        "import", help="a conversation exported as JSON, as a new conversation"
+    )
+    import_.add_argument("file", type=_path_type("input"))
 
     sub.add_parser(
         "info", help="the model, this build's GPU support and the data folder"
@@ -494,6 +521,68 @@ def _cmd_reasoning(args: argparse.Namespace) -> int:
     return _emit({"conversation": args.conversation, "reasoning": choice})
 
 
+def _cmd_search(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    hits = repository.search(service.db, args.text, args.limit)
+    return _emit(
+        {
+            "hits": [
+                {
+                    "conversation": hit.conversation_id,
+                    "title": hit.conversation_title,
+                    "node": hit.node_id,
+                    "role": hit.role,
+                    # Plain text for a terminal: the matches between [ and ].
+                    "snippet": hit.snippet.replace(repository.MATCH_START, "[").replace(
+                        repository.MATCH_END, "]"
+                    ),
+                }
+                for hit in hits
+            ]
+        }
+    )
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    fmt = args.format or (
+        "markdown"
+        if args.out is not None and args.out.suffix.lower() in (".md", ".markdown")
+        else "json"
+    )
+    if fmt == "json" and args.node is not None:
+        raise UsageError("--node is for --format markdown (JSON holds the whole tree)")
+    if fmt == "json":
+        text = exchange.dumps_json(exchange.export_json(service.db, args.conversation))
+    else:
+        text = exchange.export_markdown(service.db, args.conversation, args.node)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    exchange.write_text_file(args.out, text)
+    return _emit(
+        {
+            "conversation": args.conversation,
+            "format": fmt,
+            "out": str(args.out),
+            "bytes": len(text.encode("utf-8")),
+        }
+    )
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    result = exchange.import_file(service.db, args.file)
+    return _emit(
+        {
+            "conversation": result.conversation_id,
+            "nodes": result.node_count,
+            "active_node": result.active_node_id,
+            "title": result.title,
+        }
+    )
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     assert service.engine is not None
@@ -535,6 +624,9 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "restore": _cmd_restore,
     "delete": _cmd_delete,
     "info": _cmd_info,
+    "search": _cmd_search,
+    "export": _cmd_export,
+    "import": _cmd_import,
     "reasoning": _cmd_reasoning,
     "chat": _cmd_chat,
     "bench": _cmd_bench,

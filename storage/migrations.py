@@ -12,6 +12,7 @@ from a newer Arbor is refused untouched rather than damaged.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import zlib
 from collections.abc import Callable
@@ -24,12 +25,16 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from storage.errors import StorageUnavailable
 from storage.models import Base, checkpoint_checksum
 
-SCHEMA_VERSION = 3
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 4
 
 # The oldest schema that can be read as it is, without upgrading: what a
 # read-only database must have. Version 3 only changed how ids are allocated
 # and how checkpoints are checksummed (version-2 checkpoints then fail the
-# check and are rebuilt from tokens), so version-2 files read fine.
+# check and are rebuilt from tokens), so version-2 files read fine. Version 4
+# only added the search index; without it, search reads the messages
+# themselves (``repository.search`` falls back to LIKE), so still version 2.
 READABLE_FROM = 2
 
 # Tables every Arbor database has had since version 1.
@@ -149,6 +154,10 @@ def _create(engine: Engine) -> None:
     # which must run it before the switch to WAL.
     with engine.begin() as connection:
         Base.metadata.create_all(connection)
+        # create_all knows no virtual tables: the search index comes from the
+        # same function as the upgrade's, so both paths build the same schema.
+        raw: sqlite3.Connection = connection.connection.dbapi_connection  # type: ignore[assignment]
+        create_search_index(raw)
         connection.execute(text(f"PRAGMA user_version={SCHEMA_VERSION}"))
 
 
@@ -289,8 +298,76 @@ def _crc32_intact(checksum: object, data: object) -> bool:
     return checksum == f"crc32:{zlib.crc32(data):08x}"
 
 
+# --- the search index -----------------------------------------------------------
+
+# Full-text search over every message (its answer and its reasoning). An
+# external-content FTS5 table: it stores only the index, the text stays in
+# ``node``. Triggers keep it in step with every insert, edit and delete,
+# including rows removed by ON DELETE CASCADE (foreign-key actions fire
+# triggers), so no Python code path can forget to update it. unicode61 splits
+# on anything that is not a letter or digit and, with remove_diacritics 2,
+# finds "cafe" in "café"; people type words, and the last one is searched as
+# a prefix while they type. The prefix index ('2 3') makes those short
+# prefixes cheap: "th*" otherwise merges the lists of every word starting
+# with "th" (50 ms on 5,000 messages, 7 with it; the index grows by a third).
+# trigram would find any substring but needs three characters per term and
+# an index several times the size.
+#
+# A step that rebuilds the node table (as _rebuild_table does) drops these
+# triggers with the old table: it must call create_search_index again.
+SEARCH_TABLE = "node_fts"
+
+_SEARCH_SCHEMA = (
+    "CREATE VIRTUAL TABLE node_fts USING fts5(text, thinking, content='node', "
+    "content_rowid='id', tokenize='unicode61 remove_diacritics 2', prefix='2 3')",
+    "CREATE TRIGGER node_fts_insert AFTER INSERT ON node BEGIN "
+    "INSERT INTO node_fts(rowid, text, thinking) "
+    "VALUES (new.id, new.text, new.thinking); END",
+    # An external-content index deletes by the values it indexed: the old ones.
+    "CREATE TRIGGER node_fts_delete AFTER DELETE ON node BEGIN "
+    "INSERT INTO node_fts(node_fts, rowid, text, thinking) "
+    "VALUES ('delete', old.id, old.text, old.thinking); END",
+    "CREATE TRIGGER node_fts_update AFTER UPDATE OF text, thinking ON node BEGIN "
+    "INSERT INTO node_fts(node_fts, rowid, text, thinking) "
+    "VALUES ('delete', old.id, old.text, old.thinking); "
+    "INSERT INTO node_fts(rowid, text, thinking) "
+    "VALUES (new.id, new.text, new.thinking); END",
+)
+
+
+def fts5_available(raw: sqlite3.Connection) -> bool:
+    """Whether this SQLite library has FTS5 (every common build does)."""
+    options = {row[0] for row in raw.execute("PRAGMA compile_options")}
+    return "ENABLE_FTS5" in options
+
+
+def create_search_index(raw: sqlite3.Connection) -> None:
+    """Create (or recreate) the search index and its triggers, then fill it.
+
+    Runs inside the caller's transaction. Where SQLite lacks FTS5 the index is
+    left out and search reads the messages themselves (slower, same results
+    for plain words).
+    """
+    raw.execute(f"DROP TABLE IF EXISTS {SEARCH_TABLE}")
+    for trigger in ("insert", "delete", "update"):
+        raw.execute(f"DROP TRIGGER IF EXISTS node_fts_{trigger}")
+    if not fts5_available(raw):
+        log.warning("SQLite has no FTS5: search will scan the messages")
+        return
+    for statement in _SEARCH_SCHEMA:
+        raw.execute(statement)
+    raw.execute(f"INSERT INTO {SEARCH_TABLE}({SEARCH_TABLE}) VALUES ('rebuild')")
+
+
+def _add_search_index(raw: sqlite3.Connection) -> None:
+    # Version 4: the full-text index of every message, built from the rows
+    # already there.
+    create_search_index(raw)
+
+
 # Steps from version N to N+1, keyed by N. Version 1 is the first schema.
 _STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _add_reasoning_and_span_text,
     2: _autoincrement_ids_and_bound_checksums,
+    3: _add_search_index,
 }

@@ -168,6 +168,12 @@ def test_schema_1_database_is_upgraded_with_its_messages(tmp_path: Path):
     user = repository.add_node(db, root.id, "user", "Hi", tokens=[5, 6, 7])
     db.close()
     with sqlite3.connect(path) as con:
+        # Version 4's search index reads the thinking column: it goes first.
+        con.executescript(
+            "DROP TABLE node_fts; DROP TRIGGER IF EXISTS node_fts_insert; "
+            "DROP TRIGGER IF EXISTS node_fts_delete; "
+            "DROP TRIGGER IF EXISTS node_fts_update;"
+        )
         con.execute("ALTER TABLE node DROP COLUMN thinking")
         con.execute("ALTER TABLE node DROP COLUMN span_text")
         con.execute("ALTER TABLE conversation DROP COLUMN reasoning")

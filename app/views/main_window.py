@@ -31,11 +31,13 @@ from app.models.conversation_list import ConversationListModel
 from app.models.conversation_tree import ConversationTreeModel
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences, save_preferences
+from app.views import exchange_actions
 from app.views.about import about_text
 from app.views.composer import Composer
 from app.views.dialogs.context_full import WayOn, ask_way_on
 from app.views.dialogs.errors import confirm, show_error
 from app.views.dialogs.new_conversation import NewConversationDialog
+from app.views.dialogs.search import SearchDialog
 from app.views.dialogs.settings import SettingsDialog
 from app.views.dialogs.storage import StorageDialog
 from app.views.message_card import TIMES
@@ -80,6 +82,7 @@ SHORTCUTS_HELP = (
     "Ctrl+O\topen a model file\n"
     "Ctrl+,\tsettings\n"
     "Ctrl+F\tfilter conversations\n"
+    "Ctrl+Shift+F\tfind in all conversations\n"
     "F2\trename the conversation\n"
     "Alt+Left / Alt+Right\tprevious / next branch at the nearest fork\n"
     "Alt+Up / Alt+Down\tparent / newest child message\n"
@@ -239,6 +242,7 @@ class MainWindow(QMainWindow):
         self.filter_action = self._action(
             "&Filter conversations", self._on_filter_action_triggered, "Ctrl+F"
         )
+        self._build_search_and_exchange_actions()
         self.tree_action = self._action(
             "Show conversation &tree", self._on_tree_action_toggled, "Ctrl+T"
         )
@@ -257,6 +261,8 @@ class MainWindow(QMainWindow):
         file_menu = menu.addMenu("&File")
         file_menu.addActions([self.new_action, self.new_with_prompt_action])
         file_menu.addSeparator()
+        file_menu.addActions([self.import_action, self.export_action])
+        file_menu.addSeparator()
         file_menu.addAction(self.open_model_action)
         self.recent_menu = file_menu.addMenu("Recent &models")
         self._fill_recent_menu()
@@ -268,6 +274,7 @@ class MainWindow(QMainWindow):
         chat_menu.addActions(
             [self.rename_action, self.delete_conversation_action, self.filter_action]
         )
+        chat_menu.addAction(self.find_action)
         tools = menu.addMenu("&Tools")
         tools.addActions([self.settings_action, self.storage_action])
         chat_menu.addSeparator()
@@ -311,6 +318,20 @@ class MainWindow(QMainWindow):
             "&Focus conversation tree",
             self._on_focus_tree_action_triggered,
             "Ctrl+Shift+T",
+        )
+
+    def _build_search_and_exchange_actions(self) -> None:
+        self._search_dialog: SearchDialog | None = None
+        self.find_action = self._action(
+            "F&ind in all conversations…",
+            self._on_find_action_triggered,
+            "Ctrl+Shift+F",
+        )
+        self.export_action = self._action(
+            "&Export conversation…", self._on_export_action_triggered
+        )
+        self.import_action = self._action(
+            "&Import conversation…", self._on_import_action_triggered
         )
 
     def _connect(self) -> None:
@@ -377,8 +398,10 @@ class MainWindow(QMainWindow):
         """Whether a reply is being generated."""
         return self._generating_job is not None
 
-    def show_conversation(self, conversation_id: int) -> None:
-        """Show a conversation at its active node."""
+    def show_conversation(
+        self, conversation_id: int, node_id: int | None = None
+    ) -> None:
+        """Show a conversation at ``node_id`` (by default, its active node)."""
         try:
             record = repository.get_conversation(self.db, conversation_id)
         except (StorageUnavailable, NotFound) as exc:
@@ -390,7 +413,9 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{record.title} — Arbor")
         self.sidebar.select(conversation_id)
         self._reload_tree()
-        self.activate(record.active_node_id or self.tree_model.snapshot.root_id)
+        if node_id not in self.tree_model.snapshot:
+            node_id = record.active_node_id or self.tree_model.snapshot.root_id
+        self.activate(node_id)
 
     def activate(
         self, node_id: int | None, restore: bool = True, follow: bool = True
@@ -484,6 +509,7 @@ class MainWindow(QMainWindow):
             self.storage_action,
             self.rename_action,
             self.delete_conversation_action,
+            self.import_action,
         ):
             action.setEnabled(writable)
         self.transcript.set_actions_enabled(writable and self.model_info is not None)
@@ -870,6 +896,50 @@ class MainWindow(QMainWindow):
     def _on_filter_action_triggered(self) -> None:
         self.sidebar.filter_edit.setFocus()
         self.sidebar.filter_edit.selectAll()
+
+    @Slot()
+    def _on_find_action_triggered(self) -> None:
+        if self._search_dialog is None:
+            self._search_dialog = SearchDialog(self.db, self)
+            self._search_dialog.hit_chosen.connect(self._on_search_dialog_hit_chosen)
+        self._search_dialog.open_search()
+
+    @Slot(int, int)
+    def _on_search_dialog_hit_chosen(self, conversation_id: int, node_id: int) -> None:
+        assert self._search_dialog is not None
+        if self.generating:
+            # As for a click in the tree: the path cannot change mid-reply.
+            self._search_dialog.set_note(
+                "A reply is being generated: stop it (Esc) or wait, then open "
+                "the message."
+            )
+            return
+        self._search_dialog.hide()
+        if conversation_id != self.conversation_id:
+            self.composer.end_edit()
+            self.show_conversation(conversation_id, node_id)
+        elif node_id != self.active_id:
+            self.activate(node_id)
+
+    @Slot()
+    def _on_export_action_triggered(self) -> None:
+        if self.conversation_id is None:
+            return
+        path = exchange_actions.export_conversation(
+            self, self.db, self.conversation_id, self.active_id
+        )
+        if path is not None:
+            self.statusBar().showMessage(f"Exported to {path}", 5000)
+
+    @Slot()
+    def _on_import_action_triggered(self) -> None:
+        if self.generating:
+            return
+        conversation_id = exchange_actions.import_conversation(self, self.db)
+        if conversation_id is not None:
+            self.composer.end_edit()
+            self.sidebar.refresh(conversation_id)
+            self.show_conversation(conversation_id)
 
     @Slot(bool)
     def _on_tree_action_toggled(self, checked: bool) -> None:

@@ -1,0 +1,462 @@
+"""Export a conversation as Markdown or JSON, and import that JSON.
+
+Markdown is for reading: the path from the conversation start to one node
+(by default where the user left it), as the transcript shows it. JSON is for
+moving a conversation between databases: the whole tree with each message's
+role, text, reasoning, status, time and generation settings (sampling
+parameters and model name), but no tokens and no checkpoints. Those belong to
+one model and one llama.cpp build; an imported node gets its span rendered
+and its checkpoint made the first time a model visits it, like a
+conversation created before any model was loaded.
+
+An import is checked whole before anything is written and then written in one
+transaction, so a file that is refused leaves the database as it was.
+
+It lives in storage because it is a format of the stored data and needs
+nothing else: the window and the CLI both call it directly, as they call the
+repository (views may not import the conversation service).
+
+The JSON format, version 1::
+
+    {"format": "arbor-conversation", "version": 1,
+     "title": str, "system_prompt": str | null, "reasoning": str | null,
+     "created_at": ISO 8601, "active": node id,
+     "nodes": [{"id": int, "parent": int | null, "role": "root"|"user"|"assistant",
+                "text": str, "thinking": str, "status": str,
+                "created_at": ISO 8601, "generation": {...} | null}, ...]}
+
+Node ids are the exporting database's; they only link nodes within the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Hashable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from storage import repository
+from storage.db import Database
+from storage.repository import ConversationRecord, NewNode, NodeRecord
+
+FORMAT = "arbor-conversation"
+VERSION = 1
+
+# Larger files are refused before they are read: JSON of a conversation is
+# about its text, and no conversation holds 200 MB of it.
+MAX_IMPORT_BYTES = 200 * 1024 * 1024
+
+ROLES = ("root", "user", "assistant")
+# The statuses a node can be imported with. A reply cut short ("interrupted",
+# "generating") comes in as "stopped": its span is rendered afresh as a
+# closed turn, which is what "stopped" means.
+_IMPORTED_STATUS = {
+    "complete": "complete",
+    "stopped": "stopped",
+    "truncated": "truncated",
+    "interrupted": "stopped",
+    "generating": "stopped",
+}
+# Who may follow whom: the tree alternates as the service builds it.
+_PARENT_ROLES = {"user": ("root", "assistant"), "assistant": ("user",)}
+_MAX_TITLE = 200
+_MAX_REASONING = 16
+
+SPEAKERS = {"root": "System", "user": "You", "assistant": "Assistant"}
+
+
+class ExchangeError(ValueError):
+    """A file that cannot be imported, or a conversation that cannot be exported.
+
+    The message is one sentence for a person, naming what is wrong.
+    """
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """The conversation an import created."""
+
+    conversation_id: int
+    node_count: int
+    active_node_id: int | None
+    title: str
+
+
+# --- export -------------------------------------------------------------------------
+
+
+def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
+    """The whole tree of a conversation as a JSON-ready dict (format version 1)."""
+    conversation, nodes = repository.read_conversation(db, conversation_id)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "title": conversation.title,
+        "system_prompt": conversation.system_prompt,
+        "reasoning": conversation.reasoning,
+        "created_at": _iso(conversation.created_at),
+        "active": conversation.active_node_id,
+        "nodes": [
+            {
+                "id": node.id,
+                "parent": node.parent_id,
+                "role": node.role,
+                "text": node.text,
+                "thinking": node.thinking,
+                "status": node.status,
+                "created_at": _iso(node.created_at),
+                "generation": node.generation,
+            }
+            for node in nodes
+        ],
+    }
+
+
+def dumps_json(data: dict[str, Any]) -> str:
+    """Exported JSON as text: UTF-8 friendly, indented, ends with a newline."""
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def export_markdown(
+    db: Database, conversation_id: int, node_id: int | None = None
+) -> str:
+    """The path from the start to ``node_id`` (default: the active node) as Markdown.
+
+    The title is a heading; the system prompt, then each message under a
+    heading naming who wrote it. A reply's reasoning is folded in a
+    ``<details>`` block (collapsed where Markdown renders HTML, plain text
+    elsewhere). Raises ``ExchangeError`` if ``node_id`` is in another
+    conversation.
+    """
+    conversation, nodes = repository.read_conversation(db, conversation_id)
+    by_id = {node.id: node for node in nodes}
+    target = node_id if node_id is not None else conversation.active_node_id
+    if target is None or target not in by_id:
+        if node_id is not None:
+            raise ExchangeError(
+                f"Node {node_id} is not part of conversation {conversation_id}."
+            )
+        target = nodes[0].id  # no remembered place: the start
+    return _markdown(conversation, _path(by_id, target))
+
+
+def _path(by_id: dict[int, NodeRecord], node_id: int) -> list[NodeRecord]:
+    path: list[NodeRecord] = []
+    current: int | None = node_id
+    while current is not None:
+        node = by_id[current]
+        path.append(node)
+        current = node.parent_id
+    return path[::-1]
+
+
+def _markdown(conversation: ConversationRecord, path: list[NodeRecord]) -> str:
+    parts = [f"# {_one_line(conversation.title)}"]
+    for node in path:
+        if node.role == "root":
+            if node.text:
+                parts.append(f"## {SPEAKERS['root']}\n\n{node.text.strip()}")
+            continue
+        heading = f"## {SPEAKERS.get(node.role, node.role)}"
+        model = (node.generation or {}).get("model")
+        if node.role == "assistant" and isinstance(model, str) and model:
+            heading += f" ({_one_line(model)})"
+        body = [heading]
+        if node.thinking.strip():
+            body.append(
+                "<details>\n<summary>Thinking</summary>\n\n"
+                f"{node.thinking.strip()}\n\n</details>"
+            )
+        if node.text.strip():
+            body.append(node.text.strip())
+        parts.append("\n\n".join(body))
+    return "\n\n".join(parts) + "\n"
+
+
+def write_text_file(path: Path, text: str) -> None:
+    """Write an export as UTF-8, replacing ``path`` only once it is complete.
+
+    The text goes to a temporary file beside it first, so a full disk or a
+    crash never leaves half an export under the chosen name. Raises
+    ``OSError`` (e.g. no permission, disk full).
+    """
+    temporary = path.with_name(f".{path.name}.arbor-tmp")
+    try:
+        temporary.write_bytes(text.encode("utf-8"))
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _iso(moment: datetime) -> str:
+    # SQLite gives back naive datetimes; Arbor writes them in UTC.
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat()
+
+
+# --- import -------------------------------------------------------------------------
+
+
+def read_json_file(path: Path) -> Any:
+    """The JSON value in ``path``; ``ExchangeError`` for anything unreadable.
+
+    Files over ``MAX_IMPORT_BYTES`` are refused before they are read. A
+    missing or unreadable file is an ``OSError``, as for any other file.
+    """
+    size = path.stat().st_size
+    if size > MAX_IMPORT_BYTES:
+        raise ExchangeError(
+            f"{path.name} is {size / 2**20:.0f} MB; Arbor imports conversation "
+            f"files of at most {MAX_IMPORT_BYTES // 2**20} MB."
+        )
+    return loads_json(path.read_bytes(), path.name)
+
+
+def loads_json(data: bytes, name: str = "The file") -> Any:
+    """Parse exported JSON bytes; ``ExchangeError`` names the first problem."""
+    try:
+        text = data.decode("utf-8-sig")  # a BOM from a Windows editor is fine
+    except UnicodeDecodeError as exc:
+        raise ExchangeError(
+            f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded)."
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ExchangeError(
+            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}, "
+            f"column {exc.colno})."
+        ) from None
+    except RecursionError:
+        raise ExchangeError(f"{name} is nested too deeply to be read.") from None
+
+
+def import_file(db: Database, path: Path) -> ImportResult:
+    """Import a conversation exported as JSON (``read_json_file``, ``import_json``)."""
+    return import_json(db, read_json_file(path))
+
+
+def import_json(db: Database, data: Any) -> ImportResult:
+    """Create a new conversation from exported JSON; return it.
+
+    Everything is checked first, then written in one transaction: on
+    ``ExchangeError`` (or a storage failure) nothing was written.
+    """
+    header, nodes, active = _checked(data)
+    conversation, ids = repository.insert_conversation(
+        db, **header, nodes=nodes, active_key=active
+    )
+    return ImportResult(
+        conversation.id, len(ids), conversation.active_node_id, conversation.title
+    )
+
+
+def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]:
+    """The conversation fields, its nodes parents first, and the active key."""
+    if not isinstance(data, dict):
+        raise ExchangeError(
+            "This is not an Arbor conversation file (expected a JSON object)."
+        )
+    if data.get("format") != FORMAT:
+        raise ExchangeError(
+            'This is not an Arbor conversation file (its "format" is '
+            f'{_shown(data.get("format"))}, expected "{FORMAT}").'
+        )
+    version = data.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise ExchangeError(
+            f"This conversation file has version {_shown(version)}; this Arbor "
+            f"reads version {VERSION}. Update Arbor to import it."
+        )
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise ExchangeError('The file has no "nodes" list, or it is empty.')
+    nodes = [_node(raw, i) for i, raw in enumerate(raw_nodes)]
+    ordered = _parents_first(nodes)
+    system_prompt = ordered[0].text or None
+    title = _optional_text(data, "title", "the conversation")
+    reasoning = _optional_text(data, "reasoning", "the conversation")
+    if reasoning is not None and len(reasoning) > _MAX_REASONING:
+        raise ExchangeError(f'The "reasoning" choice {reasoning[:20]!r}… is too long.')
+    active = data.get("active")
+    known = {node.key for node in nodes}
+    if not _is_key(active) or active not in known:
+        active = None  # a missing or stale place: reopen at the start
+    header = {
+        "title": title.strip()[:_MAX_TITLE] if title and title.strip() else None,
+        # The root's text is the system prompt; the copy in the header is for
+        # readers of the file and is not trusted over it.
+        "system_prompt": system_prompt,
+        "reasoning": reasoning,
+        "created_at": _moment(data.get("created_at"), "the conversation"),
+    }
+    return header, ordered, active
+
+
+def _node(raw: Any, index: int) -> NewNode:
+    where = f"node #{index + 1}"
+    if not isinstance(raw, dict):
+        raise ExchangeError(f"The {where} of the file is not a JSON object.")
+    key = raw.get("id")
+    if not _is_key(key):
+        raise ExchangeError(f'The {where} has no "id" (a number or a string).')
+    where = f"node {key!r}"
+    parent = raw.get("parent")
+    if parent is not None and not _is_key(parent):
+        raise ExchangeError(f'The "parent" of {where} is not a node id.')
+    role = raw.get("role")
+    if role not in ROLES:
+        raise ExchangeError(
+            f"The role of {where} is {_shown(role)}; it must be one of "
+            + ", ".join(ROLES)
+            + "."
+        )
+    status = raw.get("status", "complete")
+    if status not in _IMPORTED_STATUS:
+        raise ExchangeError(f"The status of {where} is {_shown(status)}, unknown.")
+    generation = raw.get("generation")
+    if generation is not None and not isinstance(generation, dict):
+        raise ExchangeError(f'The "generation" of {where} is not a JSON object.')
+    if generation is not None:
+        _check_utf8(
+            json.dumps(generation, ensure_ascii=False), f'the "generation" of {where}'
+        )
+    return NewNode(
+        key=key,
+        parent_key=parent,
+        role=role,
+        text=_required_text(raw, "text", where),
+        thinking=_optional_text(raw, "thinking", where) or "",
+        status=_IMPORTED_STATUS[status],
+        generation=generation,
+        created_at=_moment(raw.get("created_at"), where),
+    )
+
+
+def _parents_first(nodes: list[NewNode]) -> list[NewNode]:
+    """The nodes from the root down, each after its parent; checks the tree.
+
+    Exactly one root, no duplicate ids, every parent present, roles that
+    alternate as Arbor makes them, and no cycles: a node that cannot be
+    reached from the root is part of one (every node has one parent).
+    """
+    by_key: dict[Hashable, NewNode] = {}
+    for node in nodes:
+        if node.key in by_key:
+            raise ExchangeError(f"Two nodes have the id {node.key!r}.")
+        by_key[node.key] = node
+    roots = [node for node in nodes if node.parent_key is None]
+    if len(roots) != 1:
+        raise ExchangeError(
+            f"A conversation has exactly one node without a parent; this file "
+            f"has {len(roots)}."
+        )
+    root = roots[0]
+    if root.role != "root":
+        raise ExchangeError(
+            f"The node without a parent ({root.key!r}) must have the role "
+            f'"root", not {_shown(root.role)}.'
+        )
+    for node in nodes:
+        if node.parent_key is None:
+            continue
+        parent = by_key.get(node.parent_key)
+        if parent is None:
+            raise ExchangeError(
+                f"The parent {node.parent_key!r} of node {node.key!r} is not in "
+                "the file."
+            )
+        if parent.role not in _PARENT_ROLES.get(node.role, ()):
+            raise ExchangeError(
+                f"Node {node.key!r} ({node.role}) cannot follow node "
+                f"{parent.key!r} ({parent.role}): messages alternate between "
+                "you and the assistant."
+            )
+    # Each node after its parent, otherwise in the file's order (an export
+    # already lists parents first, so its order is kept and ids ascend as
+    # they did). A walk up that meets itself is a cycle.
+    ordered: list[NewNode] = []
+    placed: set[Hashable] = set()
+    for node in nodes:
+        chain: list[NewNode] = []
+        seen: set[Hashable] = set()
+        current: NewNode | None = node
+        while current is not None and current.key not in placed:
+            if current.key in seen:
+                raise ExchangeError(
+                    f"Node {current.key!r} is not below the root: the parents "
+                    "form a cycle."
+                )
+            seen.add(current.key)
+            chain.append(current)
+            parent_key = current.parent_key
+            current = None if parent_key is None else by_key[parent_key]
+        for above in reversed(chain):
+            ordered.append(above)
+            placed.add(above.key)
+    return ordered
+
+
+def _is_key(value: Any) -> bool:
+    # bool is an int to Python but never an id.
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, str) and bool(value)
+    )
+
+
+def _required_text(raw: dict[str, Any], name: str, where: str) -> str:
+    value = raw.get(name)
+    if not isinstance(value, str):
+        raise ExchangeError(f'The "{name}" of {where} is not text.')
+    _check_utf8(value, f'the "{name}" of {where}')
+    return value
+
+
+def _optional_text(raw: dict[str, Any], name: str, where: str) -> str | None:
+    if raw.get(name) is None:
+        return None
+    return _required_text(raw, name, where)
+
+
+def _check_utf8(value: str, where: str) -> None:
+    # JSON escapes can spell lone surrogates ("\ud800"), which have no UTF-8
+    # form: SQLite and the tokenizer would fail on them later.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ExchangeError(
+            f"{where[0].upper()}{where[1:]} is not valid text (it holds a lone "
+            "surrogate escape)."
+        ) from None
+
+
+def _moment(value: Any, where: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ExchangeError(f'The "created_at" of {where} is not a date.')
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ExchangeError(
+            f'The "created_at" of {where} ({value[:40]!r}) is not an ISO 8601 date.'
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def _shown(value: Any) -> str:
+    """A value from the file, short enough for a one-line message."""
+    # ASCII escapes: the value may hold characters no terminal can print.
+    text = json.dumps(value) if value is not None else "missing"
+    return text if len(text) <= 40 else text[:39] + "…"
