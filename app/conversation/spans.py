@@ -171,6 +171,9 @@ def _rerender(
         span_text=placement.text,
         vocab_id=engine.vocab_id,
         chunks=[],
+        # The template closes the turn it renders: an unfinished reply is
+        # closed now, as a stopped one (else a later visit closes it again).
+        status="stopped" if node.status in UNCLOSED else node.status,
     )
 
 
