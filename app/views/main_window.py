@@ -34,7 +34,7 @@ from app.preferences import Preferences, save_preferences
 from app.views import exchange_actions
 from app.views.about import about_text
 from app.views.composer import Composer
-from app.views.dialogs.context_full import WayOn, ask_way_on
+from app.views.dialogs.context_full import WayOn, offer_ways_on
 from app.views.dialogs.errors import confirm, show_error
 from app.views.dialogs.new_conversation import NewConversationDialog
 from app.views.dialogs.search import SearchDialog
@@ -567,16 +567,22 @@ class MainWindow(QMainWindow):
         """The branch filled the context: let the user choose how to go on."""
         if self.model_info is None or self.active_id is None:
             return
-        choice, size = ask_way_on(
-            self, message, self.model_info.n_ctx, self.model_info.n_ctx_train
+        offer_ways_on(
+            self,
+            message,
+            self.model_info.n_ctx,
+            self.model_info.n_ctx_train,
+            self._on_way_on_chosen,
         )
+
+    def _on_way_on_chosen(self, choice: WayOn, size: int | None) -> None:
         if choice is WayOn.BRANCH:
             self._on_focus_tree_action_triggered()
             self.status.showMessage("Click an earlier message to branch from it.")
         elif choice is WayOn.RAISE and size is not None:
             backend = replace(self.prefs.backend, n_ctx=size)
             self.apply_preferences(replace(self.prefs, backend=backend))
-        elif choice is WayOn.SUMMARY:
+        elif choice is WayOn.SUMMARY and self.active_id is not None:
             self.status.set_busy("Summarizing this branch…")
             self.engine.submit(
                 jobs.ContinueWithSummary(self.active_id, self._sampling())

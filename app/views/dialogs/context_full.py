@@ -8,8 +8,10 @@ conversation that starts from the model's summary of this one.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractButton, QMessageBox, QWidget
 
 
 class WayOn(enum.Enum):
@@ -28,12 +30,18 @@ def raised_context_size(n_ctx: int, n_ctx_train: int) -> int | None:
     return min(n_ctx * 2, n_ctx_train)
 
 
-def ask_way_on(
-    parent: QWidget, message: str, n_ctx: int, n_ctx_train: int
-) -> tuple[WayOn, int | None]:
-    """Ask what to do; returns the choice and, for RAISE, the new size."""
+def offer_ways_on(
+    parent: QWidget,
+    message: str,
+    n_ctx: int,
+    n_ctx_train: int,
+    on_choice: Callable[[WayOn, int | None], None],
+) -> QMessageBox:
+    """Show the choices without blocking; ``on_choice`` gets the answer and,
+    for RAISE, the new size. Returns the (open) dialog."""
     box = QMessageBox(parent)
     box.setObjectName("ContextFullDialog")
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     box.setIcon(QMessageBox.Icon.Information)
     box.setWindowTitle("The context is full")
     box.setText("This branch has filled the model's context.")
@@ -42,23 +50,26 @@ def ask_way_on(
         "earlier message, give the model a larger context, or continue in a new "
         "conversation that starts from a summary of this one."
     )
-    branch = box.addButton("Branch from earlier", QMessageBox.ButtonRole.ActionRole)
     size = raised_context_size(n_ctx, n_ctx_train)
-    raise_button = (
-        box.addButton(f"Raise to {size:,} tokens", QMessageBox.ButtonRole.ActionRole)
-        if size is not None
-        else None
-    )
-    summary = box.addButton(
-        "Continue from a summary", QMessageBox.ButtonRole.ActionRole
-    )
+    choices = {
+        box.addButton(
+            "Branch from earlier", QMessageBox.ButtonRole.ActionRole
+        ): WayOn.BRANCH,
+        box.addButton(
+            "Continue from a summary", QMessageBox.ButtonRole.ActionRole
+        ): WayOn.SUMMARY,
+    }
+    if size is not None:
+        raise_button = box.addButton(
+            f"Raise to {size:,} tokens", QMessageBox.ButtonRole.ActionRole
+        )
+        choices[raise_button] = WayOn.RAISE
     box.addButton(QMessageBox.StandardButton.Cancel)
-    box.exec()
-    clicked = box.clickedButton()
-    if clicked is branch:
-        return WayOn.BRANCH, None
-    if raise_button is not None and clicked is raise_button:
-        return WayOn.RAISE, size
-    if clicked is summary:
-        return WayOn.SUMMARY, None
-    return WayOn.NOTHING, None
+
+    def answered(button: QAbstractButton) -> None:
+        choice = choices.get(button, WayOn.NOTHING)
+        on_choice(choice, size if choice is WayOn.RAISE else None)
+
+    box.buttonClicked.connect(answered)
+    box.open()
+    return box
