@@ -191,6 +191,17 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
     delete.add_argument("node", type=_node_id)
 
+    delete_conv = sub.add_parser(
+        "delete-conversation", help="delete a conversation and all its messages"
+    )
+    delete_conv.add_argument("conversation", type=_conversation_id)
+
+    clear = sub.add_parser(
+        "clear-checkpoints",
+        help="delete the checkpoints of one conversation or all (messages stay)",
+    )
+    clear.add_argument("conversation", type=_conversation_id, nargs="?")
+
     reasoning = sub.add_parser(
         "reasoning",
         help="set a conversation's reasoning (the model's choices, or 'default')",
@@ -514,6 +525,18 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return _emit({"deleted": args.node, "active_node": parent})
 
 
+def _cmd_delete_conversation(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    service.delete_conversation(args.conversation)
+    return _emit({"deleted_conversation": args.conversation})
+
+
+def _cmd_clear_checkpoints(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    freed = service.clear_checkpoints(args.conversation)
+    return _emit({"conversation": args.conversation, "bytes_freed": freed})
+
+
 def _cmd_reasoning(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     choice = None if args.choice == "default" else args.choice
@@ -623,6 +646,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": _cmd_list,
     "restore": _cmd_restore,
     "delete": _cmd_delete,
+    "delete-conversation": _cmd_delete_conversation,
+    "clear-checkpoints": _cmd_clear_checkpoints,
     "info": _cmd_info,
     "search": _cmd_search,
     "export": _cmd_export,

@@ -137,3 +137,26 @@ def test_help_is_plain_text():
     result = run_cli("--help")
     assert result.returncode == 0
     assert "send" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_delete_a_conversation_and_clear_checkpoints(arbor):
+    root = arbor("new", "--system", "Be brief.")["node"]
+    reply = arbor("send", root, "Hello", "--temperature", "0", "--max-tokens", "4")
+    conversation = arbor("list")["conversations"][0]["id"]
+    kept = arbor("new")["conversation"]
+
+    cleared = arbor("clear-checkpoints", conversation)
+    assert cleared == {
+        "conversation": conversation,
+        "bytes_freed": cleared["bytes_freed"],
+    }
+    assert cleared["bytes_freed"] > 0
+    # Messages stay; the next visit rebuilds the checkpoints.
+    shown = arbor("show", reply["assistant_node"])
+    assert [m["role"] for m in shown["messages"]][-1] == "assistant"
+    assert arbor("clear-checkpoints")["bytes_freed"] >= 0
+
+    assert arbor("delete-conversation", conversation) == {
+        "deleted_conversation": conversation
+    }
+    assert [c["id"] for c in arbor("list")["conversations"]] == [kept]

@@ -22,7 +22,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,7 +43,6 @@ from tests.fault_harness import (
     Tally,
     assert_clean,
     assert_intact,
-    cli_env,
     copy_database,
     finish,
     finished_replies,
@@ -431,24 +429,12 @@ def _free_bytes(path: Path) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
-CLEAR_CHECKPOINTS = (
-    "import sys; from pathlib import Path; from storage import repository; "
-    "from storage.db import open_database; "
-    "db = open_database(Path(sys.argv[1])); "
-    "print(repository.delete_checkpoints(db)); db.close()"
-)
-
-
 def test_full_disk_refuses_clearly_and_recovers(tmp_path, tiny_model, tally):
-    """A send on a full disk fails with "disk … is full"; reading, deleting and
-    clearing checkpoints still work; once there is room the same send works and
-    leaves one copy of the user's message, answered.
-
-    The CLI has no command that clears checkpoints (the window's storage dialog
-    does it through ``repository.delete_checkpoints``), so that step runs the
-    same storage call in its own process; nor one that deletes a whole
-    conversation (``delete ROOT`` is refused), so a branch is deleted.
-    Every stage runs even when an earlier one breaks; all problems are listed.
+    """A send on a full disk fails with "disk … is full"; reading, deleting a
+    branch, clearing checkpoints and deleting a conversation still work; once
+    there is room the same send works and leaves one copy of the user's
+    message, answered. Every stage runs even when an earlier one breaks; all
+    problems are listed.
     """
     disk = tmp_path / "disk"
     reason = mount_tmpfs(disk, "6m")
@@ -505,25 +491,18 @@ def test_full_disk_refuses_clearly_and_recovers(tmp_path, tiny_model, tally):
                 "deleting a branch freed no space",
             )
 
-        cleared = subprocess.run(
-            [sys.executable, "-c", CLEAR_CHECKPOINTS, str(db)],
-            capture_output=True,
-            text=True,
-            env=cli_env(),
-            timeout=60,
-        )
-        # The script has no CLI around it: a failure is its exception's last line.
-        problems.check(
-            cleared.returncode == 0,
-            "clearing checkpoints on a full disk failed: "
-            + (cleared.stderr.strip().splitlines() or ["?"])[-1],
-        )
-        tally.notes.append(
-            "full disk: no CLI command clears checkpoints (the storage dialog "
-            "calls repository.delete_checkpoints; the test does that in a "
-            "subprocess) and none deletes a conversation (`delete ROOT` is "
-            "refused), so a branch is deleted instead"
-        )
+        cleared = run_cli("clear-checkpoints", small_conv, data_dir=data, check=False)
+        if problems.clean(cleared):
+            problems.check(
+                cleared.rc == 0,
+                "clearing checkpoints on a full disk: " + cleared.describe(),
+            )
+        gone = run_cli("delete-conversation", big_conv, data_dir=data, check=False)
+        if problems.clean(gone):
+            problems.check(
+                gone.rc == 0,
+                "deleting a conversation on a full disk: " + gone.describe(),
+            )
 
         unanswered = [
             n.id
@@ -561,7 +540,7 @@ def test_full_disk_refuses_clearly_and_recovers(tmp_path, tiny_model, tally):
         listed = run_cli("list", data_dir=data, check=False)
         if problems.clean(listed) and problems.check(listed.rc == 0, listed.describe()):
             ids = {c["id"] for c in listed.json["conversations"]}
-            problems.check({big_conv, small_conv} <= ids, f"conversations lost: {ids}")
+            problems.check(ids == {small_conv}, f"conversations now: {ids}")
     finally:
         unmount(disk)
     problems.assert_none()

@@ -259,6 +259,22 @@ class ConversationService:
             )
         repository.set_reasoning(self.db, conversation_id, choice)
 
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation with every message and checkpoint in it."""
+        sync = self._sync
+        if sync and sync.loaded and sync.loaded[0].conversation_id == conversation_id:
+            sync.forget()  # the context holds what is about to go
+        repository.delete_conversation(self.db, conversation_id)
+
+    def clear_checkpoints(self, conversation_id: int | None = None) -> int:
+        """Delete the checkpoints of one conversation (or all); return bytes freed.
+
+        Messages stay: a node without a checkpoint is rebuilt when visited.
+        """
+        if conversation_id is not None:
+            repository.get_conversation(self.db, conversation_id)  # NotFound
+        return repository.delete_checkpoints(self.db, conversation_id=conversation_id)
+
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id."""
         if repository.get_node(self.db, node_id).parent_id is None:
