@@ -13,6 +13,7 @@ import logging.handlers
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -76,6 +77,23 @@ def init_faulthandler(data_dir: Path) -> str | None:
     return previous
 
 
+def init_logs(data_dir: Path, verbose: bool) -> str | None:
+    """Logs and crash reports in the data folder, or, where it cannot be
+    written (read-only media), in a folder of the user's in the temp folder.
+
+    Returns the previous run's crash report, if any.
+    """
+    try:
+        init_logging(data_dir, verbose)
+        return init_faulthandler(data_dir)
+    except OSError:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        fallback = Path(tempfile.gettempdir()) / f"arbor-{uid}"
+        fallback.mkdir(mode=0o700, exist_ok=True)
+        init_logging(fallback, verbose)
+        return init_faulthandler(fallback)
+
+
 def build_window(db: Database, model: Path | None, gpu_supported: bool) -> MainWindow:
     """Wire the engine thread and the window on an open database, and start it.
 
@@ -128,8 +146,7 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
         )
         return 1
     try:
-        init_logging(folder, verbose)
-        previous_crash = init_faulthandler(folder)
+        previous_crash = init_logs(folder, verbose)
         db = open_database(paths.database_path(folder))
     except (StorageUnavailable, OSError) as exc:
         # Fatal at startup: explain, then exit (there is no window to return to).
