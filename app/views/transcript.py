@@ -179,11 +179,16 @@ class TranscriptView(QScrollArea):
     def set_actions_enabled(self, enabled: bool) -> None:
         """Enable or disable the cards' buttons (disabled while generating)."""
         for card in self.cards:
+            # Copying and folding the thinking change nothing: always allowed.
+            allowed = (
+                card.body,
+                card.thinking_section,
+                getattr(card, "copy_button", None),
+            )
             for button in card.findChildren(
                 QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly
             ):
-                # Folding the thinking open or shut changes nothing: always allowed.
-                if button is not card.body and button is not card.thinking_section:
+                if button not in allowed:
                     button.setEnabled(enabled)
             if card.node_id is not None:
                 self._restore_navigator_limits(card, enabled)

@@ -63,6 +63,8 @@ def test_the_window_reads_and_says_it_cannot_write(qtbot, read_only_data, tiny_m
         for action in (window.new_action, window.rename_action, window.settings_action):
             assert not action.isEnabled()
         assert window.model_info is None  # no model: nothing could be written
+        card = window.transcript.cards[-1]
+        assert card.copy_button.isEnabled() and not card.regenerate_button.isEnabled()
 
         root = window.tree_model.snapshot.root_id
         window.activate(root)  # browsing the tree still works, and saves nothing
