@@ -461,19 +461,7 @@ class ConversationService:
                 if p.temperature == 0 and k:
                     generation["alternative"]["first_token_rank"] = k
                 nodes.append(
-                    repository.add_node(
-                        self.db,
-                        path[-1].id,
-                        "assistant",
-                        "",
-                        tokens=opening.tokens,
-                        start_pos=start,
-                        chunks=[len(opening.tokens)],
-                        vocab_id=engine.vocab_id,
-                        status="generating",
-                        generation=generation,
-                        span_text=opening.text,
-                    )
+                    self._add_generating_reply(path[-1].id, opening, start, generation)
                 )
             context = [t for held in sync.loaded for t in held.tokens]
             history = context[-PENALTY_LAST_N:] + opening.tokens
@@ -803,19 +791,7 @@ class ConversationService:
             stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
             stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
             generation = {"params": params.as_dict(), "model": engine.info.name}
-            reply = repository.add_node(
-                self.db,
-                parent.id,
-                "assistant",
-                "",
-                tokens=opening.tokens,
-                start_pos=start,
-                chunks=[len(opening.tokens)],
-                vocab_id=engine.vocab_id,
-                status="generating",
-                generation=generation,
-                span_text=opening.text,
-            )
+            reply = self._add_generating_reply(parent.id, opening, start, generation)
             reply = self._complete_reply(reply, opening, params, stats, streams)
         except Exception:
             self._sync.forget()
@@ -830,6 +806,32 @@ class ConversationService:
             text=reply.text,
             stats=stats,
             thinking=reply.thinking,
+        )
+
+    def _add_generating_reply(
+        self,
+        parent_id: int,
+        opening: Placement,
+        start: int,
+        generation: dict[str, Any],
+    ) -> NodeRecord:
+        """Store a reply as soon as its opening is decoded, status "generating".
+
+        Its span so far is the generation prompt; sampled tokens are added as
+        they come, so a killed process leaves what was written.
+        """
+        return repository.add_node(
+            self.db,
+            parent_id,
+            "assistant",
+            "",
+            tokens=opening.tokens,
+            start_pos=start,
+            chunks=[len(opening.tokens)],
+            vocab_id=self._require_engine().vocab_id,
+            status="generating",
+            generation=generation,
+            span_text=opening.text,
         )
 
     def _decode_user(self, user: NodeRecord, stats: ReplyStats) -> NodeRecord:
