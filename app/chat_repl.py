@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from app.backend.sampling import SamplingParams
+from app.backend.values import SamplingParams
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
 from app.interrupt import StopRequest

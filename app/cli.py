@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app import paths
-from app.backend.engine import MAX_FORKS
 from app.backend.errors import BackendError, InvalidSetting
-from app.backend.sampling import SamplingParams
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+from app.backend.values import MAX_FORKS, SamplingParams
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
 from app.interrupt import StopRequest

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from storage import repository
 from storage.db import Database
 

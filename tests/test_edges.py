@@ -22,8 +22,8 @@ import pytest
 from app.backend import engine as engine_module
 from app.backend.engine import LlamaEngine
 from app.backend.errors import BackendError, ModelFileError
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from app.paths import database_path
 from storage import repository

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from app.backend.engine import LlamaEngine
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from storage import exchange, repository
 from storage.db import open_database

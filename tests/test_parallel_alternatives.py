@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.backend.engine import LlamaEngine
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService, ServiceError
 from storage import repository
 from storage.db import open_database

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from app.backend.engine import LlamaEngine
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.conversation import folding
 from app.conversation.service import ConversationService
 from app.conversation.spans import span_tokens, system_of, turns_of

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.backend.engine import LlamaEngine
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from app.starter_model import starter_model_path
 from storage.db import open_database

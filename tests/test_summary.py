@@ -6,8 +6,8 @@ import pytest
 
 from app.backend.engine import LlamaEngine
 from app.backend.errors import ContextFullError
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.conversation import summary
 from app.conversation.service import ConversationService
 from storage import repository

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from app.backend.engine import LlamaEngine
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from app.paths import database_path
 from storage import repository

@@ -13,7 +13,6 @@ import hashlib
 import logging
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,9 @@ from app.backend import reasoning
 from app.backend.chat_format import ChatFormat
 from app.backend.errors import BackendError, ContextFullError, ModelFileError
 from app.backend.model_file import check_model_file, content_identity
-from app.backend.sampling import Sampler, SamplingParams
+from app.backend.sampling import Sampler
 from app.backend.settings import DEFAULT_N_CTX, KV_CACHE_TYPES, BackendSettings
+from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,6 @@ SCRATCH_SEQ = 1
 # generated together (``fork``): each shares the main sequence's cells up to
 # the fork and appends its own reply.
 FIRST_FORK_SEQ = 2
-MAX_FORKS = 4
 # Bumped when Arbor changes how it lays out checkpoints.
 CHECKPOINT_FORMAT = 1
 
@@ -138,30 +137,6 @@ def gpu_offload_supported() -> bool:
     """Whether this llama.cpp build can offload layers to a GPU."""
     _init_backend()
     return bool(llama_cpp.llama_supports_gpu_offload())
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the UI and the CLI show about the loaded model."""
-
-    path: str
-    name: str
-    size_bytes: int
-    n_layer: int
-    n_vocab: int
-    n_ctx: int
-    n_ctx_train: int
-    n_gpu_layers: int
-    gpu_offload_supported: bool
-    state_kind: str  # "delta": per-node KV cells; "full": whole-state snapshots
-    state_note: str
-    chat_format: str  # "gguf" (the model's template) or "chatml" (fallback)
-    kv_bytes_per_token: int
-    chat_format_note: str = ""  # why ChatML is used, when it is
-    reasoning_format: str = "none"  # how replies separate thinking from answer
-    reasoning_choices: tuple[str, ...] = ()  # the template's reasoning switch
-    reasoning_default: str | None = None
-    context_note: str = ""  # why n_ctx is not the size asked for, when it is not
 
 
 class LlamaEngine:

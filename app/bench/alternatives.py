@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from app.backend.sampling import SamplingParams
+from app.backend.values import SamplingParams
 from app.bench.instrumented import BenchService
 from app.bench.measure import Stopwatch, median, ratio
 from app.bench.results import AlternativesRow

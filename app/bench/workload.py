@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.backend.engine import LlamaEngine
-from app.backend.sampling import SamplingParams
+from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from storage import repository
 

@@ -16,12 +16,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from app.backend.engine import LlamaEngine
 from app.conversation import folding
 from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord, StoredCheckpoint
+
+if TYPE_CHECKING:
+    from app.backend.engine import LlamaEngine
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,12 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.backend.engine import MAX_FORKS, LlamaEngine
 from app.backend.errors import ContextFullError
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
-from app.backend.sampling import PENALTY_LAST_N, Sampler, SamplingParams
 from app.backend.text_stream import Utf8Stream
+from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams
 from app.conversation import spans, summary
 from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.spans import Placement
@@ -30,6 +29,10 @@ from storage import repository
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.repository import ConversationRecord, NodeRecord, NodeSummary
+
+if TYPE_CHECKING:
+    from app.backend.engine import LlamaEngine
+    from app.backend.sampling import Sampler
 
 log = logging.getLogger(__name__)
 

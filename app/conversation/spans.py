@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.backend.chat_format import Message
-from app.backend.engine import LlamaEngine
 from app.conversation import folding
 from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord
+
+if TYPE_CHECKING:
+    from app.backend.engine import LlamaEngine
 
 # Statuses of a reply whose turn was never closed (its process was killed).
 UNCLOSED = ("interrupted", "generating")

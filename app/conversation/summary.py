@@ -9,14 +9,17 @@ run of the context that stores nothing: the caller forgets the context after.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from app.backend.chat_format import Message
-from app.backend.engine import LlamaEngine
 from app.backend.errors import ContextFullError
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
-from app.backend.sampling import SamplingParams
 from app.backend.text_stream import Utf8Stream
+from app.backend.values import SamplingParams
 from storage.repository import NodeRecord
+
+if TYPE_CHECKING:
+    from app.backend.engine import LlamaEngine
 
 SUMMARY_TOKENS = 256
 _INSTRUCTION = "Summarize this conversation briefly; keep names, facts and decisions:"

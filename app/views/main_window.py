@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backend.sampling import SamplingParams
+from app.backend.values import SamplingParams
 from app.models.conversation_list import ConversationListModel
 from app.models.conversation_tree import ConversationTreeModel
 from app.models.tree_snapshot import TreeSnapshot

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 if TYPE_CHECKING:
-    from app.backend.engine import ModelInfo
+    from app.backend.values import ModelInfo
 
 
 class SyncFigures(Protocol):

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.backend.sampling import SamplingParams
 from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 
 if TYPE_CHECKING:
-    from app.backend.engine import ModelInfo
+    from app.backend.values import ModelInfo
     from app.conversation.context_sync import SyncStats
     from app.conversation.service import Reply
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QThread
 
-from app.backend.sampling import SamplingParams
+from app.backend.values import SamplingParams
 from app.gui import build_window
 from app.paths import database_path
 from app.preferences import load_preferences, save_preferences

@@ -1,0 +1,125 @@
+"""The backend's plain values, without llama.cpp: sampling parameters, what is
+known of a loaded model, and how many alternatives can be generated at once.
+
+Importing this never loads libllama, so the window, the preferences, the jobs
+and the CLI can name these types before (or without) a model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from app.backend.errors import InvalidSetting
+
+# How many earlier tokens the repeat penalty looks at.
+PENALTY_LAST_N = 64
+
+_INT32_MAX = 2**31 - 1
+_UINT32_MAX = 2**32 - 1
+# llama.cpp takes these as C floats; far below that limit the output is
+# already noise, so a larger value is a typo rather than a choice.
+_MAX_FACTOR = 1000.0
+
+
+def _check_float(
+    name: str, value: float, low: float, high: float, low_open: bool = False
+) -> None:
+    """Raise ``InvalidSetting`` unless ``value`` is a finite number in range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidSetting(f"{name} must be a number, not {value!r}.")
+    if not math.isfinite(value):
+        raise InvalidSetting(f"{name} must be a finite number, not {value}.")
+    too_low = value <= low if low_open else value < low
+    if too_low or value > high:
+        lower = f"above {low:g}" if low_open else f"at least {low:g}"
+        raise InvalidSetting(
+            f"{name} must be {lower} and at most {high:g}, not {value:g}."
+        )
+
+
+def _check_int(name: str, value: int, low: int, high: int) -> None:
+    """Raise ``InvalidSetting`` unless ``value`` is a whole number in range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetting(f"{name} must be a whole number, not {value!r}.")
+    if not low <= value <= high:
+        raise InvalidSetting(f"{name} must be between {low:,} and {high:,}.")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is chosen. ``temperature`` 0 means greedy.
+
+    ``seed`` None picks a random seed; the seed actually used is recorded on
+    the reply so it can be reproduced.
+    """
+
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    max_tokens: int = 512
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # Checked here, where every caller (CLI, settings dialog, stored
+        # preferences) passes: llama.cpp takes these as C floats and 32-bit
+        # integers, where a NaN or an overflow would be silently wrong.
+        _check_float("The temperature", self.temperature, 0.0, _MAX_FACTOR)
+        _check_float("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _check_float("min_p", self.min_p, 0.0, 1.0)
+        _check_float(
+            "The repeat penalty", self.repeat_penalty, 0.0, _MAX_FACTOR, low_open=True
+        )
+        _check_int("top_k", self.top_k, 0, _INT32_MAX)
+        _check_int("max_tokens", self.max_tokens, 1, _INT32_MAX)
+        if self.seed is not None:
+            _check_int("The seed", self.seed, 0, _UINT32_MAX)
+
+    def with_seed(self) -> SamplingParams:
+        """Return these params with a concrete seed (drawn now if unset)."""
+        if self.seed is not None:
+            return self
+        return replace(self, seed=random.randrange(2**31))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict, for storing on a node."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SamplingParams:
+        """Build from a stored dict, ignoring unknown keys."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# How many alternatives one "Regenerate N times" generates together at most (each
+# is a sequence of the engine's context besides the main and scratch ones).
+MAX_FORKS = 4
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the UI and the CLI show about the loaded model."""
+
+    path: str
+    name: str
+    size_bytes: int
+    n_layer: int
+    n_vocab: int
+    n_ctx: int
+    n_ctx_train: int
+    n_gpu_layers: int
+    gpu_offload_supported: bool
+    state_kind: str  # "delta": per-node KV cells; "full": whole-state snapshots
+    state_note: str
+    chat_format: str  # "gguf" (the model's template) or "chatml" (fallback)
+    kv_bytes_per_token: int
+    chat_format_note: str = ""  # why ChatML is used, when it is
+    reasoning_format: str = "none"  # how replies separate thinking from answer
+    reasoning_choices: tuple[str, ...] = ()  # the template's reasoning switch
+    reasoning_default: str | None = None
+    context_note: str = ""  # why n_ctx is not the size asked for, when it is not
