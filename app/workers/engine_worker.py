@@ -154,20 +154,7 @@ class EngineWorker(QObject):
             reply = self._service.reply(job.node_id, job.params, **kwargs)
         else:  # pragma: no cover - every job type is handled above
             raise TypeError(f"unknown job {job!r}")
-        evicted = 0
-        if job.budget_bytes is not None:
-            evicted = repository.evict_checkpoints(self._db, job.budget_bytes)
-        return JobResult(
-            kind=job.kind,
-            conversation_id=repository.get_node(
-                self._db, reply.assistant_node
-            ).conversation_id,
-            node_id=reply.assistant_node,
-            reply=reply,
-            context_tokens=reply.stats.context_tokens,
-            n_ctx=reply.stats.n_ctx,
-            evicted_bytes=evicted,
-        )
+        return self._replied(job.kind, [reply], job.budget_bytes)
 
     def _alternatives(self, job: jobs.RegenerateParallel) -> JobResult:
         replies = self._service.regenerate_parallel(
@@ -177,18 +164,25 @@ class EngineWorker(QObject):
             on_token=self.alternative_received.emit,
             should_stop=self.cancel_requested.is_set,
         )
+        return self._replied(job.kind, replies, job.budget_bytes)
+
+    def _replied(
+        self, kind: str, replies: list[Reply], budget_bytes: int | None
+    ) -> JobResult:
+        """The result of a job that made ``replies`` (the first is shown), after
+        evicting checkpoints beyond the budget."""
         evicted = 0
-        if job.budget_bytes is not None:
-            evicted = repository.evict_checkpoints(self._db, job.budget_bytes)
+        if budget_bytes is not None:
+            evicted = repository.evict_checkpoints(self._db, budget_bytes)
         first = replies[0]
         return JobResult(
-            kind=job.kind,
+            kind=kind,
             conversation_id=repository.get_node(
                 self._db, first.assistant_node
             ).conversation_id,
             node_id=first.assistant_node,
             reply=first,
-            replies=tuple(replies),
+            replies=tuple(replies) if len(replies) > 1 else (),
             context_tokens=first.stats.context_tokens,
             n_ctx=first.stats.n_ctx,
             evicted_bytes=evicted,
