@@ -3,5 +3,3 @@
 Subpackages: ``backend`` (the only code that touches llama.cpp), ``conversation``
 (the Qt-free service the UI and the CLI drive).
 """
-
-__version__ = "0.1.0"

@@ -14,19 +14,20 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from app import paths
 from app.backend.errors import BackendError, InvalidSetting
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.backend.values import MAX_FORKS, SamplingParams
 from app.conversation.errors import USER_ERRORS
-from app.conversation.service import ConversationService, Reply
 from app.interrupt import StopRequest
 from app.starter_model import starter_model_path
-from app.version import __version__
-from storage import exchange, repository
-from storage.db import open_database
+from storage import catalog
+
+if TYPE_CHECKING:
+    from app.conversation.service import ConversationService, Reply
+    from storage.db import Database
 
 
 class UsageError(Exception):
@@ -100,6 +101,23 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, reading the version only when asked.
+
+    The distribution's metadata takes ~30 ms to read: more than the rest of
+    ``arbor list`` needs.
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
+        from app.version import __version__
+
+        print(f"{parser.prog} {__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for ``arbor``."""
     # No abbreviations at the top: "regenerate --n 3" would otherwise be taken
@@ -110,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {__version__}"
+        "--version", action=_VersionAction, help="show the version and exit"
     )
     parser.add_argument(
         "--data-dir",
@@ -379,12 +397,29 @@ def _init_logging(verbose: bool) -> None:
         logging.getLogger().addHandler(logging.NullHandler())
 
 
-def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
+def _open_database(args: argparse.Namespace) -> Database:
+    """The database, for commands that only read it (no service, no model).
+
+    A reply left "generating" by a process that died is closed first, as the
+    service would, so that what is shown is what the next session sees.
+    """
+    from storage import repository
+    from storage.db import open_database
+
     db = open_database(paths.database_path(args.data_dir))
     repository.mark_interrupted_generations(db)
+    return db
+
+
+def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
+    # Imported here, like the engine: reading commands (list, show, tree,
+    # search, export) then start without the chat templates, Jinja or
+    # llama.cpp.
+    from app.conversation.service import ConversationService
+
+    db = _open_database(args)
     engine = None
     if with_model:
-        # Imported here so that commands without a model start fast.
         from app.backend.engine import LlamaEngine
 
         engine = LlamaEngine(resolve_model(args.model), args.settings)
@@ -449,8 +484,9 @@ def _cmd_edit(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    service = _open(args, with_model=False)
-    path = service.path(args.node)
+    from storage import repository
+
+    path = repository.get_path(_open_database(args), args.node)
     return _emit(
         {
             "conversation": path[0].conversation_id,
@@ -472,8 +508,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_tree(args: argparse.Namespace) -> int:
-    service = _open(args, with_model=False)
-    nodes = service.tree(args.conversation)
+    from storage import repository
+
+    nodes = repository.tree(_open_database(args), args.conversation)
     return _emit(
         {
             "conversation": args.conversation,
@@ -494,7 +531,13 @@ def _cmd_tree(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    service = _open(args, with_model=False)
+    # The common case reads the file without SQLAlchemy (storage.catalog): the
+    # list is what a script or a shell prompt asks for most, and should be quick.
+    records = catalog.read_listing(paths.database_path(args.data_dir))
+    if records is None:
+        from storage import repository
+
+        records = repository.list_conversations(_open_database(args))
     return _emit(
         {
             "conversations": [
@@ -506,7 +549,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                     "checkpoint_bytes": c.checkpoint_bytes,
                     "active_node": c.active_node_id,
                 }
-                for c in service.list_conversations()
+                for c in records
             ]
         }
     )
@@ -544,8 +587,9 @@ def _cmd_reasoning(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    service = _open(args, with_model=False)
-    hits = repository.search(service.db, args.text, args.limit)
+    from storage import repository
+
+    hits = repository.search(_open_database(args), args.text, args.limit)
     return _emit(
         {
             "hits": [
@@ -566,7 +610,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    service = _open(args, with_model=False)
+    from storage import exchange
+
+    db = _open_database(args)
     fmt = args.format or (
         "markdown"
         if args.out is not None and args.out.suffix.lower() in (".md", ".markdown")
@@ -575,9 +621,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if fmt == "json" and args.node is not None:
         raise UsageError("--node is for --format markdown (JSON holds the whole tree)")
     if fmt == "json":
-        text = exchange.dumps_json(exchange.export_json(service.db, args.conversation))
+        text = exchange.dumps_json(exchange.export_json(db, args.conversation))
     else:
-        text = exchange.export_markdown(service.db, args.conversation, args.node)
+        text = exchange.export_markdown(db, args.conversation, args.node)
     if args.out is None:
         sys.stdout.write(text)
         return 0
@@ -593,6 +639,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    from storage import exchange
+
     service = _open(args, with_model=False)
     result = exchange.import_file(service.db, args.file)
     return _emit(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import platformdirs
 
-from storage.db import DATABASE_FILENAME
+from storage.probe import DATABASE_FILENAME
 
 APP_NAME = "Arbor"
 

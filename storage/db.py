@@ -1,7 +1,7 @@
 """Opening the SQLite database: one engine per file, pragmas, sessions, errors.
 
 Opening never writes to a file before it is known to be an Arbor database of a
-schema this version understands (``migrations.inspect_file`` looks first,
+schema this version understands (``probe.inspect_file`` looks first,
 read-only and without creating anything beside the file). A database that
 cannot be written (read-only file, folder or file system) opens read-only:
 ``Database.read_only`` is then True and every write raises
@@ -31,10 +31,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from storage import migrations, reserve
+from storage import migrations, probe, reserve
 from storage.errors import StorageUnavailable
-
-DATABASE_FILENAME = "arbor.sqlite3"
 
 # The execution option that tells the "begin" event which BEGIN to emit.
 _BEGIN_OPTION = "arbor_begin"
@@ -154,7 +152,7 @@ def open_database(path: Path, busy_timeout_ms: int = 5000) -> Database:
     # would follow the working directory.
     path = Path(path).expanduser().resolve()
     _make_folder(path.parent)
-    version = migrations.inspect_file(path)
+    version = probe.inspect_file(path)
     reason = _read_only_reason(path, new=version == 0)
     if reason is None:
         try:
@@ -271,7 +269,7 @@ def _open_read_only(
 ) -> Database:
     if version == 0:
         raise StorageUnavailable(f"Cannot create the database {path}: {reason}.")
-    if version < migrations.READABLE_FROM:
+    if version < probe.READABLE_FROM:
         raise StorageUnavailable(
             f"{path} was written by an older version of Arbor and must be upgraded "
             f"before it can be read, which needs write access ({reason}). The file "
@@ -280,7 +278,7 @@ def _open_read_only(
     # immutable=1 reads without locks and without creating -shm/-wal files, which
     # a read-only folder could not hold anyway. It is only correct when no -wal
     # holds committed pages: those would silently be ignored.
-    query = "mode=ro" if migrations.wal_has_content(path) else "mode=ro&immutable=1"
+    query = "mode=ro" if probe.wal_has_content(path) else "mode=ro&immutable=1"
     engine = _engine(path, query, busy_timeout_ms, writable=False)
     try:
         with translate_errors(path), engine.connect() as connection:

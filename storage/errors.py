@@ -12,3 +12,11 @@ class StorageUnavailable(Exception):
 
 class NotFound(LookupError):
     """A conversation or node id that does not exist."""
+
+
+class ExchangeError(Exception):
+    """A file that cannot be imported, or a conversation that cannot be exported.
+
+    The message is one sentence for a person, naming what is wrong (also when
+    the file itself cannot be read or written: no permission, a full disk).
+    """

@@ -40,6 +40,7 @@ from typing import Any
 
 from storage import repository
 from storage.db import Database
+from storage.errors import ExchangeError
 from storage.repository import ConversationRecord, NewNode, NodeRecord
 
 FORMAT = "arbor-conversation"
@@ -66,13 +67,6 @@ _MAX_TITLE = 200
 _MAX_REASONING = 16
 
 SPEAKERS = {"root": "System", "user": "You", "assistant": "Assistant"}
-
-
-class ExchangeError(ValueError):
-    """A file that cannot be imported, or a conversation that cannot be exported.
-
-    The message is one sentence for a person, naming what is wrong.
-    """
 
 
 @dataclass(frozen=True)
@@ -180,16 +174,24 @@ def write_text_file(path: Path, text: str) -> None:
     """Write an export as UTF-8, replacing ``path`` only once it is complete.
 
     The text goes to a temporary file beside it first, so a full disk or a
-    crash never leaves half an export under the chosen name. Raises
-    ``OSError`` (e.g. no permission, disk full).
+    crash never leaves half an export under the chosen name. A file system
+    refusal (no permission, disk full) is an ``ExchangeError`` naming it.
     """
     temporary = path.with_name(f".{path.name}.arbor-tmp")
     try:
         temporary.write_bytes(text.encode("utf-8"))
         os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise ExchangeError(f"Could not write {path}: {_reason(exc)}.") from exc
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def _reason(exc: OSError) -> str:
+    """The operating system's words for a failed file operation."""
+    return exc.strerror or type(exc).__name__
 
 
 def _one_line(text: str) -> str:
@@ -209,16 +211,20 @@ def _iso(moment: datetime) -> str:
 def read_json_file(path: Path) -> Any:
     """The JSON value in ``path``; ``ExchangeError`` for anything unreadable.
 
-    Files over ``MAX_IMPORT_BYTES`` are refused before they are read. A
-    missing or unreadable file is an ``OSError``, as for any other file.
+    Files over ``MAX_IMPORT_BYTES`` are refused before they are read; a
+    missing or unreadable file is refused with the system's reason.
     """
-    size = path.stat().st_size
-    if size > MAX_IMPORT_BYTES:
-        raise ExchangeError(
-            f"{path.name} is {size / 2**20:.0f} MB; Arbor imports conversation "
-            f"files of at most {MAX_IMPORT_BYTES // 2**20} MB."
-        )
-    return loads_json(path.read_bytes(), path.name)
+    try:
+        size = path.stat().st_size
+        if size > MAX_IMPORT_BYTES:
+            raise ExchangeError(
+                f"{path.name} is {size / 2**20:.0f} MB; Arbor imports conversation "
+                f"files of at most {MAX_IMPORT_BYTES // 2**20} MB."
+            )
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ExchangeError(f"Could not read {path}: {_reason(exc)}.") from exc
+    return loads_json(data, path.name)
 
 
 def loads_json(data: bytes, name: str = "The file") -> Any:

@@ -32,7 +32,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from storage import reserve
+from storage import catalog, reserve
+from storage.catalog import ConversationRecord
 from storage.db import Database, translate_errors
 from storage.errors import NotFound, StorageUnavailable
 from storage.migrations import SEARCH_TABLE
@@ -105,21 +106,6 @@ def release_space(db: Database) -> None:
 
 
 # --- records -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConversationRecord:
-    """A conversation with the figures a list shows."""
-
-    id: int
-    title: str
-    system_prompt: str | None
-    active_node_id: int | None
-    created_at: datetime
-    updated_at: datetime
-    node_count: int = 0
-    checkpoint_bytes: int = 0
-    reasoning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -275,32 +261,12 @@ def list_conversations(
     """Conversations, most recently updated first, optionally filtered by text.
 
     The filter matches the title or any message text, case-insensitively.
+    The query is ``storage.catalog``'s, which start-up also runs without
+    SQLAlchemy; here it runs in a read transaction of this database.
     """
     with db.read() as s:
-        counts = (
-            select(Node.conversation_id, func.count(Node.id).label("n"))
-            .group_by(Node.conversation_id)
-            .subquery()
-        )
-        sizes = (
-            select(Node.conversation_id, func.sum(Checkpoint.byte_size).label("b"))
-            .join(Checkpoint, Checkpoint.node_id == Node.id)
-            .group_by(Node.conversation_id)
-            .subquery()
-        )
-        query = (
-            select(Conversation, counts.c.n, sizes.c.b)
-            .outerjoin(counts, counts.c.conversation_id == Conversation.id)
-            .outerjoin(sizes, sizes.c.conversation_id == Conversation.id)
-            .order_by(Conversation.updated_at.desc(), Conversation.id.desc())
-        )
-        if text_filter:
-            pattern = f"%{text_filter}%"
-            matching = select(Node.conversation_id).where(Node.text.ilike(pattern))
-            query = query.where(
-                Conversation.title.ilike(pattern) | Conversation.id.in_(matching)
-            )
-        return [_conversation_record(c, n or 0, b or 0) for c, n, b in s.execute(query)]
+        connection = s.connection().connection.driver_connection
+        return catalog.list_conversations(connection, text_filter)
 
 
 def get_conversation(db: Database, conversation_id: int) -> ConversationRecord:

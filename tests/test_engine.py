@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.backend.engine import LlamaEngine, gpu_offload_supported
-from app.backend.errors import ContextFullError, ModelFileError
+from app.backend.errors import ContextFullError, InvalidSetting, ModelFileError
 from app.backend.settings import BackendSettings
 
 
@@ -78,9 +78,9 @@ def test_bad_files_are_rejected_before_llama_cpp(tmp_path: Path):
 
 
 def test_settings_are_validated():
-    with pytest.raises(ValueError, match="KV cache type"):
+    with pytest.raises(InvalidSetting, match="KV cache type"):
         BackendSettings(kv_cache_type="f8")
-    with pytest.raises(ValueError, match="n_ctx"):
+    with pytest.raises(InvalidSetting, match="n_ctx"):
         BackendSettings(n_ctx=0)
 
 

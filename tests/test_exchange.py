@@ -310,6 +310,22 @@ def test_unreadable_files_are_refused(db, tmp_path: Path, content: bytes, messag
     assert _counts(db.path) == before
 
 
+def test_a_missing_file_is_refused_with_its_path(db, tmp_path: Path):
+    path = tmp_path / "gone.json"
+    with pytest.raises(ExchangeError, match=r"Could not read .*gone\.json: No such"):
+        exchange.import_file(db, path)
+
+
+def test_an_export_the_disk_refuses_names_the_path_and_leaves_nothing(tmp_path: Path):
+    # A folder in the way of the file: the system refuses the final rename.
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "inside").write_text("x")
+    with pytest.raises(ExchangeError, match=r"Could not write .*taken: "):
+        exchange.write_text_file(target, "text")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
 def test_files_over_the_limit_are_refused_unread(db, tmp_path: Path, monkeypatch):
     path = tmp_path / "big.json"
     path.write_bytes(json.dumps(_valid()).encode())

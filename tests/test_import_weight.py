@@ -27,7 +27,7 @@ def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize(
     ("module", "absent"),
     [
-        ("app.cli", ("llama_cpp", "numpy", "PySide6")),
+        ("app.cli", ("llama_cpp", "numpy", "PySide6", "sqlalchemy", "jinja2")),
         ("app.views.main_window", ("llama_cpp", "numpy")),
         ("app.gui", ("llama_cpp", "numpy")),
         ("app.preferences", ("llama_cpp", "numpy", "PySide6")),

@@ -13,7 +13,8 @@ import pytest
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
-from app.conversation.service import ConversationService, ServiceError
+from app.conversation.errors import ServiceError
+from app.conversation.service import ConversationService
 from storage import repository
 from storage.db import open_database
 

@@ -15,9 +15,5 @@ class ContextFullError(BackendError):
     """The conversation no longer fits in the context window (n_ctx)."""
 
 
-class InvalidSetting(BackendError, ValueError):
-    """A backend or sampling setting out of its range (the message says which).
-
-    A ``ValueError`` too, so that code validating a form (``except
-    ValueError``) keeps working.
-    """
+class InvalidSetting(BackendError):
+    """A backend or sampling setting out of its range (the message says which)."""

@@ -47,7 +47,7 @@ class BackendSettings:
 
     ``n_gpu_layers`` = -1 offloads every layer (when the build supports a GPU).
     Quantized KV caches (q8_0, ...) need flash attention for the V cache.
-    Out-of-range values raise ``InvalidSetting`` (a ``ValueError``); whether
+    Out-of-range values raise ``InvalidSetting``; whether
     ``n_ctx`` suits the model (its training length, the memory it needs) is
     checked when the model is loaded.
     """

@@ -64,5 +64,10 @@ def run_bench(
         return 1
     sys.stdout.write(render(report))
     if json_path is not None:
-        json_path.write_text(json.dumps(to_json(report), indent=2) + "\n")
+        try:
+            json_path.write_text(json.dumps(to_json(report), indent=2) + "\n")
+        except OSError as exc:  # the report is on stdout already: nothing is lost
+            message = f"arbor: could not write {json_path}: {exc.strerror}"
+            print(message, file=sys.stderr)
+            return 1
     return 0

@@ -23,6 +23,7 @@ from app.backend.text_stream import Utf8Stream
 from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams
 from app.conversation import spans, summary
 from app.conversation.context_sync import ContextSync, SyncStats
+from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
 from app.plain_text import plain_text
 from storage import repository
@@ -63,10 +64,6 @@ def title_from(text: str) -> str:
         return line
     cut = line[:TITLE_LENGTH].rsplit(" ", 1)[0] or line[:TITLE_LENGTH]
     return cut.rstrip(" ,.;:") + "…"
-
-
-class ServiceError(ValueError):
-    """A request that cannot be done as asked (wrong kind of node, ...)."""
 
 
 def _check_text(text: str | None, what: str) -> None:

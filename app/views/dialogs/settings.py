@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.errors import InvalidSetting
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.backend.values import SamplingParams
 from app.preferences import Preferences
@@ -228,7 +229,7 @@ class SettingsDialog(QDialog):
     def _on_buttons_accepted(self) -> None:
         try:
             self._result = self._collect()
-        except ValueError as exc:  # shown inline; the dialog stays open
+        except InvalidSetting as exc:  # shown inline; the dialog stays open
             self.error_label.setText(str(exc))
             self.error_label.show()
             return

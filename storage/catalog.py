@@ -1,0 +1,115 @@
+"""The list of conversations, read with the standard library's sqlite3.
+
+Listing is what start-up needs first, and importing SQLAlchemy's ORM costs
+more than everything else ``arbor list`` does together. So the listing is one
+SQL statement over a plain sqlite3 connection: the repository runs it inside
+its own read transaction, and ``read_listing`` runs it on a read-only
+connection of its own, without SQLAlchemy, when the file is already at the
+current schema. Anything less ordinary (a new, old, foreign or locked file)
+is left to ``storage.db.open_database``, which knows what to say about it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from storage import probe
+from storage.errors import StorageUnavailable
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    """A conversation with the figures a list shows."""
+
+    id: int
+    title: str
+    system_prompt: str | None
+    active_node_id: int | None
+    created_at: datetime
+    updated_at: datetime
+    node_count: int = 0
+    checkpoint_bytes: int = 0
+    reasoning: str | None = None
+
+
+_LISTING = """
+SELECT c.id, c.title, c.system_prompt, c.active_node_id, c.created_at,
+       c.updated_at, coalesce(counts.n, 0), coalesce(sizes.b, 0), c.reasoning
+FROM conversation AS c
+LEFT JOIN (SELECT conversation_id, count(id) AS n FROM node
+           GROUP BY conversation_id) AS counts
+       ON counts.conversation_id = c.id
+LEFT JOIN (SELECT node.conversation_id, sum(checkpoint.byte_size) AS b
+           FROM node JOIN checkpoint ON checkpoint.node_id = node.id
+           GROUP BY node.conversation_id) AS sizes
+       ON sizes.conversation_id = c.id
+{where}
+ORDER BY c.updated_at DESC, c.id DESC
+"""
+
+# The filter matches the title or any message's text, case-insensitively
+# (SQLite's LIKE folds ASCII case); % and _ in it are matched literally.
+_FILTER = """
+WHERE c.title LIKE :pattern ESCAPE '\\'
+   OR c.id IN (SELECT conversation_id FROM node WHERE text LIKE :pattern ESCAPE '\\')
+"""
+
+
+def list_conversations(
+    connection: sqlite3.Connection, text_filter: str | None = None
+) -> list[ConversationRecord]:
+    """Conversations, most recently updated first, optionally filtered by text."""
+    if text_filter:
+        escaped = (
+            text_filter.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        )
+        rows = connection.execute(
+            _LISTING.format(where=_FILTER), {"pattern": f"%{escaped}%"}
+        )
+    else:
+        rows = connection.execute(_LISTING.format(where=""))
+    return [
+        ConversationRecord(
+            id=row[0],
+            title=row[1],
+            system_prompt=row[2],
+            active_node_id=row[3],
+            created_at=_timestamp(row[4]),
+            updated_at=_timestamp(row[5]),
+            node_count=row[6],
+            checkpoint_bytes=row[7],
+            reasoning=row[8],
+        )
+        for row in rows
+    ]
+
+
+def read_listing(path: Path) -> list[ConversationRecord] | None:
+    """The conversations in the database at ``path``, read without SQLAlchemy.
+
+    None when the file needs more than reading (it is new, at an older
+    schema, not Arbor's, locked, or otherwise unusual): then open it with
+    ``open_database``, which creates, upgrades or explains.
+    """
+    try:
+        if probe.inspect_file(path) != probe.SCHEMA_VERSION:
+            return None
+        # Not mode=ro: a read-only connection to a WAL database leaves -wal and
+        # -shm files behind, which the last ordinary connection removes on
+        # closing. query_only keeps this one from writing anything else.
+        with contextlib.closing(
+            sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)
+        ) as connection:
+            connection.execute("PRAGMA query_only = 1")
+            return list_conversations(connection)
+    except (StorageUnavailable, sqlite3.Error):
+        return None  # the full way reports it, in the words it has for each case
+
+
+def _timestamp(value: str) -> datetime:
+    # SQLAlchemy stores DateTime on SQLite as "YYYY-MM-DD HH:MM:SS[.ffffff]".
+    return datetime.fromisoformat(value)
