@@ -9,6 +9,7 @@ Not thread-safe: one thread owns an engine.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -150,6 +151,7 @@ class LlamaEngine:
         _init_backend()
         model_path = Path(model_path).expanduser().resolve()
         check_model_file(model_path)
+        self._model_identity = content_identity(model_path)
         self.settings = settings
         self._model: Any = None
         self._ctx: Any = None
@@ -208,9 +210,8 @@ class LlamaEngine:
                 self.reasoning_switch.default if self.reasoning_switch else None
             ),
         )
-        self.vocab_id = self._vocab_identity()
         self.profile_details = {
-            "model_identity": content_identity(model_path),
+            "model_identity": self._model_identity,
             "model_name": self.info.name,
             "type_k": settings.kv_cache_type,
             "type_v": settings.kv_cache_type,
@@ -399,13 +400,37 @@ class LlamaEngine:
             log.warning("%s", chat_format.note)
         return chat_format
 
-    def _vocab_identity(self) -> str:
+    @functools.cached_property
+    def vocab_id(self) -> str:
+        """What decides how text becomes tokens: the vocabulary, template, BOS rule.
+
+        Stored with every node: tokens made under another ``vocab_id`` are
+        tokenized again. Hashing every token's text takes one native call per
+        token (~20 ms for a 150k vocabulary), so it is computed on first use,
+        and a caller may remember it under ``vocab_key`` (``adopt_vocab_id``).
+        """
         digest = hashlib.sha256(self.chat_format.source.encode())
         digest.update(str(self.adds_bos).encode())
         for token in range(self.n_vocab):
             digest.update(llama_cpp.llama_vocab_get_text(self._vocab, token) or b"")
             digest.update(b"\0")
         return digest.hexdigest()
+
+    @property
+    def vocab_key(self) -> str:
+        """A cheap name for ``vocab_id``'s inputs: the model's bytes, template, BOS.
+
+        Two engines with the same key have the same ``vocab_id``: the
+        vocabulary is part of the model file that ``content_identity`` names.
+        """
+        digest = hashlib.sha256(self._model_identity.encode())
+        digest.update(self.chat_format.source.encode())
+        digest.update(str(self.adds_bos).encode())
+        return digest.hexdigest()
+
+    def adopt_vocab_id(self, known: str) -> None:
+        """Take ``vocab_id`` as remembered under this ``vocab_key``, unhashed."""
+        self.__dict__["vocab_id"] = known
 
     # --- tokens ----------------------------------------------------------------
 

@@ -211,6 +211,20 @@ class ConversationService:
             self._sync = ContextSync(
                 db, engine, self.profile_id, self._store_checkpoint
             )
+            self._remember_vocab(engine)
+
+    def _remember_vocab(self, engine: LlamaEngine) -> None:
+        """Give the engine its vocabulary identity from the database, or store it.
+
+        Hashing the vocabulary costs ~20 ms of start-up; it only changes with
+        the model file, so one hash per model serves every later start.
+        """
+        key = f"vocab_id:{engine.vocab_key}"
+        known = repository.get_setting(self.db, key)
+        if isinstance(known, str):
+            engine.adopt_vocab_id(known)
+        elif not (self.db.read_only or self.db.space_low):
+            repository.set_setting(self.db, key, engine.vocab_id)
 
     # --- reading ----------------------------------------------------------------
 
