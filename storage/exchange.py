@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from storage import repository
+from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import ExchangeError
-from storage.repository import ConversationRecord, NewNode, NodeRecord
+from storage.repository import NewNode, NodeRecord
 
 FORMAT = "arbor-conversation"
 VERSION = 1

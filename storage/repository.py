@@ -10,6 +10,7 @@ import functools
 import itertools
 import logging
 import re
+import sqlite3
 import unicodedata
 from array import array
 from collections.abc import Callable, Hashable, Sequence
@@ -266,6 +267,7 @@ def list_conversations(
     """
     with db.read() as s:
         connection = s.connection().connection.driver_connection
+        assert isinstance(connection, sqlite3.Connection)
         return catalog.list_conversations(connection, text_filter)
 
 

@@ -27,9 +27,10 @@ from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
 from app.plain_text import plain_text
 from storage import repository
+from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
-from storage.repository import ConversationRecord, NodeRecord, NodeSummary
+from storage.repository import NodeRecord, NodeSummary
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine

@@ -15,8 +15,8 @@ from PySide6.QtCore import (
 
 from app.models.conversation_tree import format_bytes
 from storage import repository
+from storage.catalog import ConversationRecord
 from storage.db import Database
-from storage.repository import ConversationRecord
 
 ConversationIdRole = Qt.ItemDataRole.UserRole + 1
 SubtitleRole = Qt.ItemDataRole.UserRole + 2
