@@ -262,6 +262,18 @@ class ConversationService:
             )
         repository.set_reasoning(self.db, conversation_id, choice)
 
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        """Give a conversation a new title."""
+        _check_text(title, "title")
+        if not title.strip():
+            raise ServiceError("A conversation's title cannot be empty.")
+        repository.rename_conversation(self.db, conversation_id, title)
+
+    def set_active_node(self, node_id: int) -> None:
+        """Remember ``node_id`` as where its conversation continues (the engine
+        stays where it is; ``restore`` moves it)."""
+        repository.set_active_node(self.db, node_id)
+
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete a conversation with every message and checkpoint in it."""
         sync = self._sync
@@ -277,6 +289,11 @@ class ConversationService:
         if conversation_id is not None:
             repository.get_conversation(self.db, conversation_id)  # NotFound
         return repository.delete_checkpoints(self.db, conversation_id=conversation_id)
+
+    def evict(self, budget_bytes: int) -> int:
+        """Delete least recently used checkpoints until they fit ``budget_bytes``;
+        return bytes freed. Messages stay, as for ``clear_checkpoints``."""
+        return repository.evict_checkpoints(self.db, budget_bytes)
 
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id."""
