@@ -86,10 +86,7 @@ class EngineWorker(QObject):
     @Slot()
     def shut_down(self) -> None:
         """Free the model and end the thread's event loop (runs on the thread)."""
-        engine = self._service.engine
-        self._service = ConversationService(self._db)
-        if engine is not None:
-            engine.close()
+        self.close()
         thread = QThread.currentThread()
         if thread is not None:
             thread.quit()
@@ -123,7 +120,8 @@ class EngineWorker(QObject):
                 return JobResult(job, conversation_id=conversation)
             case jobs.DeleteConversation(conversation_id=conversation):
                 service.delete_conversation(conversation)
-                return JobResult(job, conversation_id=conversation)
+                # The context is empty now if it held that conversation.
+                return JobResult(job, conversation_id=conversation, **self._context())
             case jobs.EvictCheckpoints(budget_bytes=budget):
                 return JobResult(job, evicted_bytes=service.evict(budget))
             case jobs.ClearCheckpoints():
@@ -140,15 +138,19 @@ class EngineWorker(QObject):
             case _:  # a job type added without its case here: a bug
                 raise TypeError(f"unknown job {job!r}")
 
+    def close(self) -> None:
+        """Free the model; jobs that need none still run."""
+        engine = self._service.engine
+        self._service = ConversationService(self._db)
+        if engine is not None:
+            engine.close()
+
     def _load(self, job: jobs.LoadModel) -> JobResult:
         # Imported here: loading llama.cpp's library is only needed once a
         # model is asked for, and the window must appear before that.
         from app.backend.engine import LlamaEngine
 
-        old = self._service.engine
-        self._service = ConversationService(self._db)
-        if old is not None:
-            old.close()  # free the old model's memory before loading the next
+        self.close()  # free the old model's memory before loading the next
         engine = LlamaEngine(job.path, job.settings)
         self._service = ConversationService(self._db, engine)
         return JobResult(job, model=engine.info, n_ctx=engine.n_ctx)
@@ -208,12 +210,17 @@ class EngineWorker(QObject):
         )
 
     def _positioned(self, job: jobs.Job, node_id: int, **extra: Any) -> JobResult:
-        engine = self._service.engine
         return JobResult(
             job,
             conversation_id=repository.get_node(self._db, node_id).conversation_id,
             node_id=node_id,
-            context_tokens=engine.n_past if engine is not None else 0,
-            n_ctx=engine.n_ctx if engine is not None else 0,
+            **self._context(),
             **extra,
         )
+
+    def _context(self) -> dict[str, int]:
+        """How full the engine's context is: ``context_tokens`` and ``n_ctx``."""
+        engine = self._service.engine
+        if engine is None:
+            return {"context_tokens": 0, "n_ctx": 0}
+        return {"context_tokens": engine.n_past, "n_ctx": engine.n_ctx}
