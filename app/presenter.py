@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.models.tree_snapshot import TreeSnapshot
@@ -84,6 +84,8 @@ def failure_title(job: jobs.Job) -> str:
             return "Could not rename the conversation"
         case jobs.DeleteConversation():
             return "Could not delete the conversation"
+        case jobs.ImportConversation():
+            return "Could not import the conversation"
         case jobs.EvictCheckpoints():
             return "Cannot evict checkpoints"
         case jobs.ClearCheckpoints():
@@ -518,10 +520,10 @@ class WindowPresenter:
         if not self.generating:
             self.engine.submit(jobs.DeleteBranch(node_id))
 
-    def imported(self, conversation_id: int) -> None:
-        """A conversation was imported: list it and show it."""
-        self.view.refresh_list(conversation_id)
-        self.show_conversation(conversation_id)
+    def import_conversation(self, data: Any) -> None:
+        """Import a conversation from an exported file's JSON; it is then shown."""
+        if not self.generating:
+            self.engine.submit(jobs.ImportConversation(data))
 
     # --- preferences --------------------------------------------------------------
 
@@ -566,7 +568,11 @@ class WindowPresenter:
                 self._model_loaded(result)
             case _ if jobs.is_generating(job):
                 self._end_generation(result)
-            case jobs.NewConversation() | jobs.ContinueWithSummary():
+            case (
+                jobs.NewConversation()
+                | jobs.ContinueWithSummary()
+                | jobs.ImportConversation()
+            ):
                 if result.conversation_id is not None:
                     self.view.refresh_list(result.conversation_id)
                     self.show_conversation(result.conversation_id)

@@ -25,7 +25,7 @@ from app.conversation import spans, summary
 from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.spans import Placement
 from app.plain_text import plain_text
-from storage import repository
+from storage import exchange, repository
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.repository import ConversationRecord, NodeRecord, NodeSummary
@@ -268,6 +268,14 @@ class ConversationService:
         if not title.strip():
             raise ServiceError("A conversation's title cannot be empty.")
         repository.rename_conversation(self.db, conversation_id, title)
+
+    def import_conversation(self, data: Any) -> int:
+        """Create a conversation from an exported file's JSON; return its id.
+
+        ``ExchangeError`` names what is wrong with ``data``; nothing is then
+        written.
+        """
+        return exchange.import_json(self.db, data).conversation_id
 
     def set_active_node(self, node_id: int) -> None:
         """Remember ``node_id`` as where its conversation continues (the engine

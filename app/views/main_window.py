@@ -427,9 +427,9 @@ class MainWindow(QMainWindow):
         """Ask for a conversation file and import it."""
         if self.generating:
             return
-        conversation_id = exchange_actions.import_conversation(self, self.db)
-        if conversation_id is not None:
-            self.presenter.imported(conversation_id)
+        data = exchange_actions.read_import(self)
+        if data is not None:
+            self.presenter.import_conversation(data)
 
     def ask_model_file(self) -> None:
         """Ask for a model file and load it."""

@@ -122,6 +122,9 @@ class EngineWorker(QObject):
                 service.delete_conversation(conversation)
                 # The context is empty now if it held that conversation.
                 return JobResult(job, conversation_id=conversation, **self._context())
+            case jobs.ImportConversation(data=data):
+                conversation = service.import_conversation(data)
+                return JobResult(job, conversation_id=conversation)
             case jobs.EvictCheckpoints(budget_bytes=budget):
                 return JobResult(job, evicted_bytes=service.evict(budget))
             case jobs.ClearCheckpoints():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.values import BackendSettings, SamplingParams
 
@@ -120,6 +120,16 @@ class DeleteConversation:
 
 
 @dataclass(frozen=True)
+class ImportConversation:
+    """Create a conversation from an exported file's JSON (read by the window).
+
+    ``data`` is checked here, on the worker, and written in one transaction.
+    """
+
+    data: Any
+
+
+@dataclass(frozen=True)
 class EvictCheckpoints:
     """Delete least recently used checkpoints until they fit ``budget_bytes``."""
 
@@ -165,6 +175,7 @@ Job = (
     | SetReasoning
     | RenameConversation
     | DeleteConversation
+    | ImportConversation
     | EvictCheckpoints
     | ClearCheckpoints
     | ContinueWithSummary
