@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.models.tree_snapshot import TreeSnapshot
-from app.preferences import Preferences, save_preferences
+from app.preferences import Preferences
 from app.values import ModelInfo, SamplingParams
 from app.workers import jobs
 from app.workers.jobs import JobResult
@@ -86,6 +86,8 @@ def failure_title(job: jobs.Job) -> str:
             return "Could not delete the conversation"
         case jobs.ImportConversation():
             return "Could not import the conversation"
+        case jobs.SavePreferences():
+            return "Could not save the settings"
         case jobs.EvictCheckpoints():
             return "Cannot evict checkpoints"
         case jobs.ClearCheckpoints():
@@ -185,8 +187,7 @@ class WindowPresenter:
     Parameters
     ----------
     db
-        The open database, for reads (the engine worker does every write but
-        the preferences').
+        The open database, for reads (the engine worker does every write).
     engine
         Where jobs go.
     prefs
@@ -528,15 +529,11 @@ class WindowPresenter:
     # --- preferences --------------------------------------------------------------
 
     def save_preferences(self, prefs: Preferences) -> None:
-        """Keep ``prefs`` and store them (not on a read-only database)."""
+        """Use ``prefs`` now; the worker stores them (not on a read-only database)."""
         self.prefs = prefs
         self.view.preferences_changed(prefs)
-        if self.read_only:
-            return
-        try:
-            save_preferences(self.db, prefs)
-        except StorageUnavailable as exc:
-            self.view.show_error("Could not save the settings", str(exc))
+        if not self.read_only:
+            self.engine.submit(jobs.SavePreferences(prefs))
 
     def apply_preferences(self, prefs: Preferences) -> None:
         """Save new preferences; reload the model if it or its settings changed."""

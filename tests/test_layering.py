@@ -47,7 +47,8 @@ REPOSITORY_WRITES = frozenset(
         "set_setting",
     }
 )
-# storage/exchange.py: importing a conversation writes it.
+# storage/exchange.py: importing a conversation writes it. (And
+# app.preferences.save_preferences writes the settings.)
 EXCHANGE_WRITES = frozenset({"import_file", "import_json"})
 
 
@@ -166,6 +167,7 @@ def test_the_window_side_writes_nothing_itself():
         str(p.relative_to(ROOT)): sorted(
             (_repository_names(p) & REPOSITORY_WRITES)
             | (_repository_names(p, "storage.exchange") & EXCHANGE_WRITES)
+            | (_repository_names(p, "app.preferences") & {"save_preferences"})
         )
         for p in _python_files(*WINDOW_SIDE)
     }

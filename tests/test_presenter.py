@@ -214,7 +214,9 @@ def test_a_read_only_database_is_browsed_without_a_single_job(
     assert p.conversation_id == conversation
     p.activate(user.id)
     p.parent_message()
-    assert p.active_id == root and s.engine.submitted == []
+    p.save_preferences(replace(p.prefs, tree_view="graph"))  # kept, not stored
+    assert p.active_id == root and p.prefs.tree_view == "graph"
+    assert s.engine.submitted == []
     states = p.action_states()
     assert not any(states[name] for name in WRITABLE_ACTIONS)
     assert all(states[name] for name in IDLE_ACTIONS)
@@ -238,6 +240,8 @@ def test_replies_regenerate_and_branch_switches_through_jobs(open_session, tiny_
     assert p.composer_state() == (False, "Loading the model…")
     s.engine.run_jobs()
     assert p.model_info is not None and s.view.said("model_loaded")
+    # The worker stored the model as the one to open next time.
+    assert load_preferences(s.db).recent_models == (str(tiny_model),)
 
     assert p.send("  hello  ", None) is True  # the composer's text was taken
     job = s.engine.submitted[-1]

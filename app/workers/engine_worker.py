@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from app.backend.errors import ContextFullError
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
+from app.preferences import save_preferences
 from app.workers import jobs
 from app.workers.jobs import JobResult
 from storage import repository
@@ -129,6 +130,12 @@ class EngineWorker(QObject):
                 return JobResult(job, evicted_bytes=service.evict(budget))
             case jobs.ClearCheckpoints():
                 return JobResult(job, evicted_bytes=service.clear_checkpoints())
+            case jobs.SavePreferences(prefs=prefs):
+                # Not the service's: preferences are the user's, not a
+                # conversation's; written here so that the window never waits
+                # for the database's write lock.
+                save_preferences(self._db, prefs)
+                return JobResult(job)
             case jobs.ContinueWithSummary(node_id=node_id, params=params):
                 conversation, root = service.continue_in_new_conversation(
                     node_id, params, self.cancel_requested.is_set

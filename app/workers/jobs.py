@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.preferences import Preferences
 from app.values import BackendSettings, SamplingParams
 
 if TYPE_CHECKING:
@@ -154,6 +155,13 @@ class SetReasoning:
 
 
 @dataclass(frozen=True)
+class SavePreferences:
+    """Store the user's preferences (the window keeps using them at once)."""
+
+    prefs: Preferences
+
+
+@dataclass(frozen=True)
 class ContinueWithSummary:
     """Start a conversation from the model's summary of ``node_id``'s path."""
 
@@ -178,6 +186,7 @@ Job = (
     | ImportConversation
     | EvictCheckpoints
     | ClearCheckpoints
+    | SavePreferences
     | ContinueWithSummary
 )
 
