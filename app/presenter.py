@@ -384,9 +384,10 @@ class WindowPresenter:
 
     def last_of_role(self, role: str) -> int | None:
         """The last message of ``role`` on the active path."""
-        if self.active_id not in self.snapshot:
+        active = self.active_id
+        if active is None or active not in self.snapshot:
             return None
-        return self.snapshot.last_of_role(self.active_id, role)
+        return self.snapshot.last_of_role(active, role)
 
     # --- generating ---------------------------------------------------------------
 
@@ -611,16 +612,17 @@ class WindowPresenter:
 
     def _walk(self, move: _Move) -> None:
         """Activate where ``move`` leads from the active node, if anywhere."""
-        if self.generating or self.active_id not in self.snapshot:
+        active = self.active_id
+        if self.generating or active is None or active not in self.snapshot:
             return
-        target = move(self.snapshot, self.active_id)
+        target = move(self.snapshot, active)
         if target is not None:
             self.activate(target)
 
     def _active_role(self) -> str | None:
-        if self.active_id not in self.snapshot:
-            return None
-        return self.snapshot.nodes[self.active_id].role
+        active = self.active_id
+        node = self.snapshot.nodes.get(active) if active is not None else None
+        return node.role if node is not None else None
 
     def _parent(self, node_id: int) -> int:
         parent = self.snapshot.nodes[node_id].parent_id

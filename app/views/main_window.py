@@ -278,7 +278,7 @@ class MainWindow(QMainWindow):
 
     def focus_tree(self) -> None:
         """Show the tree and give it the keyboard."""
-        self.tree_action.setChecked(True)
+        self.actions_by_name["tree"].setChecked(True)
         self.tree_panel.show()
         self.tree_panel.view.setFocus()
 
@@ -294,11 +294,10 @@ class MainWindow(QMainWindow):
         self.composer.set_available(*presenter.composer_state())
         for name, enabled in presenter.action_states().items():
             self.actions_by_name[name].setEnabled(enabled)
-        idle = not presenter.generating
-        for widget in (self.sidebar, self.tree_panel.view):
-            widget.setEnabled(idle)
-        for widget in (self.tree_panel.delete_button, self.composer.reasoning_box):
-            widget.setEnabled(presenter.writable)
+        self.sidebar.setEnabled(not presenter.generating)
+        self.tree_panel.view.setEnabled(not presenter.generating)
+        self.tree_panel.delete_button.setEnabled(presenter.writable)
+        self.composer.reasoning_box.setEnabled(presenter.writable)
         self.transcript.set_actions_enabled(presenter.can_reply)
 
     # --- actions and requests that ask the user first -----------------------------

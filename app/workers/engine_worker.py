@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.backend.errors import ContextFullError
+from app.conversation.context_sync import SyncStats
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
 from app.preferences import save_preferences
@@ -122,7 +123,13 @@ class EngineWorker(QObject):
             case jobs.DeleteConversation(conversation_id=conversation):
                 service.delete_conversation(conversation)
                 # The context is empty now if it held that conversation.
-                return JobResult(job, conversation_id=conversation, **self._context())
+                tokens, n_ctx = self._context()
+                return JobResult(
+                    job,
+                    conversation_id=conversation,
+                    context_tokens=tokens,
+                    n_ctx=n_ctx,
+                )
             case jobs.ImportConversation(data=data):
                 conversation = service.import_conversation(data)
                 return JobResult(job, conversation_id=conversation)
@@ -219,18 +226,20 @@ class EngineWorker(QObject):
             evicted_bytes=evicted,
         )
 
-    def _positioned(self, job: jobs.Job, node_id: int, **extra: Any) -> JobResult:
+    def _positioned(
+        self, job: jobs.Job, node_id: int, sync: SyncStats | None = None
+    ) -> JobResult:
+        tokens, n_ctx = self._context()
         return JobResult(
             job,
             conversation_id=repository.get_node(self._db, node_id).conversation_id,
             node_id=node_id,
-            **self._context(),
-            **extra,
+            sync=sync,
+            context_tokens=tokens,
+            n_ctx=n_ctx,
         )
 
-    def _context(self) -> dict[str, int]:
-        """How full the engine's context is: ``context_tokens`` and ``n_ctx``."""
+    def _context(self) -> tuple[int, int]:
+        """How full the engine's context is: tokens held, and its size."""
         engine = self._service.engine
-        if engine is None:
-            return {"context_tokens": 0, "n_ctx": 0}
-        return {"context_tokens": engine.n_past, "n_ctx": engine.n_ctx}
+        return (engine.n_past, engine.n_ctx) if engine is not None else (0, 0)

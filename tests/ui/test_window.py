@@ -249,9 +249,8 @@ def test_a_reply_evicts_checkpoints_beyond_the_budget_and_keeps_every_message(
     replied = next(r for r in results if isinstance(r.job, jobs.Send))
     assert replied.evicted_bytes > 0
     assert repository.total_checkpoint_bytes(window.db) <= 1
-    assert [n.text for n in repository.get_path(window.db, replied.node_id)][
-        1:4:2
-    ] == ["one", "two"]
+    path = repository.get_path(window.db, replied.node_id)
+    assert [n.text for n in path][1:4:2] == ["one", "two"]
 
 
 # --- keyboard shortcuts -------------------------------------------------------
