@@ -8,11 +8,9 @@ order.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.values import BackendSettings
 from app.workers import jobs
 from app.workers.engine_worker import EngineWorker
 from app.workers.jobs import JobResult
@@ -80,10 +78,6 @@ class EngineController(QObject):
             return
         self._pending += 1
         self._job_requested.emit(job)
-
-    def load_model(self, path: Path, settings: BackendSettings) -> None:
-        """Load a model (replacing the current one)."""
-        self.submit(jobs.LoadModel(path, settings))
 
     def stop(self) -> None:
         """Ask the running generation to stop after the current token."""
