@@ -642,7 +642,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from storage import exchange
 
     service = _open(args, with_model=False)
-    result = exchange.import_file(service.db, args.file)
+    result = service.import_conversation(exchange.read_json_file(args.file))
     return _emit(
         {
             "conversation": result.conversation_id,

@@ -13,7 +13,7 @@ import json
 from PySide6.QtCore import QTimer
 
 from app.views.main_window import MainWindow
-from app.workers.jobs import GENERATING_KINDS, JobResult
+from app.workers.jobs import JobResult, is_generating
 
 ENV_VAR = "ARBOR_SMOKE_MESSAGE"
 
@@ -37,7 +37,7 @@ def run_smoke_test(window: MainWindow, text: str, timeout_ms: int = 120_000) -> 
         window.send_action.trigger()
 
     def on_finished(result: JobResult) -> None:
-        if sent and result.kind in GENERATING_KINDS:
+        if sent and is_generating(result.job):
             if result.reply is not None:
                 finish({"reply": result.reply.text})
             else:

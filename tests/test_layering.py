@@ -1,5 +1,6 @@
 """Architecture rules: only app/backend imports llama_cpp; storage and the Qt-free
-packages never import PySide6."""
+packages never import PySide6; the window side (views, Qt models, presenter)
+writes nothing itself and names no backend module."""
 
 from __future__ import annotations
 
@@ -7,52 +8,204 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QT_FREE = ["storage", "app/backend", "app/conversation", "app/bench"]
+QT_FREE = [
+    "storage",
+    "app/backend",
+    "app/conversation",
+    "app/bench",
+    "app/presenter.py",
+    "app/actions.py",
+    "app/values.py",
+    "app/workers/jobs.py",
+]
+# The window side: it reads snapshots and submits jobs; the engine worker,
+# through the conversation service, does every write.
+WINDOW_SIDE = ["app/views", "app/models", "app/presenter.py", "app/actions.py"]
+
+# The functions of storage/repository.py that write (checked against the
+# file below, so that a new writing function must be listed here).
+REPOSITORY_WRITES = frozenset(
+    {
+        "release_space",
+        "create_conversation",
+        "rename_conversation",
+        "title_if_unnamed",
+        "delete_conversation",
+        "set_reasoning",
+        "set_active_node",
+        "add_node",
+        "update_node",
+        "delete_subtree",
+        "mark_interrupted_generations",
+        "ensure_profile",
+        "save_checkpoint",
+        "touch_checkpoints",
+        "load_checkpoint",  # marks the checkpoint as recently used
+        "delete_checkpoints",
+        "evict_checkpoints",
+        "insert_conversation",
+        "set_setting",
+    }
+)
+# storage/exchange.py: importing a conversation writes it. (And
+# app.preferences.save_preferences writes the settings.)
+EXCHANGE_WRITES = frozenset({"import_file", "import_json"})
 
 
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    """Top-level package names ``path`` imports."""
+    return {name.split(".")[0] for name in _modules(path)}
+
+
+def _modules(path: Path) -> set[str]:
+    """Full names of the modules ``path`` imports (``from a import b``: ``a.b``
+    as well as ``a``, since ``b`` may be a module)."""
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_parse(path)):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
-def _python_files(*folders: str) -> list[Path]:
-    return [p for folder in folders for p in (ROOT / folder).rglob("*.py")]
+def _repository_names(path: Path, module: str = "storage.repository") -> set[str]:
+    """The names of ``module`` that ``path`` uses: imported from it, or read as
+    attributes of the module under whatever name it was bound."""
+    tree = _parse(path)
+    package, _dot, name = module.rpartition(".")
+    used: set[str] = set()
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == module:
+            used.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == package:
+            aliases.update(
+                alias.asname or alias.name for alias in node.names if alias.name == name
+            )
+        elif isinstance(node, ast.Import):
+            aliases.update(
+                alias.asname or alias.name
+                for alias in node.names
+                if alias.name == module
+            )
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) in aliases:
+            used.add(node.attr)
+    return used
+
+
+def _repository_writes_found() -> set[str]:
+    """Functions of storage/repository.py that open a write transaction, free
+    space, or call one that does (found in the source)."""
+    functions = {
+        node.name: node
+        for node in _parse(ROOT / "storage/repository.py").body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+    def calls(function: ast.FunctionDef) -> set[str]:
+        names = set()
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                func = node.func
+                names.add(func.attr if isinstance(func, ast.Attribute) else "")
+                names.add(func.id if isinstance(func, ast.Name) else "")
+        return names
+
+    writes = {
+        name
+        for name, function in functions.items()
+        if "write" in calls(function)
+        or any(ast.unparse(d) == "_releases_space" for d in function.decorator_list)
+    }
+    while True:  # callers of writers write too
+        more = {n for n, f in functions.items() if calls(f) & writes} - writes
+        if not more:
+            return {name for name in writes if not name.startswith("_")}
+        writes |= more
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _python_files(*places: str) -> list[Path]:
+    files = []
+    for place in places:
+        path = ROOT / place
+        files.extend([path] if path.is_file() else sorted(path.rglob("*.py")))
+    return files
+
+
+def _relative(paths: list[Path]) -> list[str]:
+    return [str(p.relative_to(ROOT)) for p in paths]
 
 
 def test_only_the_backend_imports_llama_cpp():
     offenders = [
-        str(p.relative_to(ROOT))
+        p
         for p in _python_files("app", "storage")
         if "llama_cpp" in _imports(p) and "app/backend" not in p.as_posix()
     ]
-    assert offenders == []
+    assert _relative(offenders) == []
 
 
 def test_qt_free_layers_do_not_import_qt():
-    offenders = [
-        str(p.relative_to(ROOT))
-        for p in _python_files(*QT_FREE)
-        if "PySide6" in _imports(p)
-    ]
-    assert offenders == []
+    offenders = [p for p in _python_files(*QT_FREE) if "PySide6" in _imports(p)]
+    assert _relative(offenders) == []
 
 
 def test_storage_does_not_import_the_app():
-    offenders = [
-        str(p.relative_to(ROOT))
-        for p in _python_files("storage")
-        if "app" in _imports(p)
-    ]
-    assert offenders == []
+    offenders = [p for p in _python_files("storage") if "app" in _imports(p)]
+    assert _relative(offenders) == []
+
+
+def test_the_window_side_writes_nothing_itself():
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(
+            (_repository_names(p) & REPOSITORY_WRITES)
+            | (_repository_names(p, "storage.exchange") & EXCHANGE_WRITES)
+            | (_repository_names(p, "app.preferences") & {"save_preferences"})
+        )
+        for p in _python_files(*WINDOW_SIDE)
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_the_window_side_names_no_backend_module():
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(
+            m for m in _modules(p) if m == "app.backend" or m.startswith("app.backend.")
+        )
+        for p in _python_files(*WINDOW_SIDE)
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_the_list_of_repository_writes_is_complete():
+    found = _repository_writes_found()
+    assert found - REPOSITORY_WRITES == set(), "list these in REPOSITORY_WRITES"
+    defined = {
+        node.name
+        for node in _parse(ROOT / "storage/repository.py").body
+        if isinstance(node, ast.FunctionDef)
+    }
+    assert REPOSITORY_WRITES - defined == set(), "no longer in storage/repository.py"
 
 
 def test_rules_see_the_files():
     # Guard against the checks above passing because they found nothing.
     assert len(_python_files("app/backend")) >= 5
     assert len(_python_files("storage")) >= 4
+    assert len(_python_files(*WINDOW_SIDE)) >= 30
+    # The write check finds writes where they are (the dialogs read).
+    assert _repository_names(ROOT / "app/conversation/service.py") & REPOSITORY_WRITES
+    assert {"list_conversations", "total_checkpoint_bytes"} <= _repository_names(
+        ROOT / "app/views/dialogs/storage.py"
+    )
+    assert "import_json" in _repository_names(
+        ROOT / "app/conversation/service.py", "storage.exchange"
+    )
+    assert len(_repository_writes_found()) >= 15

@@ -26,7 +26,7 @@ from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
 from app.plain_text import plain_text
-from storage import repository
+from storage import exchange, repository
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
@@ -274,6 +274,26 @@ class ConversationService:
             )
         repository.set_reasoning(self.db, conversation_id, choice)
 
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        """Give a conversation a new title."""
+        _check_text(title, "title")
+        if not title.strip():
+            raise ServiceError("A conversation's title cannot be empty.")
+        repository.rename_conversation(self.db, conversation_id, title)
+
+    def import_conversation(self, data: Any) -> exchange.ImportResult:
+        """Create a conversation from an exported file's JSON; say what was made.
+
+        ``ExchangeError`` names what is wrong with ``data``; nothing is then
+        written.
+        """
+        return exchange.import_json(self.db, data)
+
+    def set_active_node(self, node_id: int) -> None:
+        """Remember ``node_id`` as where its conversation continues (the engine
+        stays where it is; ``restore`` moves it)."""
+        repository.set_active_node(self.db, node_id)
+
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete a conversation with every message and checkpoint in it."""
         sync = self._sync
@@ -289,6 +309,11 @@ class ConversationService:
         if conversation_id is not None:
             repository.get_conversation(self.db, conversation_id)  # NotFound
         return repository.delete_checkpoints(self.db, conversation_id=conversation_id)
+
+    def evict(self, budget_bytes: int) -> int:
+        """Delete least recently used checkpoints until they fit ``budget_bytes``;
+        return bytes freed. Messages stay, as for ``clear_checkpoints``."""
+        return repository.evict_checkpoints(self.db, budget_bytes)
 
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id."""

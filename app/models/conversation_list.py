@@ -30,7 +30,7 @@ class ConversationListModel(QAbstractListModel):
     Parameters
     ----------
     db
-        The open database (read on ``refresh``, written by ``rename``).
+        The open database (read on ``refresh``; this model never writes).
     parent
         The Qt parent.
     """
@@ -84,10 +84,20 @@ class ConversationListModel(QAbstractListModel):
             return f"{messages} messages · {size} · {when}"
         return None
 
-    def rename(self, row: int, title: str) -> None:
-        """Rename the conversation at ``row``; raises ``StorageUnavailable``."""
-        record = self._records[row]
-        repository.rename_conversation(self._db, record.id, title)
-        self._records[row] = replace(record, title=title)
+    def set_title(self, conversation_id: int, title: str) -> None:
+        """Show a new title for a conversation (the worker stores it)."""
+        row = self.row_of(conversation_id)
+        if row < 0:
+            return
+        self._records[row] = replace(self._records[row], title=title)
         index = self.index(row, 0)
         self.dataChanged.emit(index, index)
+
+    def remove(self, conversation_id: int) -> None:
+        """Stop listing a conversation (the worker is deleting it)."""
+        row = self.row_of(conversation_id)
+        if row < 0:
+            return
+        self.beginRemoveRows(QModelIndex(), row, row)
+        del self._records[row]
+        self.endRemoveRows()

@@ -80,6 +80,14 @@ class TreeSnapshot:
             node_id = self.children[node_id][-1]
         return node_id
 
+    def descendant_count(self, node_id: int) -> int:
+        """How many nodes lie below ``node_id`` (what deleting it also deletes)."""
+        pending, count = list(self.children.get(node_id, [])), 0
+        while pending:
+            count += 1
+            pending.extend(self.children.get(pending.pop(), []))
+        return count
+
     # --- keyboard navigation: where each move from the active node leads ---------
 
     def sibling_step(self, node_id: int, step: int) -> int | None:

@@ -1,14 +1,16 @@
 """File → Export conversation… and File → Import conversation…: ask, then do.
 
 The questions (which file?) are module-level functions so that tests can
-answer them without a native file dialog. The work is ``storage.exchange``
-(Qt-free, like the repository reads the window makes directly); failures a
-person can act on go to ``show_error``.
+answer them without a native file dialog. Exporting reads the database
+(``storage.exchange``); importing reads the file here and leaves the checks
+and the writing to the engine worker (an ``ImportConversation`` job). Failures
+a person can act on go to ``show_error``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtWidgets import QFileDialog, QWidget
 
@@ -94,13 +96,14 @@ def export_conversation(
     return path
 
 
-def import_conversation(parent: QWidget, db: Database) -> int | None:
-    """Ask for a file and import it as a new conversation; return its id, or None."""
+def read_import(parent: QWidget) -> Any | None:
+    """Ask for a conversation file and read its JSON; None if the user cancels
+    or it cannot be read (the error is shown). The worker imports it."""
     path = ask_import_path(parent)
     if path is None:
         return None
     try:
-        return exchange.import_file(db, path).conversation_id
+        return exchange.read_json_file(path)
     except _EXPECTED as exc:
         show_error(parent, "Could not import the conversation", _reason(exc))
         return None

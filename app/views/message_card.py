@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.actions import TIMES
 from app.views.message_body import MessageBody
 from app.views.theme import icon
 from app.views.thinking import ThinkingSection
@@ -41,7 +42,6 @@ STATUS_NOTES = {
 # The "Regenerate N times" choices of a reply's regenerate menu (the engine
 # generates up to four replies together).
 ALTERNATIVE_COUNTS = (2, 3, 4)
-TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 class MessageCard(QFrame):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 if TYPE_CHECKING:
-    from app.backend.values import ModelInfo
+    from app.values import ModelInfo
 
 
 class SyncFigures(Protocol):
@@ -19,6 +19,14 @@ class SyncFigures(Protocol):
     reprocessed_tokens: int
     restore_ms: float
     reprocess_ms: float
+
+
+class ReplyFigures(SyncFigures, Protocol):
+    """A reply's figures (``ReplyStats`` fits): the move, the speed, the context."""
+
+    tokens_per_second: float
+    context_tokens: int
+    n_ctx: int
 
 
 def describe_sync(stats: SyncFigures) -> str:

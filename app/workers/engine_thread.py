@@ -1,18 +1,16 @@
 """The GUI-side handle of the engine worker: its thread, its queue, its shutdown.
 
-Widgets call plain methods here (``send``, ``restore``, ...); each becomes a
-job queued to the worker through a signal, so it runs on the engine thread,
-one at a time, in order.
+The window submits jobs here (``app/workers/jobs.py``); each is queued to the
+worker through a signal, so it runs on the engine thread, one at a time, in
+order.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.backend.settings import BackendSettings
 from app.workers import jobs
 from app.workers.engine_worker import EngineWorker
 from app.workers.jobs import JobResult
@@ -30,17 +28,17 @@ class EngineController(QObject):
 
     Signals
     -------
-    started(str), token_received(str), thinking_received(str),
-    alternative_received(int, str), failed(str, str), finished(object)
+    started(object), token_received(str), thinking_received(str),
+    alternative_received(int, str), failed(object, str), finished(object)
         Forwarded from the worker (see ``EngineWorker``), delivered on the
         GUI thread.
     """
 
-    started = Signal(str)
+    started = Signal(object)
     token_received = Signal(str)
     thinking_received = Signal(str)
     alternative_received = Signal(int, str)
-    failed = Signal(str, str)
+    failed = Signal(object, str)
     finished = Signal(object)
 
     _job_requested = Signal(object)
@@ -76,14 +74,10 @@ class EngineController(QObject):
     def submit(self, job: jobs.Job) -> None:
         """Queue a job; its result arrives through ``finished``."""
         if not self._thread.isRunning():
-            log.warning("engine thread stopped; dropping %s", job.kind)
+            log.warning("engine thread stopped; dropping %s", type(job).__name__)
             return
         self._pending += 1
         self._job_requested.emit(job)
-
-    def load_model(self, path: Path, settings: BackendSettings) -> None:
-        """Load a model (replacing the current one)."""
-        self.submit(jobs.LoadModel(path, settings))
 
     def stop(self) -> None:
         """Ask the running generation to stop after the current token."""

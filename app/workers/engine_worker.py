@@ -14,8 +14,10 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.backend.errors import ContextFullError
+from app.conversation.context_sync import SyncStats
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
+from app.preferences import save_preferences
 from app.workers import jobs
 from app.workers.jobs import JobResult
 from storage import repository
@@ -29,8 +31,8 @@ class EngineWorker(QObject):
 
     Signals
     -------
-    started(str)
-        A job of this kind began.
+    started(object)
+        This job began.
     token_received(str)
         A piece of streamed reply text (the answer).
     thinking_received(str)
@@ -39,17 +41,17 @@ class EngineWorker(QObject):
     alternative_received(int, str)
         A piece of the answer of alternative ``index`` (replies generated
         together); their reasoning is not streamed.
-    failed(str, str)
-        A job of this kind failed with a message written for a person.
+    failed(object, str)
+        This job failed with a message written for a person.
     finished(object)
         A job ended (after success *and* failure) with its ``JobResult``.
     """
 
-    started = Signal(str)
+    started = Signal(object)
     token_received = Signal(str)
     thinking_received = Signal(str)
     alternative_received = Signal(int, str)
-    failed = Signal(str, str)
+    failed = Signal(object, str)
     finished = Signal(object)
 
     def __init__(self, db: Database) -> None:
@@ -64,31 +66,29 @@ class EngineWorker(QObject):
     def run(self, job: jobs.Job) -> None:
         """Run one job and report it; never raises expected errors."""
         self.cancel_requested.clear()
-        self.started.emit(job.kind)
+        self.started.emit(job)
+        name = type(job).__name__
         try:
             result = self._dispatch(job)
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
-            log.info("%s: the context is full: %s", job.kind, exc)
-            result = JobResult(kind=job.kind, error=str(exc), context_full=True)
+            log.info("%s: the context is full: %s", name, exc)
+            result = JobResult(job, error=str(exc), context_full=True)
         except USER_ERRORS as exc:
-            log.info("%s failed: %s", job.kind, exc)
-            self.failed.emit(job.kind, str(exc))
-            result = JobResult(kind=job.kind, error=str(exc))
+            log.info("%s failed: %s", name, exc)
+            self.failed.emit(job, str(exc))
+            result = JobResult(job, error=str(exc))
         except Exception:
             # A bug: let the window leave its busy state, then let the exception
             # reach sys.excepthook (the crash dialog) with its traceback.
-            self.finished.emit(JobResult(kind=job.kind, error="internal error"))
+            self.finished.emit(JobResult(job, error="internal error"))
             raise
         self.finished.emit(result)
 
     @Slot()
     def shut_down(self) -> None:
         """Free the model and end the thread's event loop (runs on the thread)."""
-        engine = self._service.engine
-        self._service = ConversationService(self._db)
-        if engine is not None:
-            engine.close()
+        self.close()
         thread = QThread.currentThread()
         if thread is not None:
             thread.quit()
@@ -96,65 +96,103 @@ class EngineWorker(QObject):
     # --- jobs -------------------------------------------------------------------
 
     def _dispatch(self, job: jobs.Job) -> JobResult:
-        if isinstance(job, jobs.LoadModel):
-            return self._load(job)
-        if isinstance(job, jobs.NewConversation):
-            conversation, root = self._service.new_conversation(
-                job.system_prompt, job.title
-            )
-            return JobResult(kind=job.kind, conversation_id=conversation, node_id=root)
-        if isinstance(job, jobs.Restore):
-            sync = self._service.restore(job.node_id)
-            return self._positioned(job.kind, job.node_id, sync=sync)
-        if isinstance(job, jobs.DeleteBranch):
-            parent = self._service.delete_branch(job.node_id)
-            active = repository.get_conversation(
-                self._db, repository.get_node(self._db, parent).conversation_id
-            ).active_node_id
-            return JobResult(kind=job.kind, node_id=active or parent)
-        if isinstance(job, jobs.SetReasoning):
-            self._service.set_reasoning(job.conversation_id, job.choice)
-            return JobResult(kind=job.kind, conversation_id=job.conversation_id)
-        if isinstance(job, jobs.RegenerateParallel):
-            return self._alternatives(job)
-        if isinstance(job, jobs.ContinueWithSummary):
-            conversation, root = self._service.continue_in_new_conversation(
-                job.node_id, job.params, self.cancel_requested.is_set
-            )
-            return JobResult(kind=job.kind, conversation_id=conversation, node_id=root)
-        return self._generate(job)
+        service = self._service
+        match job:
+            case jobs.LoadModel():
+                return self._load(job)
+            case jobs.NewConversation(system_prompt=prompt, title=title):
+                conversation, root = service.new_conversation(prompt, title)
+                return JobResult(job, conversation_id=conversation, node_id=root)
+            case jobs.Restore(node_id=node_id):
+                return self._positioned(job, node_id, sync=service.restore(node_id))
+            case jobs.SetActiveNode(node_id=node_id):
+                service.set_active_node(node_id)
+                return JobResult(job, node_id=node_id)
+            case jobs.DeleteBranch(node_id=node_id):
+                parent = service.delete_branch(node_id)
+                active = repository.get_conversation(
+                    self._db, repository.get_node(self._db, parent).conversation_id
+                ).active_node_id
+                return JobResult(job, node_id=active or parent)
+            case jobs.SetReasoning(conversation_id=conversation, choice=choice):
+                service.set_reasoning(conversation, choice)
+                return JobResult(job, conversation_id=conversation)
+            case jobs.RenameConversation(conversation_id=conversation, title=title):
+                service.rename_conversation(conversation, title)
+                return JobResult(job, conversation_id=conversation)
+            case jobs.DeleteConversation(conversation_id=conversation):
+                service.delete_conversation(conversation)
+                # The context is empty now if it held that conversation.
+                tokens, n_ctx = self._context()
+                return JobResult(
+                    job,
+                    conversation_id=conversation,
+                    context_tokens=tokens,
+                    n_ctx=n_ctx,
+                )
+            case jobs.ImportConversation(data=data):
+                imported = service.import_conversation(data)
+                return JobResult(job, conversation_id=imported.conversation_id)
+            case jobs.EvictCheckpoints(budget_bytes=budget):
+                return JobResult(job, evicted_bytes=service.evict(budget))
+            case jobs.ClearCheckpoints():
+                return JobResult(job, evicted_bytes=service.clear_checkpoints())
+            case jobs.SavePreferences(prefs=prefs):
+                # Not the service's: preferences are the user's, not a
+                # conversation's; written here so that the window never waits
+                # for the database's write lock.
+                save_preferences(self._db, prefs)
+                return JobResult(job)
+            case jobs.ContinueWithSummary(node_id=node_id, params=params):
+                conversation, root = service.continue_in_new_conversation(
+                    node_id, params, self.cancel_requested.is_set
+                )
+                return JobResult(job, conversation_id=conversation, node_id=root)
+            case jobs.RegenerateParallel():
+                return self._alternatives(job)
+            case jobs.Send() | jobs.Edit() | jobs.Regenerate() | jobs.GenerateReply():
+                return self._generate(job)
+            case _:  # a job type added without its case here: a bug
+                raise TypeError(f"unknown job {job!r}")
+
+    def close(self) -> None:
+        """Free the model; jobs that need none still run."""
+        engine = self._service.engine
+        self._service = ConversationService(self._db)
+        if engine is not None:
+            engine.close()
 
     def _load(self, job: jobs.LoadModel) -> JobResult:
         # Imported here: loading llama.cpp's library is only needed once a
         # model is asked for, and the window must appear before that.
         from app.backend.engine import LlamaEngine
 
-        old = self._service.engine
-        self._service = ConversationService(self._db)
-        if old is not None:
-            old.close()  # free the old model's memory before loading the next
+        self.close()  # free the old model's memory before loading the next
         engine = LlamaEngine(job.path, job.settings)
         self._service = ConversationService(self._db, engine)
-        return JobResult(kind=job.kind, model=engine.info, n_ctx=engine.n_ctx)
+        return JobResult(job, model=engine.info, n_ctx=engine.n_ctx)
 
-    def _generate(self, job: jobs.Job) -> JobResult:
-        kwargs: dict[str, Any] = {
+    def _generate(
+        self, job: jobs.Send | jobs.Edit | jobs.Regenerate | jobs.GenerateReply
+    ) -> JobResult:
+        streams: dict[str, Any] = {
             "on_token": self.token_received.emit,
             "on_thinking": self.thinking_received.emit,
             "should_stop": self.cancel_requested.is_set,
         }
-        reply: Reply
-        if isinstance(job, jobs.Send):
-            reply = self._service.send(job.parent_id, job.text, job.params, **kwargs)
-        elif isinstance(job, jobs.Edit):
-            reply = self._service.edit(job.node_id, job.text, job.params, **kwargs)
-        elif isinstance(job, jobs.Regenerate):
-            reply = self._service.regenerate(job.node_id, job.params, **kwargs)
-        elif isinstance(job, jobs.GenerateReply):
-            reply = self._service.reply(job.node_id, job.params, **kwargs)
-        else:  # pragma: no cover - every job type is handled above
-            raise TypeError(f"unknown job {job!r}")
-        return self._replied(job.kind, [reply], job.budget_bytes)
+        service = self._service
+        match job:
+            case jobs.Send(parent_id=parent, text=text, params=params):
+                reply = service.send(parent, text, params, **streams)
+            case jobs.Edit(node_id=node_id, text=text, params=params):
+                reply = service.edit(node_id, text, params, **streams)
+            case jobs.Regenerate(node_id=node_id, params=params):
+                reply = service.regenerate(node_id, params, **streams)
+            case jobs.GenerateReply(node_id=node_id, params=params):
+                reply = service.reply(node_id, params, **streams)
+            case _:  # a job type added without its case here: a bug
+                raise TypeError(f"unknown job {job!r}")
+        return self._replied(job, [reply], job.budget_bytes)
 
     def _alternatives(self, job: jobs.RegenerateParallel) -> JobResult:
         replies = self._service.regenerate_parallel(
@@ -164,19 +202,19 @@ class EngineWorker(QObject):
             on_token=self.alternative_received.emit,
             should_stop=self.cancel_requested.is_set,
         )
-        return self._replied(job.kind, replies, job.budget_bytes)
+        return self._replied(job, replies, job.budget_bytes)
 
     def _replied(
-        self, kind: str, replies: list[Reply], budget_bytes: int | None
+        self, job: jobs.Job, replies: list[Reply], budget_bytes: int | None
     ) -> JobResult:
         """The result of a job that made ``replies`` (the first is shown), after
         evicting checkpoints beyond the budget."""
         evicted = 0
         if budget_bytes is not None:
-            evicted = repository.evict_checkpoints(self._db, budget_bytes)
+            evicted = self._service.evict(budget_bytes)
         first = replies[0]
         return JobResult(
-            kind=kind,
+            job,
             conversation_id=repository.get_node(
                 self._db, first.assistant_node
             ).conversation_id,
@@ -188,13 +226,20 @@ class EngineWorker(QObject):
             evicted_bytes=evicted,
         )
 
-    def _positioned(self, kind: str, node_id: int, **extra: Any) -> JobResult:
-        engine = self._service.engine
+    def _positioned(
+        self, job: jobs.Job, node_id: int, sync: SyncStats | None = None
+    ) -> JobResult:
+        tokens, n_ctx = self._context()
         return JobResult(
-            kind=kind,
+            job,
             conversation_id=repository.get_node(self._db, node_id).conversation_id,
             node_id=node_id,
-            context_tokens=engine.n_past if engine is not None else 0,
-            n_ctx=engine.n_ctx if engine is not None else 0,
-            **extra,
+            sync=sync,
+            context_tokens=tokens,
+            n_ctx=n_ctx,
         )
+
+    def _context(self) -> tuple[int, int]:
+        """How full the engine's context is: tokens held, and its size."""
+        engine = self._service.engine
+        return (engine.n_past, engine.n_ctx) if engine is not None else (0, 0)

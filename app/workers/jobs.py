@@ -6,17 +6,17 @@ a time on the engine thread in the order they were asked for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from app.backend.settings import BackendSettings
-from app.backend.values import SamplingParams
+from app.preferences import Preferences
+from app.values import BackendSettings, SamplingParams
 
 if TYPE_CHECKING:
-    from app.backend.values import ModelInfo
     from app.conversation.context_sync import SyncStats
     from app.conversation.service import Reply
+    from app.values import ModelInfo
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,6 @@ class LoadModel:
 
     path: Path
     settings: BackendSettings
-    kind: str = field(default="load", init=False)
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,6 @@ class NewConversation:
 
     system_prompt: str | None
     title: str | None = None
-    kind: str = field(default="new", init=False)
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,6 @@ class Send:
     text: str
     params: SamplingParams
     budget_bytes: int | None = None
-    kind: str = field(default="send", init=False)
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,6 @@ class Edit:
     text: str
     params: SamplingParams
     budget_bytes: int | None = None
-    kind: str = field(default="edit", init=False)
 
 
 @dataclass(frozen=True)
@@ -66,7 +62,6 @@ class Regenerate:
     node_id: int
     params: SamplingParams
     budget_bytes: int | None = None
-    kind: str = field(default="regenerate", init=False)
 
 
 @dataclass(frozen=True)
@@ -78,7 +73,6 @@ class RegenerateParallel:
     params: SamplingParams
     n: int
     budget_bytes: int | None = None
-    kind: str = field(default="alternatives", init=False)
 
 
 @dataclass(frozen=True)
@@ -88,7 +82,6 @@ class GenerateReply:
     node_id: int
     params: SamplingParams
     budget_bytes: int | None = None
-    kind: str = field(default="reply", init=False)
 
 
 @dataclass(frozen=True)
@@ -96,7 +89,6 @@ class Restore:
     """Put the engine at the end of ``node_id``'s path."""
 
     node_id: int
-    kind: str = field(default="restore", init=False)
 
 
 @dataclass(frozen=True)
@@ -104,7 +96,50 @@ class DeleteBranch:
     """Delete ``node_id`` and everything below it."""
 
     node_id: int
-    kind: str = field(default="delete", init=False)
+
+
+@dataclass(frozen=True)
+class SetActiveNode:
+    """Remember ``node_id`` as where its conversation continues (no restore)."""
+
+    node_id: int
+
+
+@dataclass(frozen=True)
+class RenameConversation:
+    """Give a conversation a new title."""
+
+    conversation_id: int
+    title: str
+
+
+@dataclass(frozen=True)
+class DeleteConversation:
+    """Delete a conversation with every message and checkpoint in it."""
+
+    conversation_id: int
+
+
+@dataclass(frozen=True)
+class ImportConversation:
+    """Create a conversation from an exported file's JSON (read by the window).
+
+    ``data`` is checked here, on the worker, and written in one transaction.
+    """
+
+    data: Any
+
+
+@dataclass(frozen=True)
+class EvictCheckpoints:
+    """Delete least recently used checkpoints until they fit ``budget_bytes``."""
+
+    budget_bytes: int
+
+
+@dataclass(frozen=True)
+class ClearCheckpoints:
+    """Delete every checkpoint (messages stay: they are reprocessed when needed)."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +152,13 @@ class SetReasoning:
 
     conversation_id: int
     choice: str | None
-    kind: str = field(default="reasoning", init=False)
+
+
+@dataclass(frozen=True)
+class SavePreferences:
+    """Store the user's preferences (the window keeps using them at once)."""
+
+    prefs: Preferences
 
 
 @dataclass(frozen=True)
@@ -126,7 +167,6 @@ class ContinueWithSummary:
 
     node_id: int
     params: SamplingParams
-    kind: str = field(default="summary", init=False)
 
 
 Job = (
@@ -138,25 +178,38 @@ Job = (
     | RegenerateParallel
     | GenerateReply
     | Restore
+    | SetActiveNode
     | DeleteBranch
     | SetReasoning
+    | RenameConversation
+    | DeleteConversation
+    | ImportConversation
+    | EvictCheckpoints
+    | ClearCheckpoints
+    | SavePreferences
     | ContinueWithSummary
 )
 
-# Jobs that stream tokens and can be stopped.
-GENERATING_KINDS = frozenset({"send", "edit", "regenerate", "reply", "alternatives"})
+
+def is_generating(job: Job | None) -> bool:
+    """Whether ``job`` streams a reply (and can be stopped)."""
+    match job:
+        case Send() | Edit() | Regenerate() | RegenerateParallel() | GenerateReply():
+            return True
+        case _:
+            return False
 
 
 @dataclass(frozen=True)
 class JobResult:
-    """What a job did. ``error`` is set (and the rest mostly empty) on failure.
+    """What ``job`` did. ``error`` is set (and the rest mostly empty) on failure.
 
     ``node_id`` is the node the window should show as active afterwards;
     ``replies`` holds every reply of a job that made several (``reply`` is
     then the first).
     """
 
-    kind: str
+    job: Job
     error: str | None = None
     # The job failed because the branch no longer fits the context: the window
     # offers the ways on (branch, raise the context, continue from a summary).
@@ -169,4 +222,6 @@ class JobResult:
     model: ModelInfo | None = None
     context_tokens: int = 0
     n_ctx: int = 0
+    # Checkpoint bytes the job deleted: eviction beyond the budget after a
+    # reply, EvictCheckpoints, ClearCheckpoints.
     evicted_bytes: int = 0

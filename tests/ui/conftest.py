@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QThread
 
-from app.backend.values import SamplingParams
 from app.gui import build_window
 from app.paths import database_path
 from app.preferences import load_preferences, save_preferences
+from app.values import SamplingParams
 from app.views.main_window import MainWindow
 from storage.db import Database, open_database
 

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 from PySide6.QtCore import Qt
 
+from app.actions import TIMES
 from app.views.alternatives import AlternativesRow
-from app.views.message_card import TIMES
+from app.workers import jobs
 from storage import repository
 from tests.ui.conftest import send, wait_idle
 
@@ -61,7 +62,7 @@ def test_regenerate_x3_streams_side_by_side_and_adds_three_siblings(qtbot, make_
         card = window.transcript.cards[-1]
         assert card.sibling_label.text() == f"{position}/4"
         assert card.text == repository.get_node(window.db, node).text
-    restores = [r for r in results if r.kind == "restore"]
+    restores = [r for r in results if isinstance(r.job, jobs.Restore)]
     assert len(restores) == 2
     assert all(r.sync.reprocessed_tokens == 0 for r in restores)
 

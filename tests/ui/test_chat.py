@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel
 
 from app.preferences import load_preferences, save_preferences
+from app.workers import jobs
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 
@@ -79,7 +80,7 @@ def test_escape_stops_generation_and_keeps_the_partial_reply(qtbot, make_window)
     qtbot.keyClick(window.composer.edit, Qt.Key.Key_Escape)
     wait_idle(qtbot, window)
 
-    reply = next(r for r in results if r.kind == "send").reply
+    reply = next(r for r in results if isinstance(r.job, jobs.Send)).reply
     assert reply.stats.stop_reason == "stopped"
     node = repository.get_node(window.db, window.active_id)
     assert node.status == "stopped" and node.text == reply.text and node.text
@@ -112,7 +113,7 @@ def test_gui_thread_keeps_running_while_a_reply_streams(qtbot, make_window):
     timer.setInterval(10)
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
     qtbot.keyClicks(window.composer.edit, "hi")
-    window.engine.started.connect(lambda _kind: timer.start())
+    window.engine.started.connect(lambda _job: timer.start())
     window.engine.finished.connect(lambda _result: timer.stop())
     qtbot.keyClick(
         window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier

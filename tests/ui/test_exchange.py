@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.views import exchange_actions
 from storage import repository
-from tests.ui.conftest import send, wait_idle
+from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 
 def _answer_export(monkeypatch, path: Path, fmt: str) -> None:
@@ -57,10 +57,12 @@ def test_export_then_import_gives_an_equal_conversation(
 
     _answer_import(monkeypatch, exported)
     window.import_action.trigger()
+    # The worker imports it; then it is shown.
+    qtbot.waitUntil(lambda: window.conversation_id != original, timeout=WAIT_MS)
     imported = window.conversation_id
     assert imported != original
     assert _tree(window.db, imported) == _tree(window.db, original)
-    # Shown at once: in the sidebar, selected, its transcript on screen.
+    # In the sidebar, selected, its transcript on screen.
     assert window.sidebar.current_conversation() == imported
     assert window.list_model.rowCount() == 2
     assert window.transcript.cards[0].text == "first question"
@@ -84,6 +86,7 @@ def test_a_bad_file_shows_one_error_and_imports_nothing(
     bad.write_text(json.dumps({"format": "someone-else", "messages": []}))
     _answer_import(monkeypatch, bad)
     window.import_action.trigger()
+    wait_idle(qtbot, window)  # the worker checks the file's contents
     boxes = [
         w
         for w in QApplication.topLevelWidgets()

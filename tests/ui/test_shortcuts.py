@@ -72,7 +72,7 @@ def test_ctrl_shift_t_focuses_the_tree(qtbot, make_window):
 
 
 def test_the_shortcuts_are_listed_in_help():
-    from app.views.main_window import SHORTCUTS_HELP
+    from app.actions import SHORTCUTS_HELP
 
     for key in ("Alt+Left", "Alt+Up", "Ctrl+R", "Ctrl+E", "Ctrl+Shift+T"):
         assert key in SHORTCUTS_HELP

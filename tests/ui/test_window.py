@@ -199,7 +199,7 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     send(qtbot, window, "one")
     send(qtbot, window, "two")
     texts = [c.text for c in window.transcript.cards]
-    dialog = StorageDialog(window.db, 2048, window)
+    dialog = StorageDialog(window.db, window.engine, 2048, window)
     qtbot.addWidget(dialog)
     assert str(window.db.path) in [
         label.text() for label in dialog.findChildren(type(dialog.total_label))
@@ -207,14 +207,18 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     total = repository.total_checkpoint_bytes(window.db)
     assert total > 0 and dialog.table.rowCount() == 1
 
+    # The worker evicts and clears; the buttons wait for it.
     dialog.budget.setValue(1)  # 1 MB: bigger than everything, nothing to evict
     qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
+    assert dialog.working and not dialog.clear_button.isEnabled()
+    qtbot.waitUntil(lambda: not dialog.working, timeout=WAIT_MS)
     assert repository.total_checkpoint_bytes(window.db) == total
 
     monkeypatch.setattr("app.views.dialogs.storage.confirm", lambda *_: True)
     qtbot.mouseClick(dialog.clear_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.working, timeout=WAIT_MS)
     assert repository.total_checkpoint_bytes(window.db) == 0
-    assert dialog.total_label.text() == "0 B"
+    assert dialog.total_label.text() == "0 B" and dialog.clear_button.isEnabled()
     dialog.close()
 
     # Every message is still there; going back reprocesses instead of restoring.
@@ -242,11 +246,11 @@ def test_a_reply_evicts_checkpoints_beyond_the_budget_and_keeps_every_message(
         jobs.Send(window.active_id, "two", window.prefs.sampling, budget_bytes=1)
     )
     wait_idle(qtbot, window)
-    assert results[-1].evicted_bytes > 0
+    replied = next(r for r in results if isinstance(r.job, jobs.Send))
+    assert replied.evicted_bytes > 0
     assert repository.total_checkpoint_bytes(window.db) <= 1
-    assert [n.text for n in repository.get_path(window.db, results[-1].node_id)][
-        1:4:2
-    ] == ["one", "two"]
+    path = repository.get_path(window.db, replied.node_id)
+    assert [n.text for n in path][1:4:2] == ["one", "two"]
 
 
 # --- keyboard shortcuts -------------------------------------------------------

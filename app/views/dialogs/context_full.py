@@ -7,20 +7,12 @@ conversation that starts from the model's summary of this one.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractButton, QMessageBox, QWidget
 
-
-class WayOn(enum.Enum):
-    """What the user chose to do about a full context."""
-
-    BRANCH = "branch"
-    RAISE = "raise"
-    SUMMARY = "summary"
-    NOTHING = "nothing"
+from app.presenter import WayOn
 
 
 def raised_context_size(n_ctx: int, n_ctx_train: int) -> int | None:

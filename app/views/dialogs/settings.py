@@ -28,10 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backend.errors import InvalidSetting
-from app.backend.settings import KV_CACHE_TYPES, BackendSettings
-from app.backend.values import SamplingParams
 from app.preferences import Preferences
+from app.values import KV_CACHE_TYPES, BackendSettings, InvalidSetting, SamplingParams
 from app.views.welcome import choose_model_file
 
 NO_GPU_EXPLANATION = (

@@ -2,6 +2,9 @@
 
 Checkpoints are a cache (a node's tokens are always kept), so evicting or
 clearing them never loses a message: those nodes are reprocessed when needed.
+Evicting and clearing are jobs for the engine worker, which owns every write
+and may hold those checkpoints' conversation; the dialog reads the sizes
+again when its job is done.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from PySide6.QtWidgets import (
 
 from app.models.conversation_tree import format_bytes
 from app.views.dialogs.errors import confirm, show_error
+from app.workers import jobs
+from app.workers.engine_thread import EngineController
+from app.workers.jobs import JobResult
 from storage import repository
 from storage.db import Database
 from storage.errors import StorageUnavailable
@@ -36,7 +42,10 @@ class StorageDialog(QDialog):
     Parameters
     ----------
     db
-        The open database.
+        The open database (read here).
+    engine
+        Where the evicting and clearing jobs go (their failures are reported
+        by the window, as every job's).
     budget_mb
         The current checkpoint budget in MB (0: no limit).
     parent
@@ -44,13 +53,20 @@ class StorageDialog(QDialog):
     """
 
     def __init__(
-        self, db: Database, budget_mb: int, parent: QWidget | None = None
+        self,
+        db: Database,
+        engine: EngineController,
+        budget_mb: int,
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.setObjectName("StorageDialog")
         self.setWindowTitle("Storage")
         self.resize(600, 460)
         self._db = db
+        self._engine = engine
+        self._job: jobs.Job | None = None  # the job submitted and not yet done
+        engine.finished.connect(self._on_engine_finished)
         layout = QVBoxLayout(self)
         form = QFormLayout()
         location = QLabel(str(db.path))
@@ -130,28 +146,38 @@ class StorageDialog(QDialog):
             self.table.setItem(row, 1, count)
             self.table.setItem(row, 2, size)
 
+    @property
+    def working(self) -> bool:
+        """Whether an eviction or a clearing is under way."""
+        return self._job is not None
+
     @Slot()
     def _on_apply_button_clicked(self) -> None:
-        if self.budget_mb == 0:
-            return
-        try:
-            repository.evict_checkpoints(self._db, self.budget_mb * 1024 * 1024)
-        except StorageUnavailable as exc:
-            show_error(self, "Cannot evict checkpoints", str(exc))
-        self.refresh()
+        if self.budget_mb != 0:
+            self._submit(jobs.EvictCheckpoints(self.budget_mb * 1024 * 1024))
 
     @Slot()
     def _on_clear_button_clicked(self) -> None:
-        if not confirm(
+        if confirm(
             self,
             "Clear checkpoints",
             "Delete every checkpoint? No message is lost; conversations will be "
             "reprocessed (slower) the next time they are opened.",
             "Clear checkpoints",
         ):
-            return
-        try:
-            repository.delete_checkpoints(self._db)
-        except StorageUnavailable as exc:
-            show_error(self, "Cannot clear checkpoints", str(exc))
+            self._submit(jobs.ClearCheckpoints())
+
+    def _submit(self, job: jobs.Job) -> None:
+        self._job = job
+        for button in (self.apply_button, self.clear_button):
+            button.setEnabled(False)
+        self._engine.submit(job)
+
+    @Slot(object)
+    def _on_engine_finished(self, result: JobResult) -> None:
+        if result.job is not self._job:
+            return  # another job of the window's
+        self._job = None
+        for button in (self.apply_button, self.clear_button):
+            button.setEnabled(True)
         self.refresh()

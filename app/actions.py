@@ -1,0 +1,239 @@
+"""The window's actions in one table: text, shortcuts, when enabled, handler.
+
+Qt-free, so the presenter can say which actions are enabled and a test can
+read the table without a window. ``app/views/window_actions.py`` turns each
+row into a ``QAction`` named ``<name>_action`` on the window, whose
+``triggered`` signal calls ``handler``: an attribute path from the window
+(``"presenter.new_conversation"`` or a method of the window itself when the
+action first asks the user something).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+# How many replies "Regenerate last reply N times" generates together (a reply's
+# own regenerate menu offers 2 to 4).
+DEFAULT_ALTERNATIVES = 3
+# The sign of "Regenerate last reply x3", here and in a reply card's own menu.
+TIMES = "\N{MULTIPLICATION SIGN}"
+
+
+class When(Enum):
+    """When an action is enabled."""
+
+    ALWAYS = "always"
+    IDLE = "idle"  # no reply is being generated
+    WRITABLE = "writable"  # idle, and the database can be written
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One action of the window.
+
+    ``shortcuts`` are key sequences in Qt's portable text form; a name
+    starting with ``"Standard:"`` is one of Qt's standard keys (the platform's
+    own binding, e.g. ``"Standard:Quit"``). A ``checkable`` action is a
+    toggle, on at first; its handler gets the new state.
+    """
+
+    name: str
+    text: str
+    handler: str
+    shortcuts: tuple[str, ...] = ()
+    icon: str | None = None
+    when: When = When.ALWAYS
+    checkable: bool = False
+
+
+ACTIONS: tuple[ActionSpec, ...] = (
+    # File
+    ActionSpec(
+        "new",
+        "&New conversation",
+        "presenter.new_conversation",
+        ("Ctrl+N",),
+        "plus",
+        When.WRITABLE,
+    ),
+    ActionSpec(
+        "new_with_prompt",
+        "New conversation with system &prompt…",
+        "ask_new_conversation",
+        ("Ctrl+Shift+N",),
+        when=When.WRITABLE,
+    ),
+    ActionSpec(
+        "import",
+        "&Import conversation…",
+        "ask_import",
+        when=When.WRITABLE,
+    ),
+    ActionSpec("export", "&Export conversation…", "ask_export"),
+    ActionSpec(
+        "open_model",
+        "&Open model file…",
+        "ask_model_file",
+        ("Ctrl+O",),
+        "folder",
+        When.WRITABLE,
+    ),
+    ActionSpec("quit", "&Quit", "close", ("Standard:Quit",)),
+    # Conversation
+    ActionSpec("send", "&Send", "send", ("Ctrl+Return", "Ctrl+Enter"), "send"),
+    ActionSpec("stop", "S&top generating", "stop", ("Esc",), "stop"),
+    ActionSpec(
+        "rename",
+        "&Rename conversation…",
+        "ask_rename_current",
+        ("F2",),
+        when=When.WRITABLE,
+    ),
+    ActionSpec(
+        "delete_conversation",
+        "&Delete conversation…",
+        "ask_delete_current",
+        icon="delete",
+        when=When.WRITABLE,
+    ),
+    ActionSpec("filter", "&Filter conversations", "focus_filter", ("Ctrl+F",)),
+    ActionSpec("find", "F&ind in all conversations…", "open_search", ("Ctrl+Shift+F",)),
+    ActionSpec(
+        "regenerate",
+        "&Regenerate last reply",
+        "presenter.regenerate_last",
+        ("Ctrl+R",),
+        when=When.WRITABLE,
+    ),
+    ActionSpec(
+        "alternatives",
+        f"Regenerate last reply {TIMES}{DEFAULT_ALTERNATIVES} (side by side)",
+        "presenter.alternatives_last",
+        ("Ctrl+Shift+R",),
+        when=When.WRITABLE,
+    ),
+    ActionSpec(
+        "edit_last",
+        "&Edit last message",
+        "edit_last_message",
+        ("Ctrl+E",),
+        when=When.WRITABLE,
+    ),
+    # Tools
+    ActionSpec(
+        "settings",
+        "&Settings…",
+        "open_settings",
+        ("Ctrl+,",),
+        "settings",
+        When.WRITABLE,
+    ),
+    ActionSpec(
+        "storage", "S&torage…", "open_storage", icon="storage", when=When.WRITABLE
+    ),
+    # View
+    ActionSpec(
+        "tree",
+        "Show conversation &tree",
+        "show_tree_panel",
+        ("Ctrl+T",),
+        checkable=True,
+    ),
+    ActionSpec(
+        "focus_tree", "&Focus conversation tree", "focus_tree", ("Ctrl+Shift+T",)
+    ),
+    # Go: a keyboard walk through the tree from the active node.
+    ActionSpec(
+        "previous_branch",
+        "&Previous branch",
+        "presenter.previous_branch",
+        ("Alt+Left",),
+        when=When.IDLE,
+    ),
+    ActionSpec(
+        "next_branch",
+        "&Next branch",
+        "presenter.next_branch",
+        ("Alt+Right",),
+        when=When.IDLE,
+    ),
+    ActionSpec(
+        "parent_message",
+        "P&arent message",
+        "presenter.parent_message",
+        ("Alt+Up",),
+        when=When.IDLE,
+    ),
+    ActionSpec(
+        "child_message",
+        "Newest &child message",
+        "presenter.child_message",
+        ("Alt+Down",),
+        when=When.IDLE,
+    ),
+    # Help
+    ActionSpec("shortcuts", "&Keyboard shortcuts", "show_shortcuts"),
+    ActionSpec("about", "&About Arbor", "show_about"),
+)
+
+# The menu bar: (title, entries); an entry is an action's name, None for a
+# separator, or RECENT_MODELS for the submenu of recently opened models.
+RECENT_MODELS = "recent models"
+MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
+    (
+        "&File",
+        (
+            "new",
+            "new_with_prompt",
+            None,
+            "import",
+            "export",
+            None,
+            "open_model",
+            RECENT_MODELS,
+            None,
+            "quit",
+        ),
+    ),
+    (
+        "&Conversation",
+        (
+            "send",
+            "stop",
+            None,
+            "rename",
+            "delete_conversation",
+            "filter",
+            "find",
+            None,
+            "regenerate",
+            "alternatives",
+            "edit_last",
+        ),
+    ),
+    ("&Tools", ("settings", "storage")),
+    ("&View", ("tree", "focus_tree")),
+    ("&Go", ("previous_branch", "next_branch", "parent_message", "child_message")),
+    ("&Help", ("shortcuts", None, "about")),
+)
+
+SHORTCUTS_HELP = (
+    "Ctrl+Enter\tsend (Enter inserts a new line)\n"
+    "Esc\tstop generating / cancel editing\n"
+    "Ctrl+N\tnew conversation\n"
+    "Ctrl+Shift+N\tnew conversation with a system prompt\n"
+    "Ctrl+O\topen a model file\n"
+    "Ctrl+,\tsettings\n"
+    "Ctrl+F\tfilter conversations\n"
+    "Ctrl+Shift+F\tfind in all conversations\n"
+    "F2\trename the conversation\n"
+    "Alt+Left / Alt+Right\tprevious / next branch at the nearest fork\n"
+    "Alt+Up / Alt+Down\tparent / newest child message\n"
+    "Ctrl+R\tregenerate the last reply (a new sibling)\n"
+    "Ctrl+Shift+R\tregenerate it 3 times, side by side (three new siblings)\n"
+    "Ctrl+E\tedit your last message\n"
+    "Ctrl+Shift+T\tfocus the conversation tree\n"
+    "Ctrl+T\tshow or hide the conversation tree\n"
+    "Del\t(in the tree) delete a branch"
+)

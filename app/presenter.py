@@ -1,0 +1,719 @@
+"""The window's state machine, without Qt: what is shown, what may be done next.
+
+``WindowPresenter`` holds which conversation and node are shown, whether a
+model is loaded or loading, whether a reply is being generated, and whether
+the database can be written. The window forwards what the user asks for
+(send, click a node, rename, ...) and what the engine reports; the presenter
+decides, submits jobs to the engine worker (the only writer, see
+``app/workers/jobs.py``) and tells its ``View`` what to show. Tests drive it
+with plain Python: a recording view and an engine that runs jobs inline.
+
+It reads the database directly (a snapshot of the tree, a conversation's
+record): reads are cheap, and WAL keeps them from waiting on the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
+from app.models.tree_snapshot import TreeSnapshot
+from app.preferences import Preferences
+from app.values import ModelInfo, SamplingParams
+from app.workers import jobs
+from app.workers.jobs import JobResult
+from storage import repository
+from storage.db import Database
+from storage.errors import NotFound, StorageUnavailable
+from storage.repository import ConversationRecord
+
+if TYPE_CHECKING:
+    from app.conversation.context_sync import SyncStats
+    from app.conversation.service import ReplyStats
+
+
+class WayOn(Enum):
+    """What the user chose to do about a branch that filled the context."""
+
+    BRANCH = "branch"  # pick an earlier message and branch from there
+    RAISE = "raise"  # reload the model with a larger context
+    SUMMARY = "summary"  # a new conversation from the model's summary
+    NOTHING = "nothing"
+
+
+def busy_text(job: jobs.Job) -> str | None:
+    """What the status bar says while ``job`` runs (None: nothing)."""
+    match job:
+        case jobs.LoadModel():
+            return "Loading the model…"
+        case jobs.Restore():
+            return "Restoring…"
+        case jobs.DeleteBranch() | jobs.DeleteConversation():
+            return "Deleting…"
+        case jobs.ClearCheckpoints() | jobs.EvictCheckpoints():
+            return "Deleting checkpoints…"
+        case jobs.ContinueWithSummary():
+            return "Summarizing this branch…"
+        case _ if jobs.is_generating(job):
+            return "Generating…"
+        case _:
+            return None
+
+
+def failure_title(job: jobs.Job) -> str:
+    """The title of the message that says ``job`` failed."""
+    match job:
+        case jobs.LoadModel():
+            return "Could not load the model"
+        case jobs.NewConversation():
+            return "Could not create the conversation"
+        case jobs.ContinueWithSummary():
+            return "Could not continue from a summary"
+        case jobs.Restore():
+            return "Could not go to that message"
+        case jobs.SetActiveNode():
+            return "Could not save your place"
+        case jobs.DeleteBranch():
+            return "Could not delete the branch"
+        case jobs.SetReasoning():
+            return "Could not change the reasoning setting"
+        case jobs.RenameConversation():
+            return "Could not rename the conversation"
+        case jobs.DeleteConversation():
+            return "Could not delete the conversation"
+        case jobs.ImportConversation():
+            return "Could not import the conversation"
+        case jobs.SavePreferences():
+            return "Could not save the settings"
+        case jobs.EvictCheckpoints():
+            return "Cannot evict checkpoints"
+        case jobs.ClearCheckpoints():
+            return "Cannot clear checkpoints"
+        case _:
+            return "Could not generate a reply"
+
+
+class Engine(Protocol):
+    """What the presenter needs of the engine thread (``EngineController``)."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is queued or running."""
+        ...
+
+    def submit(self, job: jobs.Job) -> None:
+        """Queue a job; its result comes back through ``on_finished``."""
+        ...
+
+    def stop(self) -> None:
+        """Ask the running generation to stop."""
+        ...
+
+
+class View(Protocol):
+    """What the presenter asks of the window."""
+
+    def conversation_shown(self, record: ConversationRecord) -> None:
+        """A conversation is now shown: its title, its reasoning choice."""
+
+    def show_title(self, conversation_id: int, title: str) -> None:
+        """A conversation has this title now (in the list, and the window's)."""
+
+    def show_tree(self, snapshot: TreeSnapshot) -> None:
+        """The tree of the shown conversation changed."""
+
+    def show_path(self, node_id: int | None, follow: bool) -> None:
+        """Show the path to the active node; ``follow`` keeps the newest in sight."""
+
+    def begin_reply(self, prefix_id: int, pending_text: str | None, n: int) -> None:
+        """A reply starts streaming after ``prefix_id`` (``n`` > 0: ``n`` of them,
+        side by side)."""
+
+    def refresh_list(self, selected: int | None) -> None:
+        """Re-read the conversation list and highlight ``selected``."""
+
+    def conversation_removed(self, conversation_id: int) -> None:
+        """Take a conversation out of the list at once (it is being deleted)."""
+
+    def set_busy(self, text: str | None) -> None:
+        """Say what the engine is doing (None: nothing)."""
+
+    def show_message(self, text: str) -> None:
+        """A passing note in the status bar."""
+
+    def show_error(self, title: str, text: str) -> None:
+        """Something the user asked for failed."""
+
+    def show_restore(self, stats: SyncStats, context_tokens: int, n_ctx: int) -> None:
+        """How the engine reached the active node, and how full the context is."""
+
+    def show_reply_stats(self, stats: ReplyStats) -> None:
+        """A reply's figures: its speed, the context, how its parent was reached."""
+
+    def model_loaded(self, info: ModelInfo, n_ctx: int) -> None:
+        """A model is loaded: show it and the chat."""
+
+    def model_missing(self) -> None:
+        """No model could be loaded: ask for one."""
+
+    def show_chat(self, chat: bool) -> None:
+        """Show the conversation (True) or the page that asks for a model."""
+
+    def give_back_text(self, text: str) -> None:
+        """A message that was not sent goes back to the composer, if it is empty."""
+
+    def show_reasoning(self, choice: str | None) -> None:
+        """The conversation's stored reasoning choice (after a failed change)."""
+
+    def offer_ways_on(self, message: str, n_ctx: int, n_ctx_train: int) -> None:
+        """The branch filled the context: let the user pick a ``WayOn``."""
+
+    def focus_tree(self) -> None:
+        """Show the tree and give it the keyboard."""
+
+    def preferences_changed(self, prefs: Preferences) -> None:
+        """The preferences changed (e.g. the recent models)."""
+
+    def state_changed(self) -> None:
+        """Anything the enabled actions or the composer depend on changed."""
+
+
+class WindowPresenter:
+    """The window's state and decisions.
+
+    Parameters
+    ----------
+    db
+        The open database, for reads (the engine worker does every write).
+    engine
+        Where jobs go.
+    prefs
+        The user's preferences.
+    view
+        The window.
+    """
+
+    def __init__(
+        self, db: Database, engine: Engine, prefs: Preferences, view: View
+    ) -> None:
+        self.db = db
+        self.engine = engine
+        self.prefs = prefs
+        self.view = view
+        self.read_only = db.read_only
+        self.model_info: ModelInfo | None = None
+        self.loading_model: str | None = None
+        self.conversation_id: int | None = None
+        self.active_id: int | None = None
+        self.snapshot = TreeSnapshot.empty()
+        # The shown conversation's stored reasoning choice (None: the default).
+        self.reasoning: str | None = None
+        # The reply being generated, and the user's text it was sent with.
+        self.generating_job: jobs.Job | None = None
+        self.pending_text: str | None = None
+
+    # --- state --------------------------------------------------------------------
+
+    @property
+    def generating(self) -> bool:
+        """Whether a reply is being generated."""
+        return self.generating_job is not None
+
+    @property
+    def writable(self) -> bool:
+        """Whether the user can change anything now (idle, database writable)."""
+        return not self.generating and not self.read_only
+
+    @property
+    def can_reply(self) -> bool:
+        """Whether a reply can be asked for (writable, a model loaded)."""
+        return self.writable and self.model_info is not None
+
+    def allows(self, when: When) -> bool:
+        """Whether an action enabled ``when`` is enabled now."""
+        match when:
+            case When.ALWAYS:
+                return True
+            case When.IDLE:
+                return not self.generating
+            case When.WRITABLE:
+                return self.writable
+
+    def action_states(self) -> dict[str, bool]:
+        """Every action of ``app.actions.ACTIONS`` by name: enabled or not."""
+        return {spec.name: self.allows(spec.when) for spec in ACTIONS}
+
+    def composer_state(self) -> tuple[bool, str]:
+        """Whether the composer takes text, and what it says when empty."""
+        if self.read_only:
+            return False, "Read-only: you can read, not write."
+        if self.loading_model is not None:
+            return False, "Loading the model…"
+        if self.model_info is None:
+            return (
+                False,
+                "Choose a model to start chatting (File → Open model file, Ctrl+O).",
+            )
+        if self._active_role() == "user":
+            return True, "Ctrl+Enter generates a reply to the message above."
+        return True, "Write a message…  (Ctrl+Enter to send)"
+
+    # --- starting -----------------------------------------------------------------
+
+    def start(self, model: Path | None) -> None:
+        """Show the most recent conversation (or a new one) and load ``model``.
+
+        With no model, the view asks for one.
+        """
+        self.view.refresh_list(None)
+        recent = self._most_recent()
+        if recent is not None:
+            self.show_conversation(recent)
+        elif not self.read_only:
+            self.new_conversation()
+        if self.read_only:
+            # Nothing can be written, so no reply can be made: no model needed.
+            self.view.show_chat(True)
+        elif model is not None:
+            self.load_model(model)
+        else:
+            self.view.show_chat(False)
+
+    def load_model(self, path: Path) -> None:
+        """Load a model in the background (the composer waits for it)."""
+        job = jobs.LoadModel(path, self.prefs.backend)
+        self.loading_model = str(path)
+        self.view.set_busy(busy_text(job))  # at once: loading can take a while
+        self.view.state_changed()
+        self.engine.submit(job)
+
+    # --- showing ------------------------------------------------------------------
+
+    def show_conversation(
+        self, conversation_id: int, node_id: int | None = None
+    ) -> None:
+        """Show a conversation at ``node_id`` (by default, its active node)."""
+        try:
+            record = repository.get_conversation(self.db, conversation_id)
+        except (StorageUnavailable, NotFound) as exc:
+            self.view.show_error("Could not open the conversation", str(exc))
+            return
+        self.conversation_id = conversation_id
+        self.reasoning = record.reasoning
+        self.view.conversation_shown(record)
+        self.reload_tree()
+        if node_id not in self.snapshot:
+            node_id = record.active_node_id or self.snapshot.root_id
+        self.activate(node_id)
+
+    def activate(
+        self, node_id: int | None, restore: bool = True, follow: bool = True
+    ) -> None:
+        """Make ``node_id`` the active node: the view follows at once, the engine
+        restores to it in the background and the place is remembered.
+
+        ``follow`` False leaves the transcript where the user scrolled to.
+        """
+        if node_id is None or node_id not in self.snapshot:
+            node_id = self.snapshot.root_id
+        self.active_id = node_id
+        self.view.show_path(node_id, follow)
+        if node_id is not None:
+            if restore and self.model_info is not None:
+                # Restoring also records the node as where to reopen.
+                self.engine.submit(jobs.Restore(node_id))
+            elif not self.read_only:  # where to reopen: worth no error
+                self.engine.submit(jobs.SetActiveNode(node_id))
+        self.view.state_changed()
+
+    def reload_tree(self) -> None:
+        """Read the shown conversation's tree again."""
+        if self.conversation_id is None:
+            self._set_snapshot(TreeSnapshot.empty())
+            return
+        try:
+            nodes = repository.tree(self.db, self.conversation_id)
+        except (StorageUnavailable, NotFound) as exc:
+            self.view.show_error("Could not read the conversation", str(exc))
+            return
+        self._set_snapshot(TreeSnapshot(self.conversation_id, nodes))
+
+    def select_conversation(self, conversation_id: int) -> None:
+        """The user picked a conversation in the list."""
+        if conversation_id != self.conversation_id:
+            self.show_conversation(conversation_id)
+
+    def choose_node(self, node_id: int) -> None:
+        """The user picked a node (in the tree, or "Branch from here")."""
+        if not self.generating and node_id != self.active_id:
+            self.activate(node_id)
+
+    def choose_sibling(self, node_id: int) -> None:
+        """The user stepped to a sibling: show the newest leaf below it."""
+        if not self.generating:
+            self.activate(self.snapshot.latest_leaf(node_id))
+
+    def open_search_hit(self, conversation_id: int, node_id: int) -> bool:
+        """Show a search hit; False while a reply streams (the path cannot change)."""
+        if self.generating:
+            return False
+        if conversation_id != self.conversation_id:
+            self.show_conversation(conversation_id, node_id)
+        elif node_id != self.active_id:
+            self.activate(node_id)
+        return True
+
+    def previous_branch(self) -> None:
+        """Go to the previous sibling at the nearest fork above the active node."""
+        self._walk(lambda tree, node: tree.sibling_step(node, -1))
+
+    def next_branch(self) -> None:
+        """Go to the next sibling at the nearest fork above the active node."""
+        self._walk(lambda tree, node: tree.sibling_step(node, 1))
+
+    def parent_message(self) -> None:
+        """Go to the active node's parent."""
+        self._walk(TreeSnapshot.parent_of)
+
+    def child_message(self) -> None:
+        """Go to the active node's newest child."""
+        self._walk(TreeSnapshot.newest_child)
+
+    def last_of_role(self, role: str) -> int | None:
+        """The last message of ``role`` on the active path."""
+        active = self.active_id
+        if active is None or active not in self.snapshot:
+            return None
+        return self.snapshot.last_of_role(active, role)
+
+    # --- generating ---------------------------------------------------------------
+
+    def send(self, text: str, editing: int | None) -> bool:
+        """Send the composer's ``text`` (an edit of ``editing``, when given).
+
+        With the active node a user message, its reply is generated and the
+        text stays. Returns whether the text was taken: the composer then
+        clears and leaves editing.
+        """
+        if not self.can_reply or self.loading_model or self.active_id is None:
+            return False
+        text = text.strip()
+        budget = self.prefs.checkpoint_budget_bytes
+        if editing is not None and editing in self.snapshot:
+            if not text:
+                return False
+            parent = self.snapshot.nodes[editing].parent_id
+            assert parent is not None  # a user message is never the root
+            job: jobs.Job = jobs.Edit(editing, text, self._sampling(), budget)
+            self._begin_generation(job, parent, text)
+            return True
+        if self._active_role() == "user":
+            job = jobs.GenerateReply(self.active_id, self._sampling(), budget)
+            self._begin_generation(job, self.active_id, None)
+            return False
+        if not text:
+            return False
+        job = jobs.Send(self.active_id, text, self._sampling(), budget)
+        self._begin_generation(job, self.active_id, text)
+        return True
+
+    def stop(self) -> bool:
+        """Stop the reply being generated; False if there is none."""
+        if self.generating:
+            self.engine.stop()
+        return self.generating
+
+    def regenerate(self, node_id: int) -> None:
+        """A new reply beside reply ``node_id``."""
+        if not self.can_reply:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        self._begin_generation(
+            jobs.Regenerate(node_id, self._sampling(), budget),
+            self._parent(node_id),
+            None,
+        )
+
+    def alternatives(self, node_id: int, n: int) -> None:
+        """``n`` new replies beside reply ``node_id``, generated side by side."""
+        if not self.can_reply:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        self._begin_generation(
+            jobs.RegenerateParallel(node_id, self._sampling(), n, budget),
+            self._parent(node_id),
+            None,
+        )
+
+    def regenerate_last(self) -> None:
+        """Regenerate the last reply on the active path."""
+        reply = self.last_of_role("assistant")
+        if reply is not None:
+            self.regenerate(reply)
+
+    def alternatives_last(self) -> None:
+        """Regenerate the last reply on the active path, side by side."""
+        reply = self.last_of_role("assistant")
+        if reply is not None:
+            self.alternatives(reply, DEFAULT_ALTERNATIVES)
+
+    def set_reasoning(self, choice: str | None) -> None:
+        """The user chose how the shown conversation's model reasons."""
+        if self.conversation_id is None or choice == self.reasoning:
+            return
+        self.reasoning = choice
+        self.engine.submit(jobs.SetReasoning(self.conversation_id, choice))
+
+    def way_on_chosen(self, choice: WayOn, size: int | None) -> None:
+        """The user chose how to go on from a full context (``size``: new n_ctx)."""
+        if choice is WayOn.BRANCH:
+            self.view.focus_tree()
+            self.view.show_message("Click an earlier message to branch from it.")
+        elif choice is WayOn.RAISE and size is not None:
+            backend = replace(self.prefs.backend, n_ctx=size)
+            self.apply_preferences(replace(self.prefs, backend=backend))
+        elif choice is WayOn.SUMMARY and self.active_id is not None:
+            job = jobs.ContinueWithSummary(self.active_id, self._sampling())
+            self.view.set_busy(busy_text(job))
+            self.engine.submit(job)
+
+    # --- changing conversations ---------------------------------------------------
+
+    def new_conversation(
+        self, system_prompt: str | None = None, title: str | None = None
+    ) -> None:
+        """Start a conversation; ``system_prompt`` None: the preferred one."""
+        if system_prompt is None:
+            system_prompt = self.prefs.system_prompt or None
+        self.engine.submit(jobs.NewConversation(system_prompt, title))
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        """Give a conversation a new title (shown at once, stored by the worker)."""
+        self.engine.submit(jobs.RenameConversation(conversation_id, title))
+        if not self.read_only:
+            self.view.show_title(conversation_id, title)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation; the most recent other one is shown (or a new one).
+
+        It leaves the list at once; the worker deletes it (and drops it from
+        the engine's context) before it runs anything asked for after.
+        """
+        self.engine.submit(jobs.DeleteConversation(conversation_id))
+        if self.read_only:
+            return  # the job fails and says why
+        self.view.conversation_removed(conversation_id)
+        if conversation_id != self.conversation_id:
+            return
+        self.conversation_id = None
+        recent = self._most_recent(besides=conversation_id)
+        if recent is not None:
+            self.show_conversation(recent)
+            return
+        self.reload_tree()
+        self.activate(None)
+        self.new_conversation()
+
+    def delete_branch(self, node_id: int) -> None:
+        """Delete a node and everything below it (the user has confirmed)."""
+        if not self.generating:
+            self.engine.submit(jobs.DeleteBranch(node_id))
+
+    def import_conversation(self, data: Any) -> None:
+        """Import a conversation from an exported file's JSON; it is then shown."""
+        if not self.generating:
+            self.engine.submit(jobs.ImportConversation(data))
+
+    # --- preferences --------------------------------------------------------------
+
+    def save_preferences(self, prefs: Preferences) -> None:
+        """Use ``prefs`` now; the worker stores them (not on a read-only database)."""
+        self.prefs = prefs
+        self.view.preferences_changed(prefs)
+        if not self.read_only:
+            self.engine.submit(jobs.SavePreferences(prefs))
+
+    def apply_preferences(self, prefs: Preferences) -> None:
+        """Save new preferences; reload the model if it or its settings changed."""
+        old = self.prefs
+        self.save_preferences(prefs)
+        model_changed = (
+            prefs.model_path != old.model_path or prefs.backend != old.backend
+        )
+        if prefs.model_path and (model_changed or self.model_info is None):
+            self.load_model(Path(prefs.model_path))
+
+    # --- what the engine reports --------------------------------------------------
+
+    def on_started(self, job: jobs.Job) -> None:
+        """A job began on the engine thread."""
+        self.view.set_busy(busy_text(job))
+
+    def on_failed(self, job: jobs.Job, message: str) -> None:
+        """A job failed with a message for the user."""
+        self.view.show_error(failure_title(job), message)
+
+    def on_finished(self, result: JobResult) -> None:
+        """A job ended, after success or failure."""
+        if not self.engine.busy:
+            self.view.set_busy(None)
+        job = result.job
+        match job:
+            case jobs.LoadModel():
+                self._model_loaded(result)
+            case _ if jobs.is_generating(job):
+                self._end_generation(result)
+            case (
+                jobs.NewConversation()
+                | jobs.ContinueWithSummary()
+                | jobs.ImportConversation()
+            ):
+                if result.conversation_id is not None:
+                    self.view.refresh_list(result.conversation_id)
+                    self.show_conversation(result.conversation_id)
+            case jobs.Restore() if result.sync is not None:
+                self.view.show_restore(result.sync, result.context_tokens, result.n_ctx)
+                if result.sync.reprocessed_tokens:
+                    # Reprocessing renders spans and writes checkpoints: show them.
+                    self.reload_tree()
+                    self.view.refresh_list(self.conversation_id)
+            case jobs.DeleteBranch():
+                self.reload_tree()
+                self.activate(
+                    result.node_id or self._stored_active_node(), restore=False
+                )
+                self.view.refresh_list(self.conversation_id)
+            case jobs.SetReasoning() if result.error is not None:
+                self._show_stored_reasoning()
+            case jobs.RenameConversation(conversation_id=renamed):
+                if result.error is not None:
+                    self._show_stored_title(renamed)
+            case jobs.DeleteConversation():
+                self.view.refresh_list(self.conversation_id)
+        self.view.state_changed()
+
+    # --- internals ----------------------------------------------------------------
+
+    def _set_snapshot(self, snapshot: TreeSnapshot) -> None:
+        self.snapshot = snapshot
+        self.view.show_tree(snapshot)
+
+    def _most_recent(self, besides: int | None = None) -> int | None:
+        """The most recently used conversation (other than ``besides``)."""
+        try:
+            listed = repository.list_conversations(self.db)
+        except StorageUnavailable as exc:
+            self.view.show_error("Cannot read the database", str(exc))
+            return None
+        return next((c.id for c in listed if c.id != besides), None)
+
+    def _walk(self, move: _Move) -> None:
+        """Activate where ``move`` leads from the active node, if anywhere."""
+        active = self.active_id
+        if self.generating or active is None or active not in self.snapshot:
+            return
+        target = move(self.snapshot, active)
+        if target is not None:
+            self.activate(target)
+
+    def _active_role(self) -> str | None:
+        active = self.active_id
+        node = self.snapshot.nodes.get(active) if active is not None else None
+        return node.role if node is not None else None
+
+    def _parent(self, node_id: int) -> int:
+        parent = self.snapshot.nodes[node_id].parent_id
+        assert parent is not None  # a reply is never the root
+        return parent
+
+    def _sampling(self) -> SamplingParams:
+        return self.prefs.sampling
+
+    def _begin_generation(
+        self, job: jobs.Job, prefix_id: int, pending_text: str | None
+    ) -> None:
+        n = job.n if isinstance(job, jobs.RegenerateParallel) else 0
+        self.view.begin_reply(prefix_id, pending_text, n)
+        self.generating_job = job
+        self.pending_text = pending_text
+        self.view.state_changed()
+        self.engine.submit(job)
+
+    def _end_generation(self, result: JobResult) -> None:
+        self.generating_job = None
+        reply = result.reply
+        if reply is not None:
+            self.view.show_reply_stats(reply.stats)
+            target = result.node_id
+        else:
+            # The user's message may have been saved before the failure; show
+            # wherever the conversation now stands, and give back unsent text.
+            if self.pending_text:
+                self.view.give_back_text(self.pending_text)
+            target = self._stored_active_node()
+        self.pending_text = None
+        self.reload_tree()
+        # Same path, now complete: a user reading higher up stays there.
+        self.activate(target, restore=False, follow=False)
+        self.view.refresh_list(self.conversation_id)
+        cut = reply is not None and reply.stats.stop_reason == "context_full"
+        if result.context_full or cut:
+            self._offer_ways_on(result.error or "The reply was cut off.")
+
+    def _offer_ways_on(self, message: str) -> None:
+        """The branch filled the context: the view lets the user choose how on."""
+        if self.model_info is None or self.active_id is None:
+            return
+        info = self.model_info
+        self.view.offer_ways_on(message, info.n_ctx, info.n_ctx_train)
+
+    def _model_loaded(self, result: JobResult) -> None:
+        path, self.loading_model = self.loading_model, None
+        if result.model is None:
+            if self.model_info is None:
+                self.view.model_missing()
+            return
+        self.model_info = result.model
+        self.view.model_loaded(result.model, result.n_ctx)
+        if path is not None:
+            self.save_preferences(self.prefs.with_model(path))
+        if self.active_id is not None:
+            self.engine.submit(jobs.Restore(self.active_id))
+
+    def _stored_active_node(self) -> int | None:
+        if self.conversation_id is None:
+            return None
+        try:
+            record = repository.get_conversation(self.db, self.conversation_id)
+        except (StorageUnavailable, NotFound):
+            return self.active_id
+        return record.active_node_id
+
+    def _show_stored_reasoning(self) -> None:
+        # After a failed change: show what is stored, not what was asked for.
+        if self.conversation_id is None:
+            return
+        try:
+            record = repository.get_conversation(self.db, self.conversation_id)
+        except (StorageUnavailable, NotFound):
+            return
+        self.reasoning = record.reasoning
+        self.view.show_reasoning(record.reasoning)
+
+    def _show_stored_title(self, conversation_id: int) -> None:
+        # After a failed rename: show the title that is stored.
+        self.view.refresh_list(self.conversation_id)
+        try:
+            record = repository.get_conversation(self.db, conversation_id)
+        except (StorageUnavailable, NotFound):
+            return
+        self.view.show_title(conversation_id, record.title)
+
+
+class _Move(Protocol):
+    """A keyboard move through the tree: (tree, active node) → node, or None."""
+
+    def __call__(self, tree: TreeSnapshot, node_id: int, /) -> int | None: ...
