@@ -200,7 +200,7 @@ class SettingsDialog(QDialog):
             kv_cache_type=self.kv_type.currentText(),
         )
         if backend.kv_cache_type not in ("f16", "f32") and not backend.flash_attn:
-            raise ValueError(
+            raise InvalidSetting(
                 "A quantized KV cache needs flash attention: tick it or choose f16."
             )
         sampling = SamplingParams(
@@ -214,7 +214,7 @@ class SettingsDialog(QDialog):
         )
         model = self.model_combo.currentText().strip() or None
         if model is not None and not Path(model).is_file():
-            raise ValueError(f"There is no file at {model}.")
+            raise InvalidSetting(f"There is no file at {model}.")
         prefs = replace(
             self._prefs,
             backend=backend,
