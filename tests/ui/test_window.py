@@ -167,6 +167,13 @@ def test_settings_dialog_validates_inline_and_persists(qtbot, make_window):
     assert dialog.result() == 0 and "flash attention" in dialog.error_label.text()
 
     dialog.kv_type.setCurrentText("f16")
+    chosen = dialog.model_combo.currentText()
+    dialog.model_combo.setCurrentText("/nowhere/model.gguf")
+    dialog._on_buttons_accepted()
+    assert dialog.result() == 0
+    assert "no file at /nowhere/model.gguf" in dialog.error_label.text()
+    dialog.model_combo.setCurrentText(chosen)
+
     dialog.n_ctx.setValue(1024)
     dialog.temperature.setValue(0.3)
     dialog.seed.setValue(42)
