@@ -1,0 +1,254 @@
+"""How fast the window is ready, and how long its GUI thread ever waits.
+
+A 5 ms timer runs on the GUI thread of the real window (real engine thread,
+real SQLite, the starter model by default); every gap between two of its ticks
+longer than 5 ms is time the window could not answer the user. The run goes
+through what a session does:
+
+1. **start**: from the interpreter's start to the window shown with the model
+   loaded and the last conversation restored and ready (a conversation with
+   checkpoints is prepared beforehand through the CLI);
+2. **streaming**: three messages, each answered with up to 200 tokens;
+3. **switching**: twenty clicks between two sibling replies.
+
+It runs twice: on the machine as it is, and with ``--busy`` (default 2)
+CPU-bound processes running meanwhile, as on a machine doing other work::
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python tools/window_timing.py
+    QT_QPA_PLATFORM=offscreen .venv/bin/python tools/window_timing.py --busy 0
+
+The window work runs in a child process of this script (``--child``), so
+that each run starts cold, as a user's launch does.
+"""
+
+from __future__ import annotations
+
+import time
+
+START = time.perf_counter()  # before the imports below: they are start-up too
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK_MS = 5
+REPLY_TOKENS = 200
+SWITCHES = 20
+MESSAGES = (
+    "Tell me about the history of trees in gardens.",
+    "Which trees grow fastest in a cold climate?",
+    "Write a short poem about an oak tree.",
+)
+
+
+# --- the child: the window ------------------------------------------------------
+
+
+class GapMeter:
+    """Records the gaps between ticks of a 5 ms timer, per phase."""
+
+    def __init__(self) -> None:
+        from PySide6.QtCore import Qt, QTimer
+
+        self.phase = "start"
+        self.gaps: dict[str, list[float]] = {}
+        self._last = time.perf_counter()
+        self._timer = QTimer()
+        self._timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self._timer.setInterval(TICK_MS)
+        self._timer.timeout.connect(self._tick)
+        self._timer.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.gaps.setdefault(self.phase, []).append((now - self._last) * 1000)
+        self._last = now
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 900) -> None:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    deadline = time.monotonic() + timeout_s
+    loop = QEventLoop()
+    poll = QTimer()
+    poll.setInterval(10)
+    poll.timeout.connect(
+        lambda: loop.quit() if condition() or time.monotonic() > deadline else None
+    )
+    poll.start()
+    if not condition():
+        loop.exec()
+    poll.stop()
+    if not condition():
+        raise TimeoutError("the window did not get there in time")
+
+
+def run_child(data_dir: Path) -> dict[str, object]:
+    """Open the window on ``data_dir`` and go through the session; the figures."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui import build_window
+    from app.paths import database_path
+    from storage.db import open_database
+
+    app = QApplication.instance() or QApplication([])
+    meter = GapMeter()
+    db = open_database(database_path(data_dir))
+    window = build_window(db, None, gpu_supported=False)
+    window.show()
+
+    def idle() -> bool:
+        return not window.engine.busy and not window.generating
+
+    def ready() -> bool:
+        return window.model_info is not None and window.active_id is not None
+
+    _wait_until(lambda: ready() and idle())
+    ready_ms = (time.perf_counter() - START) * 1000
+
+    meter.phase = "streaming"
+    for text in MESSAGES:
+        window.composer.edit.setPlainText(text)
+        window.send_action.trigger()
+        _wait_until(lambda: window.generating)
+        _wait_until(idle)
+    last_reply = window.active_id
+    window.presenter.regenerate(last_reply)
+    _wait_until(lambda: window.generating)
+    _wait_until(idle)
+    sibling = window.active_id
+
+    meter.phase = "switching"
+    for i in range(SWITCHES):
+        window.activate(last_reply if i % 2 == 0 else sibling)
+        _wait_until(idle)
+
+    meter.phase = "closing"
+    window.close()
+    db.close()
+    app.processEvents()
+    return {
+        "ready_ms": ready_ms,
+        "gaps": {
+            phase: gaps for phase, gaps in meter.gaps.items() if phase != "closing"
+        },
+    }
+
+
+# --- the parent: preparing, loading the machine, reporting -----------------------
+
+
+def _arbor(data_dir: Path, *args: str) -> dict[str, object]:
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--data-dir", str(data_dir), *args],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+def prepare(data_dir: Path) -> None:
+    """A conversation with a few checkpointed turns, for the window to reopen,
+    and replies of up to ``REPLY_TOKENS`` tokens in the window."""
+    from app.paths import database_path
+    from app.preferences import load_preferences, save_preferences
+    from storage.db import open_database
+
+    node = _arbor(data_dir, "new", "--system", "You are a helpful assistant.")["node"]
+    for text in ("Hello! Who are you?", "What can you help me with?"):
+        reply = _arbor(data_dir, "send", str(node), text, "--max-tokens", "64")
+        node = reply["assistant_node"]
+    db = open_database(database_path(data_dir))
+    prefs = load_preferences(db)
+    sampling = replace(prefs.sampling, max_tokens=REPLY_TOKENS)
+    save_preferences(db, replace(prefs, sampling=sampling))
+    db.close()
+
+
+def _busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(count)
+    ]
+
+
+def _run_once(data_dir: Path, busy: int) -> dict[str, object]:
+    hogs = _busy_processes(busy)
+    try:
+        result = subprocess.run(
+            [sys.executable, __file__, "--child", str(data_dir)],
+            cwd=ROOT, check=True, capture_output=True, text=True,
+            env={"QT_QPA_PLATFORM": "offscreen", **os.environ},
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _row(label: str, gaps: list[float]) -> str:
+    ordered = sorted(gaps)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    over = sum(1 for gap in gaps if gap > 50)
+    return (
+        f"| {label} | {len(gaps)} | {statistics.median(gaps):.1f} | {p99:.1f} | "
+        f"{max(gaps):.1f} | {over} |"
+    )
+
+
+def main() -> int:
+    """Prepare, run idle and busy, print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--busy", type=int, default=2, help="CPU-bound processes")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(json.dumps(run_child(args.child)))
+        return 0
+    bare = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    interpreter_ms = (time.perf_counter() - bare) * 1000
+    with tempfile.TemporaryDirectory() as folder:
+        data_dir = Path(folder)
+        prepare(data_dir)
+        runs = [("idle machine", 0)] + ([(f"{args.busy} busy processes", args.busy)]
+                                        if args.busy else [])
+        for title, busy in runs:
+            figures = _run_once(data_dir, busy)
+            print(f"\n### {title}\n")
+            print(
+                f"Launch to the last conversation restored and ready: "
+                f"{figures['ready_ms'] + interpreter_ms:,.0f} ms "
+                f"(in-process {figures['ready_ms']:,.0f} ms + bare interpreter "
+                f"{interpreter_ms:.0f} ms)\n"
+            )
+            print(
+                "| phase | ticks | median gap (ms) | p99 (ms) | longest (ms) "
+                "| gaps > 50 ms |"
+            )
+            print("|---|---:|---:|---:|---:|---:|")
+            gaps = figures["gaps"]
+            assert isinstance(gaps, dict)
+            for phase, values in gaps.items():
+                print(_row(phase, values))
+            everything = [gap for values in gaps.values() for gap in values]
+            print(_row("**all**", everything))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())
