@@ -14,12 +14,14 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.backend.errors import ContextFullError
+from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
 from app.workers import jobs
 from app.workers.jobs import JobResult
 from storage import repository
 from storage.db import Database
+from storage.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,10 @@ class EngineWorker(QObject):
         self.started.emit(job.kind)
         try:
             result = self._dispatch(job)
+            # A job ends with its checkpoints written: the window then reads
+            # them (tree marks, storage sizes), and a failed write fails the
+            # job that made it, as when checkpoints were written directly.
+            self._service.flush_checkpoints()
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
             log.info("%s: the context is full: %s", job.kind, exc)
@@ -85,10 +91,14 @@ class EngineWorker(QObject):
     @Slot()
     def shut_down(self) -> None:
         """Free the model and end the thread's event loop (runs on the thread)."""
-        engine = self._service.engine
+        old = self._service
         self._service = ConversationService(self._db)
-        if engine is not None:
-            engine.close()
+        try:
+            old.close()
+        except StorageUnavailable as exc:  # nobody is left to tell
+            log.error("checkpoints not written at shutdown: %s", exc)
+        if old.engine is not None:
+            old.engine.close()
         thread = QThread.currentThread()
         if thread is not None:
             thread.quit()
@@ -129,12 +139,15 @@ class EngineWorker(QObject):
         # model is asked for, and the window must appear before that.
         from app.backend.engine import LlamaEngine
 
-        old = self._service.engine
+        old = self._service
         self._service = ConversationService(self._db)
-        if old is not None:
-            old.close()  # free the old model's memory before loading the next
+        old.close()  # its checkpoints are written (each job flushed them)
+        if old.engine is not None:
+            old.engine.close()  # free the old model's memory before the next
         engine = LlamaEngine(job.path, job.settings)
-        self._service = ConversationService(self._db, engine)
+        self._service = ConversationService(
+            self._db, engine, CheckpointWriter(self._db)
+        )
         return JobResult(kind=job.kind, model=engine.info, n_ctx=engine.n_ctx)
 
     def _generate(self, job: jobs.Job) -> JobResult:
@@ -173,7 +186,7 @@ class EngineWorker(QObject):
         evicting checkpoints beyond the budget."""
         evicted = 0
         if budget_bytes is not None:
-            evicted = repository.evict_checkpoints(self._db, budget_bytes)
+            evicted = self._service.evict_checkpoints(budget_bytes)
         first = replies[0]
         return JobResult(
             kind=kind,
