@@ -222,11 +222,11 @@ def _resume_arm(
     model: Path,
     settings: BackendSettings,
     repeats: int,
-    resume: Callable[[llama_cpp.Llama], object],
+    resume: Callable[[llama_cpp.Llama], None],
     n_past: int,
     probe: int,
     reference: np.ndarray,
-    after: Callable[[object], None] = lambda _found: None,
+    after: Callable[[], None] = lambda: None,
 ) -> Arm:
     """Time ``resume`` in fresh contexts; ``after`` (untimed) tidies up each time."""
     times, diff = [], 0.0
@@ -235,11 +235,11 @@ def _resume_arm(
         try:
             started = time.perf_counter()
             with _quiet_stderr():
-                found = resume(llm)
+                resume(llm)
             times.append(_ms(started))
             diff = float(np.max(np.abs(_probe_logits(llm, n_past, probe) - reference)))
             with _quiet_stderr():
-                after(found)
+                after()
         finally:
             llm.close()
     return Arm(name, points, stored, times, diff)
@@ -283,14 +283,12 @@ def measure_peers(
     with _quiet_stderr():
         LlamaDiskCache(str(cache_dir))[tokens] = state
 
-    def from_disk_cache(llm: llama_cpp.Llama) -> object:
-        found = LlamaDiskCache(str(cache_dir))[tokens]
-        llm.load_state(found)
-        return found
+    def from_disk_cache(llm: llama_cpp.Llama) -> None:
+        llm.load_state(LlamaDiskCache(str(cache_dir))[tokens])
 
-    def back_into_disk_cache(found: object) -> None:
+    def back_into_disk_cache() -> None:
         # LlamaDiskCache.__getitem__ pops the entry; the next repeat needs it.
-        LlamaDiskCache(str(cache_dir))[tokens] = found
+        LlamaDiskCache(str(cache_dir))[tokens] = state
 
     def from_pickle(llm: llama_cpp.Llama) -> None:
         with pickled.open("rb") as source:

@@ -250,8 +250,8 @@ class ConversationService:
             return
         try:
             self.close()
-        except StorageUnavailable as exc:
-            log.warning("a checkpoint write also failed: %s", exc)
+        except Exception:
+            log.warning("a checkpoint write also failed", exc_info=True)
 
     def flush_checkpoints(self) -> None:
         """Wait until every checkpoint asked for is written.
