@@ -20,6 +20,7 @@ from app import paths
 from app.backend.errors import BackendError, InvalidSetting
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.backend.values import MAX_FORKS, SamplingParams
+from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.errors import USER_ERRORS
 from app.interrupt import StopRequest
 from app.starter_model import starter_model_path
@@ -423,6 +424,10 @@ def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
         from app.backend.engine import LlamaEngine
 
         engine = LlamaEngine(resolve_model(args.model), args.settings)
+        # Checkpoints are written beside the generation; commands that write
+        # them close the service (``with service:``) before they report, so
+        # the exit status covers those writes.
+        return ConversationService(db, engine, CheckpointWriter(db))
     return ConversationService(db, engine)
 
 
@@ -438,7 +443,11 @@ def _cmd_new(args: argparse.Namespace) -> int:
     return _emit({"conversation": conversation, "node": root})
 
 
-def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
+def _generating(
+    args: argparse.Namespace,
+    service: ConversationService,
+    action: Callable[..., Reply],
+) -> int:
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop.request)
     on_token = (
@@ -446,7 +455,8 @@ def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
         if args.stream
         else None
     )
-    reply = action(args.sampling, on_token=on_token, should_stop=stop)
+    with service:
+        reply = action(args.sampling, on_token=on_token, should_stop=stop)
     if args.stream:
         print(file=sys.stderr)
     return _emit(_reply_json(reply))
@@ -455,14 +465,16 @@ def _generating(args: argparse.Namespace, action: Callable[..., Reply]) -> int:
 def _cmd_send(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     return _generating(
-        args, lambda p, **kw: service.send(args.node, args.text, p, **kw)
+        args, service, lambda p, **kw: service.send(args.node, args.text, p, **kw)
     )
 
 
 def _cmd_regenerate(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     if args.n == 1:
-        return _generating(args, lambda p, **kw: service.regenerate(args.node, p, **kw))
+        return _generating(
+            args, service, lambda p, **kw: service.regenerate(args.node, p, **kw)
+        )
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop.request)
     on_token = (
@@ -470,16 +482,17 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
         if args.stream
         else None
     )
-    replies = service.regenerate_parallel(
-        args.node, args.sampling, args.n, on_token=on_token, should_stop=stop
-    )
+    with service:
+        replies = service.regenerate_parallel(
+            args.node, args.sampling, args.n, on_token=on_token, should_stop=stop
+        )
     return _emit({"replies": [_reply_json(reply) for reply in replies]})
 
 
 def _cmd_edit(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     return _generating(
-        args, lambda p, **kw: service.edit(args.node, args.text, p, **kw)
+        args, service, lambda p, **kw: service.edit(args.node, args.text, p, **kw)
     )
 
 
@@ -557,7 +570,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
-    stats = service.restore(args.node)
+    with service:
+        stats = service.restore(args.node)
     return _emit({"node": args.node, "stats": vars(stats)})
 
 
@@ -673,7 +687,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         # Read undecodable bytes as lone surrogates, which the loop reports
         # per line, instead of failing the whole session on them.
         sys.stdin.reconfigure(errors="surrogateescape")
-    return chat_loop(service, args.sampling, args.system)
+    with service:
+        return chat_loop(service, args.sampling, args.system)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

@@ -1,33 +1,36 @@
-"""The real engine and service with meters attached, and the queued-writer prototype.
+"""The real engine and service with meters attached.
 
 ``TimedEngine`` adds up the time spent inside llama.cpp's KV-state calls, so
 the benchmark can tell backend time from SQLite and Python time.
-``BenchService`` is the shipped ``ConversationService`` with its checkpoint
-writer replaced through the seam ``ContextSync`` was built with (the writer is
-a callable "so the service decides how (directly or queued)"): it can write
-as shipped (timed), not at all, or through a background thread. The last mode
-is a prototype of a proposed change to the service, measured here only.
+``BenchService`` is the shipped ``ConversationService`` given a metered
+checkpoint sink through its constructor: checkpoints are queued to the
+shipped ``CheckpointWriter``, written at once on the generating thread (how
+Arbor wrote them before, kept as the reference the overhead scenario
+compares with), or not made at all.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
+from app.conversation.checkpoint_writer import (
+    CheckpointWriter,
+    DirectWriter,
+    WriteFailure,
+)
 from app.conversation.service import ConversationService
-from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord
 
 # Checkpoint modes of BenchService.
-SYNC = "sync"  # as shipped: written to SQLite on the calling (decode) thread
 OFF = "off"  # no capture, no write: what an app without checkpoints does
-QUEUED = "queued"  # captured on the decode thread, written by a writer thread
+SYNC = "sync"  # written to SQLite on the generating thread (the earlier way)
+QUEUED = "queued"  # as shipped: captured there, written by the writer thread
 MODES = (OFF, SYNC, QUEUED)
 
 
@@ -100,55 +103,66 @@ class NodeWrite:
     tokens: int
     bytes: int
     capture_ms: float
-    write_ms: float
+    write_ms: float  # writing it (sync) or queueing it (queued)
 
 
-@dataclass
-class _WriterThread:
-    """One background thread that writes queued checkpoints in order."""
+class BenchSink:
+    """A checkpoint sink that meters the generating thread's part of each write.
 
-    db: Database
-    profile_id: int
-    kind: str
-    pending: queue.Queue[tuple[NodeRecord, bytes] | None] = field(
-        default_factory=queue.Queue
-    )
-    thread: threading.Thread | None = None
+    Every ``save`` is recorded as a ``NodeWrite``; ``waited_ms`` adds up the
+    time spent in ``settle`` (a send waits for its message's checkpoint).
+    """
 
-    def put(self, node: NodeRecord, data: bytes) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(
-                target=self._run, name="checkpoint-writer", daemon=True
+    def __init__(self, db: Database, engine: TimedEngine) -> None:
+        self.mode = QUEUED
+        self.writes: list[NodeWrite] = []
+        self.waited_ms = 0.0
+        self._engine = engine
+        self._direct = DirectWriter(db)
+        self._queued = CheckpointWriter(db)
+
+    def save(self, node: NodeRecord, profile_id: int, kind: str, data: bytes) -> int:
+        """Write, queue or skip the checkpoint as the mode says, and time it."""
+        if self.mode == OFF:
+            return 0
+        started = time.perf_counter()
+        sink = self._queued if self.mode == QUEUED else self._direct
+        written = sink.save(node, profile_id, kind, data)
+        self.writes.append(
+            NodeWrite(
+                mode=self.mode,
+                role=node.role,
+                tokens=len(node.tokens),
+                bytes=written,
+                capture_ms=self._engine.times.last_capture_ms,
+                write_ms=(time.perf_counter() - started) * 1000,
             )
-            self.thread.start()
-        self.pending.put((node, data))
+        )
+        return written
 
-    def _run(self) -> None:
-        while (item := self.pending.get()) is not None:
-            node, data = item
-            try:
-                repository.save_checkpoint(
-                    self.db,
-                    node.id,
-                    self.profile_id,
-                    self.kind,
-                    node.start_pos,
-                    node.end_pos,
-                    data,
-                )
-            finally:
-                self.pending.task_done()
-        self.pending.task_done()
+    def settle(self, node_ids: Iterable[int]) -> None:
+        """Wait for queued writes of ``node_ids``, timed (only queued ones can be)."""
+        if self.mode != QUEUED:
+            return
+        started = time.perf_counter()
+        self._queued.settle(node_ids)
+        self.waited_ms += (time.perf_counter() - started) * 1000
 
-    def stop(self) -> None:
-        if self.thread is not None:
-            self.pending.put(None)
-            self.thread.join()
-            self.thread = None
+    def flush(self) -> None:
+        """Wait for every queued write."""
+        self._queued.flush()
+
+    def take_failure(self) -> WriteFailure | None:
+        """The queued writer's first unreported failure."""
+        return self._queued.take_failure()
+
+    def close(self) -> None:
+        """Stop the writer thread after writing what is queued."""
+        self._queued.close()
 
 
 class BenchService(ConversationService):
-    """``ConversationService`` whose checkpoint writes are timed, skipped or queued.
+    """``ConversationService`` with a ``BenchSink`` and a ``TimedEngine``.
 
     Parameters
     ----------
@@ -156,55 +170,22 @@ class BenchService(ConversationService):
         The scratch database.
     engine
         A ``TimedEngine``; its ``capturing`` flag follows the mode.
-
-    Notes
-    -----
-    In ``QUEUED`` mode a checkpoint is not readable until the writer got to
-    it: call ``drain`` before restoring anything written in that mode. The
-    real change would also serve pending blobs from memory (see the report).
     """
 
     def __init__(self, db: Database, engine: TimedEngine) -> None:
-        super().__init__(db, engine)
+        self.sink = BenchSink(db, engine)
+        super().__init__(db, engine, self.sink)
         self.timed_engine = engine
-        self.mode = SYNC
-        self.writes: list[NodeWrite] = []
-        assert self.profile_id is not None
-        self._writer = _WriterThread(db, self.profile_id, engine.state_kind)
+
+    @property
+    def writes(self) -> list[NodeWrite]:
+        """Every checkpoint write so far, as the generating thread saw it."""
+        return self.sink.writes
 
     def set_mode(self, mode: str) -> None:
         """Choose how checkpoints are written from now on (one of ``MODES``)."""
         if mode not in MODES:
             raise ValueError(f"unknown checkpoint mode {mode!r}")
-        self.drain()
-        self.mode = mode
+        self.flush_checkpoints()
+        self.sink.mode = mode
         self.timed_engine.capturing = mode != OFF
-
-    def drain(self) -> None:
-        """Wait until every queued checkpoint is in SQLite."""
-        self._writer.pending.join()
-
-    def close(self) -> None:
-        """Stop the writer thread (after writing what is queued)."""
-        self._writer.stop()
-
-    def _store_checkpoint(self, node: NodeRecord, data: bytes) -> int:
-        if self.mode == OFF:
-            return 0
-        started = time.perf_counter()
-        if self.mode == QUEUED:
-            self._writer.put(node, data)
-            written = len(data)
-        else:
-            written = super()._store_checkpoint(node, data)
-        self.writes.append(
-            NodeWrite(
-                mode=self.mode,
-                role=node.role,
-                tokens=len(node.tokens),
-                bytes=written,
-                capture_ms=self.timed_engine.times.last_capture_ms,
-                write_ms=(time.perf_counter() - started) * 1000,
-            )
-        )
-        return written

@@ -1,10 +1,13 @@
 """Scenario 4: what checkpointing costs a reply, and what one node's checkpoint costs.
 
 The same prompts are answered (greedily, so every mode generates the same
-tokens from the same context) with checkpointing off, as shipped (written on
-the generating thread), and queued to a writer thread (the prototype in
-``instrumented``). Modes take turns in a rotating order so that noise from
-other work on the machine spreads over all of them.
+tokens from the same context) with checkpointing off, written on the
+generating thread (the earlier way), and queued to the writer thread (as
+shipped). A reply's checkpoint time on the generating thread is capture plus
+write or enqueue of its two nodes, plus any wait for the message's
+checkpoint before the reply is stored. Between replies the queue is flushed,
+so one mode's writes never slow the next. Modes take turns in a rotating
+order so that noise from other work on the machine spreads over all of them.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from app.bench.instrumented import MODES, OFF, SYNC, BenchService, NodeWrite
+from app.bench.instrumented import MODES, OFF, QUEUED, SYNC, BenchService, NodeWrite
 from app.bench.measure import Stopwatch, median, ratio
 from app.bench.results import NodeWriteRow, OverheadRow
 from app.bench.workload import SYSTEM_PROMPT, filler_text, greedy
@@ -48,6 +51,7 @@ def run_overhead(
             for mode in order:
                 service.set_mode(mode)
                 written_before = len(service.writes)
+                waited_before = service.sink.waited_ms
                 with Stopwatch() as wall:
                     reply = service.send(root, prompt, greedy(max_tokens))
                 figures = samples[mode]
@@ -62,9 +66,11 @@ def run_overhead(
                         w.capture_ms + w.write_ms
                         for w in service.writes[written_before:]
                     )
+                    + service.sink.waited_ms
+                    - waited_before
                 )
         progress(f"overhead, repeat {repeat + 1}/{repeats} done")
-    service.set_mode(SYNC)
+    service.set_mode(QUEUED)
     baseline = median(samples[OFF]["reply_tps"])
     rows = []
     for mode in MODES:
@@ -90,7 +96,11 @@ def run_overhead(
 
 
 def node_write_rows(writes: list[NodeWrite]) -> list[NodeWriteRow]:
-    """Median cost of checkpointing one node by span size, for shipped (sync) writes."""
+    """Median cost of writing one node's checkpoint at once, by span size.
+
+    From the ``sync`` replies: what the generating thread paid per node before
+    writes were queued, and what the writer thread now pays instead.
+    """
     classes: dict[str, list[NodeWrite]] = defaultdict(list)
     for write in writes:
         if write.mode != SYNC:

@@ -79,19 +79,6 @@ class StorageRow:
 
 
 @dataclass(frozen=True)
-class CompressionRow:
-    """One codec applied to the linear chat's checkpoint blobs."""
-
-    codec: str
-    saving_pct: float
-    compress_ms_per_mib: float
-    decompress_ms_per_mib: float
-    reference_restore_ms: float  # cold restore of the reference path, uncompressed
-    added_restore_ms: float  # decompressing that path's blobs
-    keep: bool
-
-
-@dataclass(frozen=True)
 class OverheadRow:
     """Replies generated with one checkpoint mode, on the same prompts."""
 
@@ -100,7 +87,9 @@ class OverheadRow:
     generate_tps: float  # tokens/s of the sampling loop alone
     reply_tps: float  # generated tokens / wall time of the whole send()
     reply_ms: float
-    checkpoint_ms: float  # capture + write on the generating thread, per reply
+    # capture + write (or enqueue, and waiting for the message's checkpoint)
+    # on the generating thread, per reply
+    checkpoint_ms: float
     checkpoint_share_pct: float  # checkpoint_ms / reply_ms
     throughput_cost_pct: float  # reply_tps lost against mode "off"
 
@@ -155,7 +144,6 @@ class Report:
     move_breakdown: list[MoveBreakdownRow] = field(default_factory=list)
     storage: list[StorageRow] = field(default_factory=list)
     sqlite: dict[str, int] = field(default_factory=dict)
-    compression: list[CompressionRow] = field(default_factory=list)
     overhead: list[OverheadRow] = field(default_factory=list)
     node_writes: list[NodeWriteRow] = field(default_factory=list)
     alternatives: list[AlternativesRow] = field(default_factory=list)

@@ -4,6 +4,11 @@ Two engines are loaded for the whole run: the one the service drives (it
 builds the conversations and switches between siblings) and a scratch one
 for the baselines that decode tokens again. The cold-resume scenario loads a
 third, fresh engine for every measurement.
+
+The conversations are built with checkpoints written at once: the scenarios
+that read the database then find every checkpoint in it, and those writes
+give the node-write table its sizes. Overhead and alternatives measure the
+queued writer, as shipped.
 """
 
 from __future__ import annotations
@@ -19,10 +24,9 @@ from app.backend.settings import BackendSettings
 from app.bench import targets, workload
 from app.bench.alternatives import run_alternatives
 from app.bench.cold_resume import run_cold_resume
-from app.bench.compression import run_compression
-from app.bench.config import REFERENCE_PATH_TOKENS, BenchConfig
+from app.bench.config import BenchConfig
 from app.bench.errors import BenchError
-from app.bench.instrumented import BenchService, TimedEngine
+from app.bench.instrumented import QUEUED, SYNC, BenchService, TimedEngine
 from app.bench.machine import describe_machine, load_average
 from app.bench.move_breakdown import measure_move_breakdown
 from app.bench.overhead import node_write_rows, run_overhead
@@ -106,6 +110,7 @@ def _run_scenarios(
 ) -> None:
     db, engine = service.db, service.timed_engine
     assert service.profile_id is not None
+    service.set_mode(SYNC)
     longest = engine.n_ctx - _CONTEXT_MARGIN - config.reply_tokens
 
     def fit(target: int) -> int:
@@ -164,18 +169,6 @@ def _run_scenarios(
     ]
     progress("storage measured")
 
-    reference = min(
-        report.cold_resume, key=lambda r: abs(r.target_tokens - REFERENCE_PATH_TOKENS)
-    )
-    path = repository.get_path(db, chat.milestones[reference.target_tokens])
-    blobs = []
-    for node in path:
-        stored = repository.load_checkpoint(db, node.id, service.profile_id)
-        if stored is not None:
-            blobs.append(stored.data)
-    report.compression = run_compression(blobs, reference.restore_ms, config.repeats)
-    progress("compression measured")
-
     report.overhead = run_overhead(
         service,
         config.overhead_prompts,
@@ -184,6 +177,7 @@ def _run_scenarios(
         progress,
     )
     report.node_writes = node_write_rows(service.writes)
+    service.set_mode(QUEUED)
     report.alternatives = run_alternatives(
         service,
         config.alternatives_counts,

@@ -48,6 +48,8 @@ class ContextSync:
 
     ``save_checkpoint(node, data)`` stores a freshly captured checkpoint and
     returns the bytes written; the service decides how (directly or queued).
+    ``settle(node_ids)`` returns once those nodes' checkpoints are no longer
+    queued; it is called before they are read.
     """
 
     def __init__(
@@ -56,11 +58,13 @@ class ContextSync:
         engine: LlamaEngine,
         profile_id: int,
         save_checkpoint: Callable[[NodeRecord, bytes], int],
+        settle: Callable[[list[int]], None] = lambda _node_ids: None,
     ) -> None:
         self._db = db
         self._engine = engine
         self._profile_id = profile_id
         self._save_checkpoint = save_checkpoint
+        self._settle = settle
         self.loaded: list[NodeRecord] = []
 
     def forget(self) -> None:
@@ -106,9 +110,9 @@ class ContextSync:
         stats.kept_tokens = fork
         below = path[shared:]
         started = time.perf_counter()
-        stored = repository.load_checkpoints(
-            self._db, [n.id for n in below if n.tokens], self._profile_id
-        )
+        wanted = [n.id for n in below if n.tokens]
+        self._settle(wanted)
+        stored = repository.load_checkpoints(self._db, wanted, self._profile_id)
         stats.restore_ms += (time.perf_counter() - started) * 1000
         restored: list[int] = []
         restoring = True
@@ -133,6 +137,7 @@ class ContextSync:
             self.forget()
             shared = 0
         stats.kept_tokens = path[shared - 1].end_pos if shared else 0
+        self._settle([n.id for n in path[shared:]])
         sizes = repository.checkpointed_nodes(
             self._db, [n.id for n in path[shared:]], self._profile_id
         )

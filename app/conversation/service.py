@@ -22,6 +22,7 @@ from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.text_stream import Utf8Stream
 from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams
 from app.conversation import spans, summary
+from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
 from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
@@ -198,11 +199,30 @@ class ConversationService:
     engine
         The loaded model, or None for operations that need no model
         (listing, showing, deleting).
+    checkpoints
+        Where checkpoints go: a ``CheckpointWriter`` writes them on its own
+        thread (then ``close`` the service, or use it as a context manager);
+        by default each is written at once on the calling thread.
+
+    Notes
+    -----
+    With a queued writer, a write that failed (disk full, read-only,
+    locked) is raised as ``StorageUnavailable`` by the next call that moves
+    or generates, or by ``flush_checkpoints`` and ``close``. A send waits
+    for its user message's checkpoint before it stores a reply, so that a
+    disk too full for it fails the send while the message is still
+    unanswered (a retry then answers it once), as when writes were direct.
     """
 
-    def __init__(self, db: Database, engine: LlamaEngine | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        engine: LlamaEngine | None = None,
+        checkpoints: CheckpointSink | None = None,
+    ) -> None:
         self.db = db
         self.engine = engine
+        self._checkpoints = checkpoints if checkpoints is not None else DirectWriter(db)
         self._sync: ContextSync | None = None
         self.profile_id: int | None = None
         if engine is not None:
@@ -210,7 +230,11 @@ class ConversationService:
                 db, engine.profile_fingerprint, engine.profile_details
             )
             self._sync = ContextSync(
-                db, engine, self.profile_id, self._store_checkpoint
+                db,
+                engine,
+                self.profile_id,
+                self._store_checkpoint,
+                self._checkpoints.settle,
             )
             self._remember_vocab(engine)
 
@@ -226,6 +250,39 @@ class ConversationService:
             engine.adopt_vocab_id(known)
         elif not (self.db.read_only or self.db.space_low):
             repository.set_setting(self.db, key, engine.vocab_id)
+
+    def __enter__(self) -> ConversationService:
+        """Use the service in a ``with`` block that closes it."""
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
+        """Close the service; after an exception, that exception is the one raised."""
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:
+            log.warning("a checkpoint write also failed", exc_info=True)
+
+    def flush_checkpoints(self) -> None:
+        """Wait until every checkpoint asked for is written.
+
+        Raises ``StorageUnavailable`` (or the bug's own exception) if one
+        could not be written and that was not reported yet.
+        """
+        self._checkpoints.flush()
+        self._raise_write_failure()
+
+    def close(self) -> None:
+        """Write every queued checkpoint and stop the writer (the engine stays).
+
+        Raises like ``flush_checkpoints``; the writer is stopped either way.
+        """
+        try:
+            self.flush_checkpoints()
+        finally:
+            self._checkpoints.close()
 
     # --- reading ----------------------------------------------------------------
 
@@ -296,6 +353,9 @@ class ConversationService:
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete a conversation with every message and checkpoint in it."""
+        # Queued writes land first, so the deletion takes their bytes with it
+        # (one landing later would find its node gone and be dropped).
+        self._checkpoints.flush()
         sync = self._sync
         if sync and sync.loaded and sync.loaded[0].conversation_id == conversation_id:
             sync.forget()  # the context holds what is about to go
@@ -306,13 +366,19 @@ class ConversationService:
 
         Messages stay: a node without a checkpoint is rebuilt when visited.
         """
+        # A queued write landing after the clearing would bring one back.
+        self._checkpoints.flush()
         if conversation_id is not None:
             repository.get_conversation(self.db, conversation_id)  # NotFound
         return repository.delete_checkpoints(self.db, conversation_id=conversation_id)
 
-    def evict(self, budget_bytes: int) -> int:
-        """Delete least recently used checkpoints until they fit ``budget_bytes``;
-        return bytes freed. Messages stay, as for ``clear_checkpoints``."""
+    def evict_checkpoints(self, budget_bytes: int) -> int:
+        """Delete least recently used checkpoints beyond ``budget_bytes``.
+
+        Queued checkpoints are written first, so that they count. Returns the
+        bytes freed.
+        """
+        self._checkpoints.flush()
         return repository.evict_checkpoints(self.db, budget_bytes)
 
     def delete_branch(self, node_id: int) -> int:
@@ -324,12 +390,14 @@ class ConversationService:
             )
         if self._sync is not None:
             self._sync.drop(node_id)
+        self._checkpoints.flush()
         return repository.delete_subtree(self.db, node_id)
 
     # --- moving and generating ----------------------------------------------------
 
     def restore(self, node_id: int) -> SyncStats:
         """Put the engine at the end of ``node_id``'s path (e.g. a click on a node)."""
+        self._raise_write_failure()
         path, _variables = self._ensured_path(node_id)
         stats = self._move_to(path)
         repository.set_active_node(self.db, node_id)
@@ -453,6 +521,7 @@ class ConversationService:
         engine = self._require_engine()
         sync = self._sync
         assert sync is not None
+        self._raise_write_failure()
         if not 1 <= n <= MAX_FORKS:
             raise ServiceError(f"Between 1 and {MAX_FORKS} alternatives, not {n}.")
         node = repository.get_node(self.db, node_id)
@@ -734,6 +803,7 @@ class ConversationService:
         self, user_node_id: int, params: SamplingParams, streams: _Streams
     ) -> Reply:
         engine = self._require_engine()
+        self._raise_write_failure()
         path, variables = self._ensured_path(user_node_id)
         if path[-1].role != "user":
             raise ServiceError(f"Node {user_node_id} is not a user message.")
@@ -746,6 +816,7 @@ class ConversationService:
         self, parent_id: int, text: str, params: SamplingParams, streams: _Streams
     ) -> Reply:
         engine = self._require_engine()
+        self._raise_write_failure()
         if not text.strip():
             raise ServiceError("The message is empty.")
         _check_text(text, "message")
@@ -830,6 +901,12 @@ class ConversationService:
             stats.prompt_tokens += len(opening.tokens)
             stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
             stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
+            if user is not None:
+                # Its write ran while the opening was decoded. A message whose
+                # checkpoint cannot be stored (a full disk) fails here, still
+                # unanswered, so that a retry answers it instead of a copy.
+                self._checkpoints.settle([user.id])
+                self._raise_write_failure()
             generation = {"params": params.as_dict(), "model": engine.info.name}
             reply = self._add_generating_reply(parent.id, opening, start, generation)
             reply = self._complete_reply(reply, opening, params, stats, streams)
@@ -1141,12 +1218,20 @@ class ConversationService:
 
     def _store_checkpoint(self, node: NodeRecord, data: bytes) -> int:
         assert self.engine is not None and self.profile_id is not None
-        return repository.save_checkpoint(
-            self.db,
-            node.id,
-            self.profile_id,
-            self.engine.state_kind,
-            node.start_pos,
-            node.end_pos,
-            data,
+        return self._checkpoints.save(
+            node, self.profile_id, self.engine.state_kind, data
         )
+
+    def _raise_write_failure(self) -> None:
+        """Raise the first checkpoint write that failed since the last report."""
+        failure = self._checkpoints.take_failure()
+        if failure is None:
+            return
+        if not isinstance(failure.error, StorageUnavailable):
+            raise failure.error  # a bug on the writer thread: report it as one
+        more = f" ({failure.more} more failed too)" if failure.more else ""
+        raise StorageUnavailable(
+            f"The checkpoint of message {failure.node_id} could not be saved"
+            f"{more}; no message is lost, it is rebuilt when next visited. "
+            f"{failure.error}"
+        ) from failure.error

@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.backend.errors import ContextFullError
+from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.context_sync import SyncStats
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
@@ -22,6 +23,7 @@ from app.workers import jobs
 from app.workers.jobs import JobResult
 from storage import repository
 from storage.db import Database
+from storage.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,10 @@ class EngineWorker(QObject):
         name = type(job).__name__
         try:
             result = self._dispatch(job)
+            # A job ends with its checkpoints written: the window then reads
+            # them (tree marks, storage sizes), and a failed write fails the
+            # job that made it, as when checkpoints were written directly.
+            self._service.flush_checkpoints()
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
             log.info("%s: the context is full: %s", name, exc)
@@ -88,7 +94,10 @@ class EngineWorker(QObject):
     @Slot()
     def shut_down(self) -> None:
         """Free the model and end the thread's event loop (runs on the thread)."""
-        self.close()
+        try:
+            self.close()
+        except StorageUnavailable as exc:  # nobody is left to tell
+            log.error("checkpoints not written at shutdown: %s", exc)
         thread = QThread.currentThread()
         if thread is not None:
             thread.quit()
@@ -134,7 +143,7 @@ class EngineWorker(QObject):
                 imported = service.import_conversation(data)
                 return JobResult(job, conversation_id=imported.conversation_id)
             case jobs.EvictCheckpoints(budget_bytes=budget):
-                return JobResult(job, evicted_bytes=service.evict(budget))
+                return JobResult(job, evicted_bytes=service.evict_checkpoints(budget))
             case jobs.ClearCheckpoints():
                 return JobResult(job, evicted_bytes=service.clear_checkpoints())
             case jobs.SavePreferences(prefs=prefs):
@@ -156,11 +165,15 @@ class EngineWorker(QObject):
                 raise TypeError(f"unknown job {job!r}")
 
     def close(self) -> None:
-        """Free the model; jobs that need none still run."""
-        engine = self._service.engine
+        """Write the queued checkpoints and free the model; jobs that need no
+        model still run. Raises ``StorageUnavailable`` if a write failed."""
+        old = self._service
         self._service = ConversationService(self._db)
-        if engine is not None:
-            engine.close()
+        try:
+            old.close()  # its checkpoints are written (each job flushed them)
+        finally:
+            if old.engine is not None:
+                old.engine.close()
 
     def _load(self, job: jobs.LoadModel) -> JobResult:
         # Imported here: loading llama.cpp's library is only needed once a
@@ -169,7 +182,9 @@ class EngineWorker(QObject):
 
         self.close()  # free the old model's memory before loading the next
         engine = LlamaEngine(job.path, job.settings)
-        self._service = ConversationService(self._db, engine)
+        self._service = ConversationService(
+            self._db, engine, CheckpointWriter(self._db)
+        )
         return JobResult(job, model=engine.info, n_ctx=engine.n_ctx)
 
     def _generate(
@@ -211,7 +226,7 @@ class EngineWorker(QObject):
         evicting checkpoints beyond the budget."""
         evicted = 0
         if budget_bytes is not None:
-            evicted = self._service.evict(budget_bytes)
+            evicted = self._service.evict_checkpoints(budget_bytes)
         first = replies[0]
         return JobResult(
             job,
