@@ -446,6 +446,111 @@ def get_children(db: Database, node_id: int) -> list[NodeRecord]:
         return [_node_record(n) for n in rows]
 
 
+@dataclass(frozen=True)
+class CheckpointRef:
+    """Where a node's checkpoint is, and what its checksum was made over.
+
+    ``checkpoint_id`` is also the row id of its blob (``checkpoint_blob``).
+    """
+
+    node_id: int
+    checkpoint_id: int
+    kind: str
+    start_pos: int
+    end_pos: int
+    byte_size: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class TreeIndex:
+    """A conversation's shape, and the nodes of one path in it.
+
+    ``parents`` maps every node to its parent; ``checkpoints`` every node
+    with a checkpoint of the profile asked for to where it is; ``profile``
+    is that profile's fingerprint ("" when none was asked for); ``nodes``
+    holds the records of the path to the node the index was asked for.
+    """
+
+    conversation: ConversationRecord
+    parents: dict[int, int | None]
+    checkpoints: dict[int, CheckpointRef]
+    profile: str = ""
+    nodes: dict[int, NodeRecord] = field(default_factory=dict)
+
+
+def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
+    """The index of the conversation holding ``node_id``, with the nodes of
+    its path, from one snapshot; raises ``NotFound``."""
+    _require_valid_id(Node, node_id)
+    with db.read() as s:
+        conversation_id = s.execute(
+            select(Node.conversation_id).where(Node.id == node_id)
+        ).scalar_one_or_none()
+        if conversation_id is None:
+            raise NotFound(f"No node with id {node_id}.")
+        conversation = _get(s, Conversation, conversation_id)
+        parents: dict[int, int | None] = {
+            r.id: r.parent_id
+            for r in s.execute(
+                select(Node.id, Node.parent_id).where(
+                    Node.conversation_id == conversation_id
+                )
+            )
+        }
+        checkpoints: dict[int, CheckpointRef] = {}
+        profile = ""
+        if profile_id is not None and _valid_id(profile_id):
+            profile = (
+                s.execute(
+                    select(BackendProfile.fingerprint).where(
+                        BackendProfile.id == profile_id
+                    )
+                ).scalar_one_or_none()
+                or ""
+            )
+            rows = s.execute(
+                select(
+                    Checkpoint.node_id,
+                    Checkpoint.id,
+                    Checkpoint.kind,
+                    Checkpoint.start_pos,
+                    Checkpoint.end_pos,
+                    Checkpoint.byte_size,
+                    Checkpoint.checksum,
+                )
+                .join(Node, Node.id == Checkpoint.node_id)
+                .where(
+                    Node.conversation_id == conversation_id,
+                    Checkpoint.profile_id == profile_id,
+                )
+            )
+            checkpoints = {r[0]: CheckpointRef(*r) for r in rows}
+        path = [node_id]
+        while (parent := parents.get(path[-1])) is not None and len(path) <= len(
+            parents
+        ):
+            path.append(parent)
+        nodes = s.execute(select(Node).where(Node.id.in_(path))).scalars()
+        return TreeIndex(
+            _conversation_record(conversation),
+            parents,
+            checkpoints,
+            profile,
+            {n.id: _node_record(n) for n in nodes},
+        )
+
+
+def get_nodes(db: Database, node_ids: Sequence[int]) -> dict[int, NodeRecord]:
+    """The nodes of ``node_ids`` that exist, by id, read in one query."""
+    ids = _valid_ids(list(node_ids))
+    if not ids:
+        return {}
+    with db.read() as s:
+        rows = s.execute(select(Node).where(Node.id.in_(ids))).scalars()
+        return {n.id: _node_record(n) for n in rows}
+
+
 def tree(
     db: Database, conversation_id: int, profile_id: int | None = None
 ) -> list[NodeSummary]:
@@ -675,6 +780,70 @@ def touch_checkpoints(db: Database, node_ids: list[int], profile_id: int) -> Non
                 Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id
             )
             .values(last_used_at=utcnow())
+        )
+
+
+def defer_active_node(db: Database, conversation_id: int, node_id: int) -> None:
+    """Record, without writing now, ``node_id`` as where its conversation continues.
+
+    ``set_active_node`` later: the write runs with the next write
+    transaction or at the next idle moment (``Database.defer``), so that a
+    restore does not wait for it. A node deleted meanwhile is skipped.
+    """
+    when = utcnow()
+    db.defer(("active node", conversation_id), lambda _old: _ActiveNode(node_id, when))
+
+
+def defer_touch(db: Database, node_ids: Sequence[int], profile_id: int) -> None:
+    """``touch_checkpoints`` later (see ``defer_active_node``), merged with
+    the touches still pending."""
+    ids = frozenset(_valid_ids(list(node_ids)))
+    if not ids or not _valid_id(profile_id):
+        return
+    when = utcnow()
+
+    def merge(old: Callable[[Session], None] | None) -> _Touch:
+        earlier = old.node_ids if isinstance(old, _Touch) else frozenset()
+        return _Touch(profile_id, earlier | ids, when)
+
+    db.defer(("checkpoints used", profile_id), merge)
+
+
+@dataclass(frozen=True)
+class _ActiveNode:
+    """A deferred ``set_active_node``, run by ``Database.defer``'s machinery."""
+
+    node_id: int
+    when: datetime
+
+    def __call__(self, session: Session) -> None:
+        conversation_id = session.execute(
+            select(Node.conversation_id).where(Node.id == self.node_id)
+        ).scalar_one_or_none()
+        if conversation_id is not None:
+            session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id)
+                .values(active_node_id=self.node_id, updated_at=self.when)
+            )
+
+
+@dataclass(frozen=True)
+class _Touch:
+    """A deferred ``touch_checkpoints``."""
+
+    profile_id: int
+    node_ids: frozenset[int]
+    when: datetime
+
+    def __call__(self, session: Session) -> None:
+        session.execute(
+            update(Checkpoint)
+            .where(
+                Checkpoint.node_id.in_(sorted(self.node_ids)),
+                Checkpoint.profile_id == self.profile_id,
+            )
+            .values(last_used_at=self.when)
         )
 
 

@@ -23,6 +23,7 @@ from app.backend import chat_format as chat_formats
 from app.backend import reasoning
 from app.backend.chat_format import ChatFormat
 from app.backend.errors import BackendError, ContextFullError, ModelFileError
+from app.backend.kv_state import CombinedState, DeltaLayout
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.sampling import Sampler
 from app.backend.settings import DEFAULT_N_CTX, KV_CACHE_TYPES, BackendSettings
@@ -177,6 +178,10 @@ class LlamaEngine:
         self.n_past = 0
         # End position of each fork sequence while alternatives are generated.
         self._forks: dict[int, int] = {}
+        # Deltas staged by add_delta, applied together by end_deltas.
+        self._combined = CombinedState()
+        self._staged_end = 0
+        self._planned_cells = 0
 
         self.path = model_path
         self.chat_format = self._load_chat_format()
@@ -678,7 +683,63 @@ class LlamaEngine:
         ]
         return b"".join(len(piece).to_bytes(8, "little") + piece for piece in pieces)
 
-    def restore(self, data: bytes, start: int, end: int) -> bool:
+    def begin_deltas(self, cells: int) -> None:
+        """Start applying consecutive deltas holding ``cells`` cells in all.
+
+        ``add_delta`` then takes them in order and ``end_deltas`` finishes:
+        deltas whose bytes have the plain shape (``kv_state``) are combined
+        and applied with one llama.cpp call, others one by one. ``cells`` is
+        what the caller expects to add (fewer may come).
+        """
+        self._combined.clear()
+        self._staged_end = self.n_past
+        self._planned_cells = cells
+
+    def add_delta(self, data: bytes | memoryview, start: int, end: int) -> bool:
+        """Add the delta of positions ``[start, end)`` after what is held or staged.
+
+        ``data`` is only read during the call. Returns False when the delta
+        is refused (it does not follow on, or llama.cpp rejects it); what was
+        staged before it may then have been applied or not: ``n_past`` says.
+        """
+        if start != self._staged_end:
+            return False
+        layout = (
+            DeltaLayout.parse(memoryview(data), start, end)
+            if self.state_kind == "delta" and not self.n_swa
+            else None
+        )
+        if layout is None:
+            # Sliding-window pieces, or bytes of another shape: llama.cpp
+            # checks them itself, one call each.
+            if not self.end_deltas():
+                return False
+            ok = self.restore(data, start, end)
+            self._staged_end = self.n_past
+            return ok
+        if not self._combined.accepts(layout):
+            if not self.end_deltas():
+                return False
+            self._combined.begin(layout, max(self._planned_cells, layout.cells))
+        self._combined.add(memoryview(data), layout)
+        self._planned_cells -= layout.cells
+        self._staged_end = end
+        return True
+
+    def end_deltas(self) -> bool:
+        """Apply what ``add_delta`` staged; False if refused (then none of it is held)."""
+        state = self._combined.state()
+        start, end = self.n_past, self._staged_end
+        self._combined.clear()
+        if not len(state):
+            return True
+        if not self._apply_cells(state, start, end):
+            self._staged_end = self.n_past
+            return False
+        self.n_past = end
+        return True
+
+    def restore(self, data: bytes | memoryview, start: int, end: int) -> bool:
         """Apply a checkpoint made by ``capture(start, end)``; True on success.
 
         A delta goes on top of the ``start`` tokens already held; a full
@@ -736,9 +797,9 @@ class LlamaEngine:
         return pieces
 
     @staticmethod
-    def _split_pieces(data: bytes) -> list[bytes] | None:
+    def _split_pieces(data: bytes | memoryview) -> list[bytes | memoryview] | None:
         """The pieces of a sliding-window delta, or None if it is malformed."""
-        pieces: list[bytes] = []
+        pieces: list[bytes | memoryview] = []
         offset = 0
         while offset < len(data):
             size = int.from_bytes(data[offset : offset + 8], "little")
@@ -764,7 +825,7 @@ class LlamaEngine:
         finally:
             llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
 
-    def _apply_cells(self, data: bytes, start: int, end: int) -> bool:
+    def _apply_cells(self, data: bytes | memoryview, start: int, end: int) -> bool:
         """Add the cells of one serialized delta (piece) to the main sequence."""
         ok = self._set_seq_state(data, SCRATCH_SEQ)
         # The cells must sit exactly at the node's positions: a checkpoint of the
@@ -789,13 +850,17 @@ class LlamaEngine:
         written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq)
         return ctypes.string_at(buf, written)
 
-    def _set_seq_state(self, data: bytes, seq: int) -> bool:
-        # Point llama.cpp at the bytes object's own buffer (it only reads it):
+    def _set_seq_state(self, data: bytes | memoryview, seq: int) -> bool:
+        # Point llama.cpp at the caller's own buffer (it only reads it):
         # copying tens of megabytes first would cost more than the restore.
-        buf = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
-        return llama_cpp.llama_state_seq_set_data(
-            self._ctx, buf, len(data), seq
-        ) == len(data)
+        # A read-only memoryview (of bytes) has no writable ctypes view, so
+        # its address comes from numpy, which takes any buffer as it is.
+        size = len(data)
+        if not size:
+            return False
+        address = np.frombuffer(data, np.uint8).ctypes.data
+        buf = ctypes.cast(address, ctypes.POINTER(ctypes.c_uint8))
+        return llama_cpp.llama_state_seq_set_data(self._ctx, buf, size, seq) == size
 
     # --- lifetime ----------------------------------------------------------------
 
