@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from sqlalchemy import event
 
-from app.backend.engine import LlamaEngine
+from app.backend import engine as engine_module
+from app.backend.engine import RUN_BYTES, LlamaEngine
 from app.backend.kv_state import DeltaLayout
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
@@ -66,7 +67,11 @@ def _captured(engine: LlamaEngine) -> list[tuple[bytes, int, int]]:
     return deltas
 
 
-def test_combined_deltas_give_the_logits_of_reprocessing(tiny_model, settings):
+@pytest.mark.parametrize("run_bytes", [RUN_BYTES, 20_000], ids=["one-run", "runs"])
+def test_combined_deltas_give_the_logits_of_reprocessing(
+    tiny_model, settings, run_bytes, monkeypatch
+):
+    monkeypatch.setattr(engine_module, "RUN_BYTES", run_bytes)
     with (
         LlamaEngine(tiny_model, settings) as made,
         LlamaEngine(tiny_model, settings) as combined,
@@ -76,10 +81,13 @@ def test_combined_deltas_give_the_logits_of_reprocessing(tiny_model, settings):
         assert DeltaLayout.parse(memoryview(deltas[0][0]), *deltas[0][1:])
         assert DeltaLayout.parse(memoryview(deltas[0][0]), 1, 24) is None
 
-        combined.begin_deltas(sum(end - start for _d, start, end in deltas))
+        combined.begin_deltas([end - start for _d, start, end in deltas])
         for data, start, end in deltas:
             assert combined.add_delta(memoryview(data), start, end)
-        assert combined.n_past == 0  # staged, not applied yet
+        if run_bytes == RUN_BYTES:
+            assert combined.n_past == 0  # all staged, not applied yet
+        elif not settings.flash_attn:
+            assert 0 < combined.n_past < made.n_past  # runs applied as they fill
         assert combined.end_deltas()
         assert combined.n_past == made.n_past
 
@@ -101,7 +109,7 @@ def test_fewer_deltas_than_announced_still_restore_exactly(tiny_model, settings)
     ):
         deltas = _captured(made)
         kept = deltas[:5]
-        restored.begin_deltas(sum(end - start for _d, start, end in deltas))
+        restored.begin_deltas([end - start for _d, start, end in deltas])
         for data, start, end in kept:
             assert restored.add_delta(data, start, end)
         data, start, end = deltas[6]  # skips one: does not follow on
@@ -122,7 +130,7 @@ def test_a_damaged_delta_is_refused_and_the_ones_before_it_are_held(
         LlamaEngine(tiny_model, settings) as restored,
     ):
         deltas = _captured(made)
-        restored.begin_deltas(sum(end - start for _d, start, end in deltas))
+        restored.begin_deltas([end - start for _d, start, end in deltas])
         for data, start, end in deltas[:3]:
             assert restored.add_delta(data, start, end)
         data, start, end = deltas[3]

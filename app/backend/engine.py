@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,15 @@ SCRATCH_SEQ = 1
 FIRST_FORK_SEQ = 2
 # Bumped when Arbor changes how it lays out checkpoints.
 CHECKPOINT_FORMAT = 1
+# The most bytes of deltas combined for one llama.cpp call (a quarter of it
+# with flash attention on). Combining copies the deltas into one buffer first;
+# that copy pays off only where it is cheaper than the calls it saves. With V
+# transposed (flash attention off) each call costs n_layer x n_embd_v small
+# copies, 0.2 to 0.75 ms for SmolLM2-135M on the 2-core VMs measured, while
+# copying runs at 4 to 10 GB/s, so the break-even is about 2 MiB; with flash
+# attention a call costs a quarter of that. Larger deltas go one call each,
+# straight from the buffer they were read into.
+RUN_BYTES = 2 << 20
 
 # Bytes per element of each KV cache type (quantized blocks hold 32 values).
 _KV_ELEMENT_BYTES = {
@@ -181,7 +191,7 @@ class LlamaEngine:
         # Deltas staged by add_delta, applied together by end_deltas.
         self._combined = CombinedState()
         self._staged_end = 0
-        self._planned_cells = 0
+        self._planned: list[int] = []
 
         self.path = model_path
         self.chat_format = self._load_chat_format()
@@ -683,17 +693,18 @@ class LlamaEngine:
         ]
         return b"".join(len(piece).to_bytes(8, "little") + piece for piece in pieces)
 
-    def begin_deltas(self, cells: int) -> None:
-        """Start applying consecutive deltas holding ``cells`` cells in all.
+    def begin_deltas(self, cells: Sequence[int]) -> None:
+        """Start applying consecutive deltas of ``cells`` cells each, in order.
 
-        ``add_delta`` then takes them in order and ``end_deltas`` finishes:
-        deltas whose bytes have the plain shape (``kv_state``) are combined
-        and applied with one llama.cpp call, others one by one. ``cells`` is
-        what the caller expects to add (fewer may come).
+        ``add_delta`` then takes them one by one and ``end_deltas`` finishes:
+        consecutive deltas whose bytes have the plain shape (``kv_state``)
+        and that fit together in ``RUN_BYTES`` are combined and applied with
+        one llama.cpp call per run; others with a call each. Fewer deltas
+        than announced may come.
         """
         self._combined.clear()
         self._staged_end = self.n_past
-        self._planned_cells = cells
+        self._planned = list(cells)
 
     def add_delta(self, data: bytes | memoryview, start: int, end: int) -> bool:
         """Add the delta of positions ``[start, end)`` after what is held or staged.
@@ -704,6 +715,8 @@ class LlamaEngine:
         """
         if start != self._staged_end:
             return False
+        if self._planned:
+            self._planned.pop(0)
         layout = (
             DeltaLayout.parse(memoryview(data), start, end)
             if self.state_kind == "delta" and not self.n_swa
@@ -712,22 +725,47 @@ class LlamaEngine:
         if layout is None:
             # Sliding-window pieces, or bytes of another shape: llama.cpp
             # checks them itself, one call each.
-            if not self.end_deltas():
-                return False
-            ok = self.restore(data, start, end)
-            self._staged_end = self.n_past
-            return ok
-        if not self._combined.accepts(layout):
-            if not self.end_deltas():
-                return False
-            self._combined.begin(layout, max(self._planned_cells, layout.cells))
+            return self._add_alone(data, start, end)
+        if self._combined.accepts(layout):
+            self._combined.add(memoryview(data), layout)
+            self._staged_end = end
+            return True
+        if not self.end_deltas():
+            return False
+        cells = self._run_cells(layout)
+        if cells == layout.cells:
+            # Alone in its run: straight from the caller's buffer.
+            return self._add_alone(data, start, end)
+        self._combined.begin(layout, cells)
         self._combined.add(memoryview(data), layout)
-        self._planned_cells -= layout.cells
         self._staged_end = end
         return True
 
+    def _add_alone(self, data: bytes | memoryview, start: int, end: int) -> bool:
+        """Apply a delta with a call of its own, after what is staged."""
+        if not self.end_deltas():
+            return False
+        ok = self.restore(data, start, end)
+        self._staged_end = self.n_past
+        return ok
+
+    def _run_cells(self, layout: DeltaLayout) -> int:
+        """Cells of a run starting with ``layout``'s delta: it and the planned
+        deltas after it, while they fit in the run's bytes (see ``RUN_BYTES``).
+
+        Runs end on a delta's boundary, so that a run is laid out once for
+        exactly the cells it gets.
+        """
+        limit = RUN_BYTES if layout.v_trans else RUN_BYTES // 4
+        cells = layout.cells
+        for planned in self._planned:
+            if (cells + planned) * layout.cell_bytes > limit:
+                break
+            cells += planned
+        return cells
+
     def end_deltas(self) -> bool:
-        """Apply what ``add_delta`` staged; False if refused (then none of it is held)."""
+        """Apply what ``add_delta`` staged; False if refused (none of it held)."""
         state = self._combined.state()
         start, end = self.n_past, self._staged_end
         self._combined.clear()

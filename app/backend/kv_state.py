@@ -29,6 +29,7 @@ applies it on its own, as llama.cpp then checks it itself.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -74,15 +75,22 @@ class DeltaLayout:
         """Layers with K rows."""
         return len(self.k_rows)
 
-    def size(self, cells: int) -> int:
-        """Bytes of a state of this shape holding ``cells`` cells."""
+    @functools.cached_property
+    def cell_bytes(self) -> int:
+        """Bytes per cell: its metadata and its K and V in every layer."""
+        return _CELL_BYTES + sum(self.k_rows) + sum(self.v_rows)
+
+    @functools.cached_property
+    def _fixed_bytes(self) -> int:
         return (
             _HEADER.size
-            + cells * _CELL_BYTES
             + _DATA_HEADER.size
             + sum(len(h) for h in self.k_headers + self.v_headers)
-            + cells * (sum(self.k_rows) + sum(self.v_rows))
         )
+
+    def size(self, cells: int) -> int:
+        """Bytes of a state of this shape holding ``cells`` cells."""
+        return self._fixed_bytes + cells * self.cell_bytes
 
     @staticmethod
     def parse(data: memoryview, start: int, end: int) -> DeltaLayout | None:
@@ -228,12 +236,13 @@ class CombinedState:
         offset = _HEADER.size + cells * _CELL_BYTES
         _DATA_HEADER.pack_into(out, offset, int(layout.v_trans), layout.n_layer)
         offset += _DATA_HEADER.size
+        view = memoryview(out)
         for headers, rows in (
             (layout.k_headers, layout.k_rows),
             (layout.v_headers, layout.v_rows),
         ):
             for header, row in zip(headers, rows, strict=True):
-                out[offset : offset + len(header)] = np.frombuffer(header, np.uint8)
+                view[offset : offset + len(header)] = header
                 offset += len(header) + cells * row
 
 

@@ -140,7 +140,7 @@ class ContextSync:
         started = time.perf_counter()
         planned = self._planned(below, stats)
         engine = self._engine
-        engine.begin_deltas(sum(len(n.tokens) for n, ref in planned if ref))
+        engine.begin_deltas([len(n.tokens) for n, ref in planned if ref])
         reader = self._reader
         reader.times.read_ms = reader.times.verify_ms = 0.0
         apply_ms = 0.0
