@@ -18,7 +18,6 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
 
 from storage.db import Database
 from storage.models import checkpoint_checksum
@@ -53,10 +52,8 @@ class CheckpointReader:
     @contextlib.contextmanager
     def reading(self, db: Database) -> Iterator[_Reads]:
         """Read checkpoints within one read transaction (one snapshot)."""
-        with db.read() as session:
-            # The DBAPI connection under SQLAlchemy's: blobopen is sqlite3's.
-            raw = session.connection().connection.driver_connection
-            yield _Reads(self, cast(sqlite3.Connection, raw))
+        with db.read_raw() as raw:
+            yield _Reads(self, raw)
 
     def _blob(self, raw: sqlite3.Connection, ref: CheckpointRef) -> memoryview | None:
         started = time.perf_counter()

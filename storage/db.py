@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
+from typing import cast
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
@@ -125,6 +126,27 @@ class Database:
         """
         with translate_errors(self.path), self._readers() as session:
             yield session
+
+    @contextlib.contextmanager
+    def read_raw(self) -> Iterator[sqlite3.Connection]:
+        """Yield sqlite3's own connection inside a read transaction (one snapshot).
+
+        For reading checkpoint blobs with ``Connection.blobopen``, which
+        SQLAlchemy does not offer, and without the cost of an ORM session
+        (0.27 ms against 0.01 ms here, most of a sibling switch's Python
+        time). Only reads: the transaction is rolled back.
+        """
+        with translate_errors(self.path):
+            pooled = self.engine.raw_connection()
+            try:
+                raw = cast(sqlite3.Connection, pooled.driver_connection)
+                raw.execute("BEGIN DEFERRED")
+                try:
+                    yield raw
+                finally:
+                    raw.execute("ROLLBACK")
+            finally:
+                pooled.close()
 
     @contextlib.contextmanager
     def write(self, frees_space: bool = False) -> Iterator[Session]:

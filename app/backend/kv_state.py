@@ -116,14 +116,10 @@ class DeltaLayout:
             offset += _DATA_HEADER.size
             if v_trans not in (0, 1) or n_layer == 0:
                 return None
-            k_headers, k_rows, offset = _rows(data, offset, n_layer, cells)
-            if v_trans:
-                v_headers, v_rows, n_embd_v, offset = _transposed(
-                    data, offset, n_layer, cells
-                )
-            else:
-                v_headers, v_rows, offset = _rows(data, offset, n_layer, cells)
-                n_embd_v = (1,) * n_layer
+            k_headers, k_rows, _w, offset = _layers(data, offset, n_layer, cells)
+            v_headers, v_rows, n_embd_v, offset = _layers(
+                data, offset, n_layer, cells, transposed=bool(v_trans)
+            )
         except (struct.error, ValueError):
             return None
         if offset != len(data):
@@ -133,35 +129,46 @@ class DeltaLayout:
         )
 
 
-def _rows(
-    data: memoryview, offset: int, n_layer: int, cells: int
-) -> tuple[tuple[bytes, ...], tuple[int, ...], int]:
-    headers, rows = [], []
-    for _ in range(n_layer):
-        header = bytes(data[offset : offset + _ROWS_HEADER.size])
-        _type, row = _ROWS_HEADER.unpack(header)
-        headers.append(header)
-        rows.append(row)
-        offset += _ROWS_HEADER.size + cells * row
-    if offset > len(data):
-        raise ValueError("truncated")
-    return tuple(headers), tuple(rows), offset
-
-
-def _transposed(
-    data: memoryview, offset: int, n_layer: int, cells: int
+def _layers(
+    data: memoryview, offset: int, n_layer: int, cells: int, transposed: bool = False
 ) -> tuple[tuple[bytes, ...], tuple[int, ...], tuple[int, ...], int]:
-    headers, rows, widths = [], [], []
+    """Each layer's header, bytes per cell and V rows (1 unless ``transposed``),
+    and the offset past the section."""
+    header_struct = _TRANSPOSED_HEADER if transposed else _ROWS_HEADER
+    size = header_struct.size
+    first = bytes(data[offset : offset + size])
+    row, width = _row_bytes(header_struct.unpack(first), transposed)
+    stride = size + cells * row
+    end = offset + n_layer * stride
+    if end <= len(data):
+        # Layers alike, as in most models: every header equals the first.
+        headers = as_strided(
+            np.frombuffer(data, np.uint8)[offset:],
+            shape=(n_layer, size),
+            strides=(stride, 1),
+            writeable=False,
+        )
+        if bool((headers == headers[0]).all()):
+            return (first,) * n_layer, (row,) * n_layer, (width,) * n_layer, end
+    found: list[tuple[bytes, int, int]] = []
     for _ in range(n_layer):
-        header = bytes(data[offset : offset + _TRANSPOSED_HEADER.size])
-        _type, element, n_embd_v = _TRANSPOSED_HEADER.unpack(header)
-        headers.append(header)
-        rows.append(element * n_embd_v)
-        widths.append(n_embd_v)
-        offset += _TRANSPOSED_HEADER.size + cells * element * n_embd_v
+        header = bytes(data[offset : offset + size])
+        row, width = _row_bytes(header_struct.unpack(header), transposed)
+        found.append((header, row, width))
+        offset += size + cells * row
     if offset > len(data):
         raise ValueError("truncated")
-    return tuple(headers), tuple(rows), tuple(widths), offset
+    headers_, rows, widths = zip(*found, strict=True)
+    return tuple(headers_), tuple(rows), tuple(widths), offset
+
+
+def _row_bytes(fields: tuple[int, ...], transposed: bool) -> tuple[int, int]:
+    """Bytes per cell of a layer, and its V rows, from its header's fields."""
+    if transposed:
+        _type, element, n_embd_v = fields
+        return element * n_embd_v, n_embd_v
+    _type, row = fields
+    return row, 1
 
 
 class CombinedState:
