@@ -144,7 +144,8 @@ class Database:
                 try:
                     yield raw
                 finally:
-                    raw.execute("ROLLBACK")
+                    if raw.in_transaction:  # some errors end it themselves
+                        raw.execute("ROLLBACK")
             finally:
                 pooled.close()
 
@@ -174,8 +175,12 @@ class Database:
         # only once committed: a rolled back transaction leaves it pending.
         pending = self.deferred.snapshot()
         with translate_errors(self.path), self._writers.begin() as session:
-            if pending:
-                self._notice_others()  # before our own commit hides theirs
+            if self._seen_version is not None:
+                # A cache is watching: look at data_version once the write
+                # lock is held (BEGIN IMMEDIATE runs with the first
+                # statement), before our own commit hides other commits.
+                session.connection()
+                self._notice_others()
             for write in pending.values():
                 write(session)
             yield session
@@ -221,7 +226,8 @@ class Database:
         notices commits of other connections and processes through SQLite's
         ``PRAGMA data_version``. One gap: another process's commit that lands
         between a commit of ours and our next look at ``data_version`` (a few
-        microseconds) is taken for ours.
+        microseconds) is taken for ours. A read-only database only counts
+        (nothing of ours writes to it).
         """
         with self._watch_lock:
             self._notice_others_locked()

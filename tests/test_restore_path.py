@@ -338,3 +338,16 @@ def test_new_databases_get_large_pages_and_old_ones_still_restore(
     with db.engine.connect() as connection:
         assert connection.exec_driver_sql("PRAGMA page_size").scalar() == 4096
     db.close()
+
+
+def test_a_restore_from_the_command_line_saves_the_place(arbor):
+    # The process exits right after the restore: its deferred write is made
+    # at exit, so the next process finds the conversation where it was left.
+    root = arbor("new", "--system", "Be brief.")["node"]
+    first = arbor("send", root, "Hello", "--temperature", "0", "--max-tokens", "4")
+    second = arbor("send", root, "Hi", "--temperature", "0", "--max-tokens", "4")
+    assert arbor("list")["conversations"][0]["active_node"] == second["assistant_node"]
+    stats = arbor("restore", first["assistant_node"])["stats"]
+    assert stats["reprocessed_tokens"] == 0
+    listed = arbor("list")["conversations"][0]
+    assert listed["active_node"] == first["assistant_node"]

@@ -159,7 +159,6 @@ class ContextSync:
                     if not ok:
                         self._fallback(node, "rejected by llama.cpp", stats)
                         break
-                    stats.checkpoint_bytes_read += ref.byte_size
                 staged.append(node)
         applying = time.perf_counter()
         applied = engine.end_deltas()
@@ -170,10 +169,9 @@ class ContextSync:
             self._fallback(staged[len(restored)], "rejected by llama.cpp", stats)
         self.loaded += restored
         stats.restored_tokens += sum(len(n.tokens) for n in restored)
-        if len(restored) < len(staged):
-            stats.checkpoint_bytes_read = sum(
-                ref.byte_size for n, ref in planned[: len(restored)] if ref
-            )
+        stats.checkpoint_bytes_read += sum(
+            ref.byte_size for _node, ref in planned[: len(restored)] if ref
+        )
         stats.read_ms += reader.times.read_ms
         stats.verify_ms += reader.times.verify_ms
         stats.apply_ms += apply_ms
