@@ -717,6 +717,12 @@ class LlamaEngine:
             return False
         if self._planned:
             self._planned.pop(0)
+        if not self._combined.filled:
+            # Too long to share a run even with the next one: skip parsing.
+            per_cell = len(data) / max(1, end - start)
+            following = self._planned[0] if self._planned else 0
+            if (end - start + following) * per_cell > RUN_BYTES:
+                return self._add_alone(data, start, end)
         layout = (
             DeltaLayout.parse(memoryview(data), start, end)
             if self.state_kind == "delta" and not self.n_swa
