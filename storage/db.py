@@ -16,12 +16,15 @@ write lock is taken before the first read), ``Database.read()`` with BEGIN
 DEFERRED (a consistent snapshot that, under WAL, never waits for a writer).
 
 Checkpoint blobs are most of the file and are read whole, tens of megabytes
-per restore, so new files get 64 KiB pages (a 2 MiB blob spans 32 overflow
+per restore, so new files get 16 KiB pages (a 2 MiB blob spans 128 overflow
 pages instead of 512) and every connection reads through SQLite's memory
 map (``mmap_size``): the bytes are copied once, from the page cache to where
-the caller wants them. Files made before keep their 4 KiB pages (the page
-size of a WAL database cannot change in place); docs/benchmarks.md says how
-to convert one with ``VACUUM``.
+the caller wants them. Not 64 KiB: every transaction writes whole pages to
+the -wal file, and with 64 KiB pages deleting a branch on a full disk needed
+more than the 1 MiB the space reserve frees (``storage/reserve.py``), for
+reads barely faster. Files made before keep their 4 KiB pages (the page size
+of a WAL database cannot change in place); docs/benchmarks.md says how to
+convert one with ``VACUUM``.
 
 Bookkeeping that may wait (the active node, when checkpoints were last used)
 is recorded with ``Database.defer`` and written later, see
@@ -57,13 +60,13 @@ log = logging.getLogger(__name__)
 DATABASE_FILENAME = "arbor.sqlite3"
 
 # The page size of new files: suited to blobs of megabytes (see above).
-PAGE_SIZE = 65536
+PAGE_SIZE = 16384
 # How much of the file SQLite maps into memory to read it. Address space, not
 # memory: pages are only loaded as they are read, and are the page cache's.
 MMAP_SIZE = 1 << 30
 # Pages the -wal file may grow to before SQLite copies them into the file: the
 # 4 MiB that SQLite's default of 1000 pages means with 4 KiB pages. With 1000
-# pages of 64 KiB it would grow to 64 MiB, and pages still in the -wal are
+# pages of 16 KiB it would grow to 16 MiB, and pages still in the -wal are
 # read with read(), not through the map.
 WAL_AUTOCHECKPOINT_BYTES = 4 << 20
 
