@@ -14,16 +14,36 @@ and a "begin" event emits the BEGIN itself (the recipe of SQLAlchemy's SQLite
 dialect documentation): ``Database.write()`` starts with BEGIN IMMEDIATE (the
 write lock is taken before the first read), ``Database.read()`` with BEGIN
 DEFERRED (a consistent snapshot that, under WAL, never waits for a writer).
+
+Checkpoint blobs are most of the file and are read whole, tens of megabytes
+per restore, so new files get 16 KiB pages (a 2 MiB blob spans 128 overflow
+pages instead of 512) and every connection reads through SQLite's memory
+map (``mmap_size``): the bytes are copied once, from the page cache to where
+the caller wants them. Not 64 KiB: every transaction writes whole pages to
+the -wal file, and with 64 KiB pages deleting a branch on a full disk needed
+more than the 1 MiB the space reserve frees (``storage/reserve.py``), for
+reads barely faster. Files made before keep their 4 KiB pages (the page size
+of a WAL database cannot change in place); docs/benchmarks.md says how to
+convert one with ``VACUUM``.
+
+Bookkeeping that may wait (the active node, when checkpoints were last used)
+is recorded with ``Database.defer`` and written later, see
+``storage/deferred.py``. ``Database.generation()`` tells caches whether
+anything else may have changed since they read it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
+from typing import cast
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
@@ -32,7 +52,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
 from storage import migrations, probe, reserve
+from storage.deferred import FLUSHER, DeferredWrites, Write
 from storage.errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+# The page size of new files: suited to blobs of megabytes (see above).
+PAGE_SIZE = 16384
+# How much of the file SQLite maps into memory to read it. Address space, not
+# memory: pages are only loaded as they are read, and are the page cache's.
+MMAP_SIZE = 1 << 30
+# Pages the -wal file may grow to before SQLite copies them into the file: the
+# 4 MiB that SQLite's default of 1000 pages means with 4 KiB pages. With 1000
+# pages of 16 KiB it would grow to 16 MiB, and pages still in the -wal are
+# read with read(), not through the map.
+WAL_AUTOCHECKPOINT_BYTES = 4 << 20
 
 # The execution option that tells the "begin" event which BEGIN to emit.
 _BEGIN_OPTION = "arbor_begin"
@@ -77,6 +111,12 @@ class Database:
             engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"}),
             expire_on_commit=False,
         )
+        self.deferred = DeferredWrites()
+        # Counts writes through this object; see generation().
+        self._generation = 0
+        self._watch_lock = threading.Lock()
+        self._watch: sqlite3.Connection | None = None
+        self._seen_version: int | None = None
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:
@@ -87,6 +127,28 @@ class Database:
         """
         with translate_errors(self.path), self._readers() as session:
             yield session
+
+    @contextlib.contextmanager
+    def read_raw(self) -> Iterator[sqlite3.Connection]:
+        """Yield sqlite3's own connection inside a read transaction (one snapshot).
+
+        For reading checkpoint blobs with ``Connection.blobopen``, which
+        SQLAlchemy does not offer, and without the cost of an ORM session
+        (0.27 ms against 0.01 ms here, most of a sibling switch's Python
+        time). Only reads: the transaction is rolled back.
+        """
+        with translate_errors(self.path):
+            pooled = self.engine.raw_connection()
+            try:
+                raw = cast(sqlite3.Connection, pooled.driver_connection)
+                raw.execute("BEGIN DEFERRED")
+                try:
+                    yield raw
+                finally:
+                    if raw.in_transaction:  # some errors end it themselves
+                        raw.execute("ROLLBACK")
+            finally:
+                pooled.close()
 
     @contextlib.contextmanager
     def write(self, frees_space: bool = False) -> Iterator[Session]:
@@ -103,8 +165,105 @@ class Database:
             reserve.spend_if_short(self.path)
         elif self.space_low and not self._space_recovered():
             raise StorageUnavailable(disk_full_message(self.path))
-        with translate_errors(self.path), self._writers.begin() as session:
+        with self._transaction() as session:
             yield session
+        self._committed(changed=True)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Session]:
+        # Deferred bookkeeping goes first, so the transaction's own statements
+        # win where both set the same thing (the active node). It is forgotten
+        # only once committed: a rolled back transaction leaves it pending.
+        pending = self.deferred.snapshot()
+        with translate_errors(self.path), self._writers.begin() as session:
+            if self._seen_version is not None:
+                # A cache is watching: look at data_version once the write
+                # lock is held (BEGIN IMMEDIATE runs with the first
+                # statement), before our own commit hides other commits.
+                session.connection()
+                self._notice_others()
+            for write in pending.values():
+                write(session)
+            yield session
+        self.deferred.written(pending)
+
+    # --- deferred bookkeeping --------------------------------------------------
+
+    def defer(self, key: Hashable, make: Callable[[Write | None], Write]) -> None:
+        """Record a bookkeeping write to run later (see ``storage/deferred.py``).
+
+        ``make`` gets the write still pending under ``key`` (or None) and
+        returns the one to keep. Nothing is recorded on a read-only database
+        or while space is low: bookkeeping is not worth an error there.
+        """
+        if self.read_only or self.space_low:
+            return
+        self.deferred.update(key, make)
+        FLUSHER.schedule(self, time.monotonic())
+
+    def flush_deferred(self) -> None:
+        """Write the pending bookkeeping now, in one transaction (best effort).
+
+        A failure (locked, disk full) is logged and the writes stay pending:
+        the next write transaction, or the next flush, tries again.
+        """
+        if not self.deferred or self.read_only:
+            return
+        try:
+            with self._transaction():
+                pass
+        except StorageUnavailable as exc:
+            log.warning("Could not save the place in the conversation yet: %s", exc)
+            return
+        self._committed(changed=False)
+
+    # --- telling caches about changes ---------------------------------------------
+
+    def generation(self) -> int:
+        """A number that changes whenever the data may have changed.
+
+        It counts the write transactions run through this object (deferred
+        bookkeeping alone excepted: it changes nothing a cache holds) and
+        notices commits of other connections and processes through SQLite's
+        ``PRAGMA data_version``. One gap: another process's commit that lands
+        between a commit of ours and our next look at ``data_version`` (a few
+        microseconds) is taken for ours. A read-only database only counts
+        (nothing of ours writes to it).
+        """
+        with self._watch_lock:
+            self._notice_others_locked()
+            return self._generation
+
+    def _notice_others(self) -> None:
+        with self._watch_lock:
+            self._notice_others_locked()
+
+    def _notice_others_locked(self) -> None:
+        if self.read_only:
+            return  # nothing of ours writes; a writer elsewhere is not watched
+        version = self._data_version()
+        if version != self._seen_version:
+            if self._seen_version is not None:
+                self._generation += 1
+            self._seen_version = version
+
+    def _committed(self, changed: bool) -> None:
+        # Our own commit changes data_version too: take it as seen.
+        with self._watch_lock:
+            if changed:
+                self._generation += 1
+            if self._seen_version is not None and not self.read_only:
+                self._seen_version = self._data_version()
+
+    def _data_version(self) -> int:
+        # A connection of its own: data_version tells a connection about the
+        # commits of every *other* connection, pooled ones included.
+        if self._watch is None:
+            self._watch = sqlite3.connect(
+                f"{self.path.as_uri()}?mode=ro", uri=True, check_same_thread=False
+            )
+        with translate_errors(self.path):
+            return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
 
     def require_writable(self) -> None:
         """Raise ``StorageUnavailable`` if this database was opened read-only."""
@@ -120,8 +279,16 @@ class Database:
         return not self.space_low
 
     def close(self) -> None:
-        """Release every pooled connection."""
-        self.engine.dispose()
+        """Write the pending bookkeeping, then release every connection."""
+        try:
+            self.flush_deferred()
+        finally:
+            FLUSHER.forget(self)
+            with self._watch_lock:
+                if self._watch is not None:
+                    self._watch.close()
+                    self._watch = None
+            self.engine.dispose()
 
 
 def disk_full_message(path: Path) -> str:
@@ -329,20 +496,26 @@ def _on_connect(
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     if new:
-        # Lets deleted checkpoints give their pages back (release_space). It
-        # only takes effect in a file without tables, before the switch to WAL
-        # writes the header; it is never sent to an existing file, where it
-        # would be a write (and fail on a read-only one).
+        # Lets deleted checkpoints give their pages back (release_space). Both
+        # pragmas only take effect in a file without tables, before the switch
+        # to WAL writes the header; they are never sent to an existing file,
+        # where they would be a write (and fail on a read-only one).
+        # page_size first: auto_vacuum fixes the page size it finds.
+        cursor.execute(f"PRAGMA page_size={PAGE_SIZE}")
         cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     # Foreign keys are off by default in SQLite; cascades rely on them.
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    cursor.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
     if writable:
         # WAL keeps readers (the UI) unblocked while the worker writes, and with
         # synchronous=NORMAL a crash can lose the last commit but never corrupts.
         # Only reached once the file is known to be ours (inspect_file).
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        page_size = cursor.execute("PRAGMA page_size").fetchone()[0]
+        pages = max(16, WAL_AUTOCHECKPOINT_BYTES // page_size)
+        cursor.execute(f"PRAGMA wal_autocheckpoint={pages}")
     else:
         # A second guard besides Database.write(): nothing writes by accident.
         cursor.execute("PRAGMA query_only=ON")

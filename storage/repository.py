@@ -19,8 +19,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import (
+    JSON,
     DateTime,
     LargeBinary,
+    bindparam,
     case,
     cast,
     delete,
@@ -414,6 +416,130 @@ def get_children(db: Database, node_id: int) -> list[NodeRecord]:
         return [_node_record(n) for n in rows]
 
 
+@dataclass(frozen=True)
+class CheckpointRef:
+    """Where a node's checkpoint is, and what its checksum was made over.
+
+    ``checkpoint_id`` is also the row id of its blob (``checkpoint_blob``).
+    """
+
+    node_id: int
+    checkpoint_id: int
+    kind: str
+    start_pos: int
+    end_pos: int
+    byte_size: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class TreeIndex:
+    """A conversation's shape, and the nodes of one path in it.
+
+    ``parents`` maps every node to its parent; ``checkpoints`` every node
+    with a checkpoint of the profile asked for to where it is; ``profile``
+    is that profile's fingerprint ("" when none was asked for); ``nodes``
+    holds the records of the path to the node the index was asked for.
+    """
+
+    conversation: ConversationRecord
+    parents: dict[int, int | None]
+    checkpoints: dict[int, CheckpointRef]
+    profile: str = ""
+    nodes: dict[int, NodeRecord] = field(default_factory=dict)
+
+
+# The statements of a move's reads, in plain SQL: a restore in a new process
+# would otherwise spend more time compiling ORM statements (some 15 ms for
+# these) than reading. The column types give the same values the ORM does.
+_NODE_COLUMNS = (
+    "id, conversation_id, parent_id, role, text, tokens, start_pos, chunks, "
+    "vocab_id, status, generation, created_at, thinking, span_text"
+)
+_NODE_TYPES = {"chunks": JSON(), "generation": JSON(), "created_at": DateTime()}
+_CONVERSATION_OF = text("SELECT conversation_id FROM node WHERE id = :node")
+_CONVERSATION = text(
+    "SELECT id, title, system_prompt, active_node_id, created_at, updated_at, "
+    "reasoning FROM conversation WHERE id = :conversation"
+).columns(created_at=DateTime(), updated_at=DateTime())
+_PARENTS = text("SELECT id, parent_id FROM node WHERE conversation_id = :conversation")
+_CHECKPOINTS = text(
+    "SELECT c.node_id, c.id, c.kind, c.start_pos, c.end_pos, c.byte_size, "
+    "c.checksum, p.fingerprint FROM checkpoint c "
+    "JOIN node n ON n.id = c.node_id JOIN backend_profile p ON p.id = c.profile_id "
+    "WHERE n.conversation_id = :conversation AND c.profile_id = :profile"
+)
+_NODES = (
+    text(f"SELECT {_NODE_COLUMNS} FROM node WHERE id IN :ids")
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(**_NODE_TYPES)
+)
+
+
+def _node_from_row(row: Any) -> NodeRecord:
+    return NodeRecord(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        parent_id=row.parent_id,
+        role=row.role,
+        text=row.text,
+        tokens=unpack_tokens(row.tokens or b""),
+        start_pos=row.start_pos,
+        chunks=tuple(row.chunks or ()),
+        vocab_id=row.vocab_id,
+        status=row.status,
+        generation=row.generation,
+        created_at=row.created_at,
+        thinking=row.thinking or "",
+        span_text=row.span_text,
+    )
+
+
+def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
+    """The index of the conversation holding ``node_id``, with the nodes of
+    its path, from one snapshot; raises ``NotFound``."""
+    _require_valid_id(Node, node_id)
+    with db.read() as s:
+        conversation_id = s.execute(_CONVERSATION_OF, {"node": node_id}).scalar()
+        if conversation_id is None:
+            raise NotFound(f"No node with id {node_id}.")
+        by_conversation = {"conversation": conversation_id}
+        conversation = s.execute(_CONVERSATION, by_conversation).one()
+        parents: dict[int, int | None] = {
+            r.id: r.parent_id for r in s.execute(_PARENTS, by_conversation)
+        }
+        checkpoints: dict[int, CheckpointRef] = {}
+        profile = ""
+        if profile_id is not None and _valid_id(profile_id):
+            for row in s.execute(
+                _CHECKPOINTS, {**by_conversation, "profile": profile_id}
+            ):
+                checkpoints[row[0]] = CheckpointRef(*row[:7])
+                profile = row.fingerprint
+        path = [node_id]
+        while (parent := parents.get(path[-1])) is not None and len(path) <= len(
+            parents
+        ):
+            path.append(parent)
+        nodes = s.execute(_NODES, {"ids": path})
+        return TreeIndex(
+            ConversationRecord(**conversation._asdict()),
+            parents,
+            checkpoints,
+            profile,
+            {row.id: _node_from_row(row) for row in nodes},
+        )
+
+
+def get_nodes(db: Database, node_ids: Sequence[int]) -> dict[int, NodeRecord]:
+    """The nodes of ``node_ids`` that exist, by id, read in one query."""
+    ids = _valid_ids(list(node_ids))
+    if not ids:
+        return {}
+    with db.read() as s:
+        return {row.id: _node_from_row(row) for row in s.execute(_NODES, {"ids": ids})}
+
+
 def tree(
     db: Database, conversation_id: int, profile_id: int | None = None
 ) -> list[NodeSummary]:
@@ -643,6 +769,70 @@ def touch_checkpoints(db: Database, node_ids: list[int], profile_id: int) -> Non
                 Checkpoint.node_id.in_(node_ids), Checkpoint.profile_id == profile_id
             )
             .values(last_used_at=utcnow())
+        )
+
+
+def defer_active_node(db: Database, conversation_id: int, node_id: int) -> None:
+    """Record, without writing now, ``node_id`` as where its conversation continues.
+
+    ``set_active_node`` later: the write runs with the next write
+    transaction or at the next idle moment (``Database.defer``), so that a
+    restore does not wait for it. A node deleted meanwhile is skipped.
+    """
+    when = utcnow()
+    db.defer(("active node", conversation_id), lambda _old: _ActiveNode(node_id, when))
+
+
+def defer_touch(db: Database, node_ids: Sequence[int], profile_id: int) -> None:
+    """``touch_checkpoints`` later (see ``defer_active_node``), merged with
+    the touches still pending."""
+    ids = frozenset(_valid_ids(list(node_ids)))
+    if not ids or not _valid_id(profile_id):
+        return
+    when = utcnow()
+
+    def merge(old: Callable[[Session], None] | None) -> _Touch:
+        earlier = old.node_ids if isinstance(old, _Touch) else frozenset()
+        return _Touch(profile_id, earlier | ids, when)
+
+    db.defer(("checkpoints used", profile_id), merge)
+
+
+@dataclass(frozen=True)
+class _ActiveNode:
+    """A deferred ``set_active_node``, run by ``Database.defer``'s machinery."""
+
+    node_id: int
+    when: datetime
+
+    def __call__(self, session: Session) -> None:
+        conversation_id = session.execute(
+            select(Node.conversation_id).where(Node.id == self.node_id)
+        ).scalar_one_or_none()
+        if conversation_id is not None:
+            session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id)
+                .values(active_node_id=self.node_id, updated_at=self.when)
+            )
+
+
+@dataclass(frozen=True)
+class _Touch:
+    """A deferred ``touch_checkpoints``."""
+
+    profile_id: int
+    node_ids: frozenset[int]
+    when: datetime
+
+    def __call__(self, session: Session) -> None:
+        session.execute(
+            update(Checkpoint)
+            .where(
+                Checkpoint.node_id.in_(sorted(self.node_ids)),
+                Checkpoint.profile_id == self.profile_id,
+            )
+            .values(last_used_at=self.when)
         )
 
 

@@ -4,7 +4,15 @@
 fresh connection to the same database file, then ``restore(node)``. The
 operating system's page cache is warm (the file was just written), as it is
 when an app is reopened soon after; a first read after a reboot adds the
-disk's read time for the bytes listed.
+disk's read time for the bytes listed. It runs in this process, so memory
+freed by the previous measurement may be reused; the buffers the restore
+path keeps belong to the engine and the service, which are new each time
+(``tools/restore_timing.py --processes`` measures fresh processes too).
+
+The restore call is split into reading the blobs from SQLite, their
+checksums, the engine (llama.cpp, and combining small deltas) and the rest
+(the tree index, Python). The bookkeeping it defers (active node, last use
+of the checkpoints) is written right after it and timed on its own.
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ def run_cold_resume(
                 service = ConversationService(cold_db, engine)
                 with Stopwatch() as wall:
                     stats = service.restore(path[-1].id)
+                with Stopwatch() as write:
+                    cold_db.flush_deferred()
             finally:
                 engine.close()
                 cold_db.close()
@@ -76,6 +86,9 @@ def run_cold_resume(
             figures["load"].append(load.ms)
             figures["restore"].append(wall.ms)
             figures["sync"].append(stats.restore_ms)
+            figures["read"].append(stats.read_ms)
+            figures["verify"].append(stats.verify_ms)
+            figures["write"].append(write.ms)
             figures["backend"].append(engine.times.switch_ms)
             figures["bytes"].append(stats.checkpoint_bytes_read)
             tokens = [t for node in path for t in node.tokens]
@@ -105,6 +118,9 @@ def run_cold_resume(
                 best_reprocess_ms=min(figures["reprocess"]),
                 best_speedup=ratio(min(figures["reprocess"]), min(figures["restore"])),
                 load_ms=median(figures["load"]),
+                read_ms=median(figures["read"]),
+                verify_ms=median(figures["verify"]),
+                write_ms=median(figures["write"]),
             )
         )
     return rows

@@ -12,7 +12,7 @@ compares with), or not made at all.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,17 +60,36 @@ class TimedEngine(LlamaEngine):
         super().__init__(model_path, settings)
         self.times = BackendTimes()
         self.capturing = True
+        self._inside = False
 
     def reset_times(self) -> None:
         """Start metering from zero."""
         self.times = BackendTimes()
 
-    def restore(self, data: bytes, start: int, end: int) -> bool:
+    def restore(self, data: bytes | memoryview, start: int, end: int) -> bool:
         """Time ``LlamaEngine.restore``."""
+        restore = super().restore
+        return self._restoring(lambda: restore(data, start, end))
+
+    def add_delta(self, data: bytes | memoryview, start: int, end: int) -> bool:
+        """Time ``LlamaEngine.add_delta`` (combining, or applying, a delta)."""
+        add_delta = super().add_delta
+        return self._restoring(lambda: add_delta(data, start, end))
+
+    def end_deltas(self) -> bool:
+        """Time ``LlamaEngine.end_deltas``."""
+        return self._restoring(super().end_deltas)
+
+    def _restoring(self, call: Callable[[], bool]) -> bool:
+        # add_delta may call restore: only the outermost call is counted.
+        if self._inside:
+            return call()
+        self._inside = True
         started = time.perf_counter()
         try:
-            return super().restore(data, start, end)
+            return call()
         finally:
+            self._inside = False
             self.times.restore_ms += (time.perf_counter() - started) * 1000
 
     def truncate(self, pos: int) -> None:

@@ -60,8 +60,11 @@ def render(report: Report) -> str:
             "nodes",
             "MiB read",
             "restore ms",
-            "of which SQLite+apply ms",
-            "of which llama.cpp ms",
+            "of which SQLite read ms",
+            "checksums ms",
+            "engine ms (llama.cpp, combining)",
+            "tree and Python ms",
+            "bookkeeping written after ms",
             "reprocess ms",
             "speed-up",
             "best restore / reprocess ms",
@@ -74,8 +77,11 @@ def render(report: Report) -> str:
                 r.nodes,
                 _mib(r.bytes_read),
                 _ms(r.restore_ms),
-                _ms(r.sync_ms),
+                _ms(r.read_ms),
+                _ms(r.verify_ms),
                 _ms(r.backend_ms),
+                _ms(r.restore_ms - r.read_ms - r.verify_ms - r.backend_ms),
+                _ms(r.write_ms),
                 _ms(r.reprocess_ms),
                 _x(r.speedup),
                 f"{_ms(r.best_restore_ms)} / {_ms(r.best_reprocess_ms)}",
@@ -95,8 +101,9 @@ def render(report: Report) -> str:
             "prefix tokens",
             "suffix tokens (nodes)",
             "switch ms",
-            "of which SQLite+apply ms",
-            "of which llama.cpp ms",
+            "of which SQLite read ms",
+            "checksums ms",
+            "engine ms (llama.cpp, combining)",
             "bytes read",
             "suffix checkpoint bytes",
             "full restore ms",
@@ -111,7 +118,8 @@ def render(report: Report) -> str:
                 r.prefix_tokens,
                 f"{r.suffix_tokens} ({r.suffix_nodes})",
                 _ms(r.switch_ms),
-                _ms(r.sync_ms),
+                _ms(r.read_ms),
+                _ms(r.verify_ms),
                 _ms(r.backend_ms),
                 f"{r.bytes_read:,}",
                 f"{r.suffix_checkpoint_bytes:,}",
@@ -127,9 +135,11 @@ def render(report: Report) -> str:
     )
     lines += [
         "",
-        "Where a move's database time goes (each step timed on its own; Arbor "
-        "reads a move's checkpoints in one query, the per-node column is the "
-        "earlier way, for comparison; llama.cpp's part is in the tables above):",
+        "Where a move's database time goes, each step timed on its own: what "
+        "a move does now (tree index or cache, blobs opened and read into one "
+        "reused buffer, the bookkeeping written after the move) beside the "
+        "earlier ways (a recursive path query, the blobs selected in one query "
+        "or one transaction each, the active node written during the move):",
         "",
     ]
     lines += _table(
@@ -137,21 +147,29 @@ def render(report: Report) -> str:
             "move",
             "tokens kept",
             "tokens moved (nodes)",
-            "path query ms",
-            "one transaction per checkpoint ms (earlier)",
-            "one read-only query ms (shipped)",
-            "checksum verify ms",
-            "set active node ms",
+            "tree index ms (cold)",
+            "path from cache ms (warm)",
+            "blobs read ms",
+            "checksums ms",
+            "bookkeeping written after ms",
+            "earlier: path query ms",
+            "earlier: blobs selected ms",
+            "earlier: one transaction per blob ms",
+            "earlier: set active node ms",
         ],
         [
             [
                 r.move,
                 r.kept_tokens,
                 f"{r.moved_tokens} ({r.moved_nodes})",
-                _ms(r.get_path_ms),
-                _ms(r.per_node_read_ms),
-                _ms(r.batched_read_ms),
+                _ms(r.index_ms),
+                _ms(r.cached_path_ms),
+                _ms(r.blob_read_ms),
                 _ms(r.verify_ms),
+                _ms(r.deferred_write_ms),
+                _ms(r.get_path_ms),
+                _ms(r.batched_read_ms),
+                _ms(r.per_node_read_ms),
                 _ms(r.set_active_ms),
             ]
             for r in report.move_breakdown

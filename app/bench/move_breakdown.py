@@ -1,20 +1,27 @@
 """Where the database part of a move goes, step by step.
 
-A move reads the path with a recursive query, reads the checkpoints below the
-fork in one read-only query (``repository.load_checkpoints``), verifies their
-CRC-32, and writes the active node. For comparison the same blobs are also
-read the way the first version did: one transaction per node, each also
-writing ``last_used_at`` (``repository.load_checkpoint``). Each step is timed
-on its own, for a sibling switch (the nodes below the fork) and for a cold
-resume (the whole path).
+A move now reads the conversation's tree index with its path (a cold move)
+or takes the path from the tree cache (a warm one), opens each checkpoint
+blob below the fork and reads it into one reused buffer, verifies the
+checksums there, and leaves the active node and the checkpoints' last use
+to be written after the move. For comparison, the earlier ways are timed on
+the same nodes: the recursive path query, the blobs selected in one query
+(``repository.load_checkpoints``) or one transaction each, also writing
+``last_used_at`` (``repository.load_checkpoint``), and the active node
+written during the move. Each step is timed on its own, for a sibling switch
+(the nodes below the fork) and for a cold resume (the whole path).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.bench.errors import BenchError
 from app.bench.measure import Stopwatch, median
 from app.bench.results import MoveBreakdownRow
+from app.conversation.tree_cache import TreeCache
 from storage import repository
+from storage.checkpoint_reader import CheckpointReader
 from storage.db import Database
 
 
@@ -34,35 +41,41 @@ def measure_move_breakdown(
     ids = [node.id for node in path]
     first = ids.index(fork_id) + 1 if fork_id is not None else 0
     moved = ids[first:]
-    figures: dict[str, list[float]] = {
-        "path": [],
-        "per_node": [],
-        "batched": [],
-        "verify": [],
-        "active": [],
-    }
+    figures: dict[str, list[float]] = {}
+
+    def timed(name: str, step: Callable[[], object]) -> object:
+        with Stopwatch() as watch:
+            result = step()
+        figures.setdefault(name, []).append(watch.ms)
+        return result
+
+    reader = CheckpointReader()
     for _ in range(max(repeats, 5)):  # single steps are fast: a few more samples
-        with Stopwatch() as watch:
-            repository.get_path(db, leaf_id)
-        figures["path"].append(watch.ms)
-        with Stopwatch() as watch:
-            stored = [repository.load_checkpoint(db, i, profile_id) for i in moved]
-        figures["per_node"].append(watch.ms)
-        with Stopwatch() as watch:
-            intact = all(s is not None and s.is_intact() for s in stored)
-        figures["verify"].append(watch.ms)
-        if not intact:
+        cold = TreeCache(db, profile_id)
+        timed("index", lambda cold=cold: cold.path(leaf_id))
+        timed("cached", lambda cold=cold: cold.path(leaf_id))
+        timed("path", lambda: repository.get_path(db, leaf_id))
+        refs = [(n, cold.checkpoint(n.id)) for n in path[first:] if n.tokens]
+        if any(ref is None for _n, ref in refs):
             raise BenchError(f"a checkpoint on the path to node {leaf_id} is missing")
-        with Stopwatch() as watch:
-            batched = repository.load_checkpoints(db, moved, profile_id)
-        figures["batched"].append(watch.ms)
-        if sorted(len(b.data) for b in batched.values()) != sorted(
-            len(s.data) for s in stored if s
-        ):
-            raise BenchError("the batched read returned other blobs")
-        with Stopwatch() as watch:
-            repository.set_active_node(db, leaf_id)
-        figures["active"].append(watch.ms)
+        reader.times.read_ms = reader.times.verify_ms = 0.0
+        with reader.reading(db) as reads:
+            for node, ref in refs:
+                assert ref is not None
+                data = reads.verified(ref, cold.profile, cold.packed_tokens(node))
+                if isinstance(data, str):
+                    raise BenchError(f"checkpoint of node {node.id}: {data}")
+        figures.setdefault("blob_read", []).append(reader.times.read_ms)
+        figures.setdefault("verify", []).append(reader.times.verify_ms)
+        timed("batched", lambda: repository.load_checkpoints(db, moved, profile_id))
+        timed(
+            "per_node",
+            lambda: [repository.load_checkpoint(db, i, profile_id) for i in moved],
+        )
+        timed("active", lambda: repository.set_active_node(db, leaf_id))
+        repository.defer_active_node(db, path[0].conversation_id, leaf_id)
+        repository.defer_touch(db, moved, profile_id)
+        timed("deferred", db.flush_deferred)
     start = path[first - 1].end_pos if first else 0
     return MoveBreakdownRow(
         move="sibling switch" if fork_id is not None else "cold resume",
@@ -74,4 +87,8 @@ def measure_move_breakdown(
         batched_read_ms=median(figures["batched"]),
         verify_ms=median(figures["verify"]),
         set_active_ms=median(figures["active"]),
+        index_ms=median(figures["index"]),
+        cached_path_ms=median(figures["cached"]),
+        blob_read_ms=median(figures["blob_read"]),
+        deferred_write_ms=median(figures["deferred"]),
     )

@@ -18,13 +18,16 @@ class ColdResumeRow:
     bytes_read: int
     restore_ms: float  # wall time of ConversationService.restore
     sync_ms: float  # of which: read from SQLite, verify, apply (SyncStats.restore_ms)
-    backend_ms: float  # of which: inside llama.cpp
+    backend_ms: float  # of which: inside the engine (llama.cpp, combining deltas)
     reprocess_ms: float  # decoding the path's tokens in n_batch batches
     speedup: float  # reprocess_ms / restore_ms
     best_restore_ms: float  # fastest of the repeats: the least disturbed by noise
     best_reprocess_ms: float
     best_speedup: float  # best_reprocess_ms / best_restore_ms
     load_ms: float  # loading the model, which both arms pay first
+    read_ms: float = 0.0  # of restore_ms: reading the blobs from SQLite
+    verify_ms: float = 0.0  # of restore_ms: their checksums
+    write_ms: float = 0.0  # the bookkeeping the restore deferred, written after it
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class SiblingSwitchRow:
     vs_full_restore: float
     vs_suffix_reprocess: float
     vs_full_reprocess: float
+    read_ms: float = 0.0  # of switch_ms: reading the suffix's blobs
+    verify_ms: float = 0.0  # of switch_ms: their checksums
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,15 @@ class MoveBreakdownRow:
     kept_tokens: int
     moved_tokens: int
     moved_nodes: int
-    get_path_ms: float  # the recursive path query (plus token unpacking)
-    per_node_read_ms: float  # the earlier way: one transaction per checkpoint
-    batched_read_ms: float  # one read-only query for the move (as shipped)
+    get_path_ms: float  # the recursive path query (the earlier way)
+    per_node_read_ms: float  # the first way: one transaction per checkpoint
+    batched_read_ms: float  # one query selecting the blobs (the earlier way)
     verify_ms: float  # checksums of the blobs read
     set_active_ms: float  # remembering the active node (a write transaction)
+    index_ms: float = 0.0  # the tree index and the path's nodes (a cold move)
+    cached_path_ms: float = 0.0  # the path from the tree cache (a warm move)
+    blob_read_ms: float = 0.0  # blobopen into one reused buffer (as shipped)
+    deferred_write_ms: float = 0.0  # active node and last use, written later
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,10 @@
 
 The switch is measured on the engine that holds one sibling, through the
 service: it keeps the common prefix and applies the other sibling's deltas.
+The service holds the conversation's tree in memory, so after the first
+switch each one reads only the suffix's blobs; what it defers (active node,
+last use) is written between switches by the deferred-writes thread, or
+with the next write.
 The alternatives run on a second, scratch engine: restoring the whole path
 with nothing kept, and decoding the divergent suffix on top of the prefix (a
 prefix-caching app, e.g. llama.cpp's server, switching branches).
@@ -56,6 +60,7 @@ def run_sibling_switch(
     first, second = pair.leaves
     service.restore(first)
     switch, sync, backend, read, excess = [], [], [], [], []
+    read_ms, verify_ms = [], []
     full_restore, suffix_reprocess = [], []
     for _ in range(repeats):
         for leaf in (second, first):
@@ -70,6 +75,8 @@ def run_sibling_switch(
                 )
             switch.append(wall.ms)
             sync.append(stats.restore_ms)
+            read_ms.append(stats.read_ms)
+            verify_ms.append(stats.verify_ms)
             backend.append(engine.times.switch_ms)
             read.append(stats.checkpoint_bytes_read)
             excess.append(stats.checkpoint_bytes_read - suffix_bytes[leaf])
@@ -106,6 +113,8 @@ def run_sibling_switch(
         vs_full_reprocess=ratio(
             prefix_reprocess_ms + median(suffix_reprocess), median(switch)
         ),
+        read_ms=median(read_ms),
+        verify_ms=median(verify_ms),
     )
     progress(
         f"sibling switch, {row.prefix_tokens}-token prefix, {row.suffix_tokens}-token "

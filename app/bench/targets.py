@@ -5,8 +5,10 @@ from __future__ import annotations
 from app.bench.config import REFERENCE_PATH_TOKENS
 from app.bench.results import Report, TargetRow
 
-COLD_RESUME_MIN_SPEEDUP = 100.0
-SWITCH_MAX_BACKEND_MS = 5.0
+# Issue 11: the restore call of the ~2k-token path, cold; a sibling switch
+# under it with the shortest suffix, end to end (warm process).
+COLD_RESUME_MAX_MS = 25.0
+SWITCH_MAX_MS = 1.5
 STORAGE_MAX_OVERHEAD_PCT = 10.0
 CHECKPOINT_MAX_COST_PCT = 5.0
 
@@ -26,14 +28,14 @@ def judge(report: Report) -> list[TargetRow]:
         rows.append(
             TargetRow(
                 name=f"cold resume of a {cold.path_tokens}-token path",
-                target=f">= {COLD_RESUME_MIN_SPEEDUP:.0f}x faster than reprocessing",
-                measured=f"median {cold.speedup:,.0f}x ({cold.restore_ms:.1f} ms vs "
-                f"{cold.reprocess_ms:,.0f} ms); best runs {cold.best_speedup:,.0f}x "
-                f"({cold.best_restore_ms:.1f} ms vs {cold.best_reprocess_ms:,.0f} ms)",
-                # Noise from other work slows reprocessing (many threads) more
-                # than restoring (mostly copies): a target met only by the
-                # median of a noisy run is not met.
-                met=min(cold.speedup, cold.best_speedup) >= COLD_RESUME_MIN_SPEEDUP,
+                target=f"restore call <= {COLD_RESUME_MAX_MS:.0f} ms",
+                measured=f"median {cold.restore_ms:.1f} ms (SQLite read "
+                f"{cold.read_ms:.1f}, checksums {cold.verify_ms:.1f}, engine "
+                f"{cold.backend_ms:.1f}; bookkeeping written after it "
+                f"{cold.write_ms:.1f}), {cold.speedup:,.0f}x reprocessing "
+                f"({cold.reprocess_ms:,.0f} ms); best run {cold.best_restore_ms:.1f} "
+                f"ms, {cold.best_speedup:,.0f}x",
+                met=cold.restore_ms <= COLD_RESUME_MAX_MS,
             )
         )
     if report.sibling_switch:
@@ -56,12 +58,12 @@ def judge(report: Report) -> list[TargetRow]:
         )
         rows.append(
             TargetRow(
-                name=f"sibling switch under a {prefix}-token prefix: backend time",
-                target=f"< {SWITCH_MAX_BACKEND_MS:.0f} ms (short suffix)",
-                measured=f"{shortest.backend_ms:.2f} ms in llama.cpp for a "
-                f"{shortest.suffix_tokens}-token suffix ({shortest.switch_ms:.2f} ms "
-                "in all)",
-                met=shortest.backend_ms < SWITCH_MAX_BACKEND_MS,
+                name=f"sibling switch under a {prefix}-token prefix",
+                target=f"<= {SWITCH_MAX_MS} ms end to end (shortest suffix)",
+                measured=f"{shortest.switch_ms:.2f} ms for a "
+                f"{shortest.suffix_tokens}-token suffix ({shortest.backend_ms:.2f} "
+                "ms in the engine)",
+                met=shortest.switch_ms <= SWITCH_MAX_MS,
             )
         )
     linear = [r for r in report.storage if r.shape.startswith("linear")]

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.conversation import folding
+from app.conversation.tree_cache import TreeCache
 from storage import repository
+from storage.checkpoint_reader import CheckpointReader
 from storage.db import Database
-from storage.repository import NodeRecord, StoredCheckpoint
+from storage.repository import CheckpointRef, NodeRecord, StoredCheckpoint
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
@@ -31,12 +33,20 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SyncStats:
-    """What it took to reach a node."""
+    """What it took to reach a node.
+
+    ``restore_ms`` is the whole of restoring checkpoints; of it, ``read_ms``
+    went to reading blobs from SQLite, ``verify_ms`` to their checksums and
+    ``apply_ms`` to the engine (combining deltas, llama.cpp).
+    """
 
     kept_tokens: int = 0
     restored_tokens: int = 0
     reprocessed_tokens: int = 0
     restore_ms: float = 0.0
+    read_ms: float = 0.0
+    verify_ms: float = 0.0
+    apply_ms: float = 0.0
     reprocess_ms: float = 0.0
     checkpoint_bytes_read: int = 0
     checkpoint_bytes_written: int = 0
@@ -48,6 +58,7 @@ class ContextSync:
 
     ``save_checkpoint(node, data)`` stores a freshly captured checkpoint and
     returns the bytes written; the service decides how (directly or queued).
+    ``tree`` is the service's cache of the conversation's tree.
     ``settle(node_ids)`` returns once those nodes' checkpoints are no longer
     queued; it is called before they are read.
     """
@@ -58,13 +69,16 @@ class ContextSync:
         engine: LlamaEngine,
         profile_id: int,
         save_checkpoint: Callable[[NodeRecord, bytes], int],
+        tree: TreeCache,
         settle: Callable[[list[int]], None] = lambda _node_ids: None,
     ) -> None:
         self._db = db
         self._engine = engine
         self._profile_id = profile_id
         self._save_checkpoint = save_checkpoint
+        self._tree = tree
         self._settle = settle
+        self._reader = CheckpointReader()
         self.loaded: list[NodeRecord] = []
 
     def forget(self) -> None:
@@ -94,7 +108,9 @@ class ContextSync:
     def _common_prefix(self, path: list[NodeRecord]) -> int:
         shared = 0
         for held, wanted in zip(self.loaded, path, strict=False):
-            if held.id != wanted.id or held.tokens != wanted.tokens:
+            if held is not wanted and (
+                held.id != wanted.id or held.tokens != wanted.tokens
+            ):
                 break
             shared += 1
         return shared
@@ -109,24 +125,92 @@ class ContextSync:
         self.loaded = self.loaded[:shared]
         stats.kept_tokens = fork
         below = path[shared:]
-        started = time.perf_counter()
-        wanted = [n.id for n in below if n.tokens]
-        self._settle(wanted)
-        stored = repository.load_checkpoints(self._db, wanted, self._profile_id)
-        stats.restore_ms += (time.perf_counter() - started) * 1000
-        restored: list[int] = []
-        restoring = True
-        for node in below:
-            restoring = restoring and self._try_restore(
-                node, stored.get(node.id), stats
-            )
-            if restoring:
-                self.loaded.append(node)
-                restored.append(node.id)
-            else:
-                self._reprocess(node, stats)
-        repository.touch_checkpoints(self._db, restored, self._profile_id)
+        restored = self._restore_deltas(below, stats)
+        for node in below[len(restored) :]:
+            self._reprocess(node, stats)
+        repository.defer_touch(
+            self._db, [n.id for n in restored if n.tokens], self._profile_id
+        )
         return stats
+
+    def _restore_deltas(
+        self, below: list[NodeRecord], stats: SyncStats
+    ) -> list[NodeRecord]:
+        """Restore the longest run of ``below`` that has good checkpoints.
+
+        Returns the nodes restored (a prefix of ``below``), which are then
+        held; the first node of the rest gets the reason in ``stats``.
+        """
+        started = time.perf_counter()
+        # A checkpoint still in the writer's queue is waited for (read-your-writes).
+        self._settle([n.id for n in below if n.tokens])
+        planned = self._planned(below, stats)
+        engine = self._engine
+        engine.begin_deltas([len(n.tokens) for n, ref in planned if ref])
+        reader = self._reader
+        reader.times.read_ms = reader.times.verify_ms = 0.0
+        apply_ms = 0.0
+        staged: list[NodeRecord] = []
+        with reader.reading(self._db) as reads:
+            for node, ref in planned:
+                if ref is not None:
+                    tokens = self._tree.packed_tokens(node)
+                    data = reads.verified(ref, self._tree.profile, tokens)
+                    if isinstance(data, str):
+                        self._fallback(node, data, stats)
+                        break
+                    applying = time.perf_counter()
+                    ok = engine.add_delta(data, node.start_pos, node.end_pos)
+                    apply_ms += (time.perf_counter() - applying) * 1000
+                    if not ok:
+                        self._fallback(node, "rejected by llama.cpp", stats)
+                        break
+                staged.append(node)
+        applying = time.perf_counter()
+        applied = engine.end_deltas()
+        apply_ms += (time.perf_counter() - applying) * 1000
+        # What the engine holds now tells which staged nodes made it.
+        restored = [n for n in staged if n.end_pos <= engine.n_past]
+        if not applied:
+            self._fallback(staged[len(restored)], "rejected by llama.cpp", stats)
+        self.loaded += restored
+        stats.restored_tokens += sum(len(n.tokens) for n in restored)
+        stats.checkpoint_bytes_read += sum(
+            ref.byte_size for _node, ref in planned[: len(restored)] if ref
+        )
+        stats.read_ms += reader.times.read_ms
+        stats.verify_ms += reader.times.verify_ms
+        stats.apply_ms += apply_ms
+        stats.restore_ms += (time.perf_counter() - started) * 1000
+        return restored
+
+    def _planned(
+        self, below: list[NodeRecord], stats: SyncStats
+    ) -> list[tuple[NodeRecord, CheckpointRef | None]]:
+        """The nodes of ``below`` up to the first one without a usable
+        checkpoint, each with where its checkpoint is (None: an empty span)."""
+        if below:
+            # A write since the path was read (a span rendered again, its
+            # checkpoint dropped) must not leave the index behind.
+            self._tree.refresh(below[-1].id)
+        planned: list[tuple[NodeRecord, CheckpointRef | None]] = []
+        for node in below:
+            ref = self._tree.checkpoint(node.id) if node.tokens else None
+            if node.tokens and ref is None:
+                self._fallback(node, "missing", stats)
+                break
+            if ref is not None and (
+                ref.kind != self._engine.state_kind
+                or (ref.start_pos, ref.end_pos) != (node.start_pos, node.end_pos)
+            ):
+                self._fallback(node, "stale (made for a different span)", stats)
+                break
+            planned.append((node, ref))
+        return planned
+
+    def _fallback(self, node: NodeRecord, reason: str, stats: SyncStats) -> None:
+        stats.fallbacks.append(f"node {node.id}: checkpoint {reason}")
+        log.info("node %s: checkpoint %s; reprocessing from here", node.id, reason)
 
     def _move_full(self, path: list[NodeRecord]) -> SyncStats:
         # Whole-state snapshots cannot be cut at a position: keep what is held
@@ -145,8 +229,11 @@ class ContextSync:
             if path[index].id not in sizes:
                 continue
             node = path[index]
-            stored = repository.load_checkpoint(self._db, node.id, self._profile_id)
+            stored = repository.load_checkpoints(
+                self._db, [node.id], self._profile_id
+            ).get(node.id)
             if self._try_restore(node, stored, stats):
+                repository.defer_touch(self._db, [node.id], self._profile_id)
                 self.loaded = list(path[: index + 1])
                 shared = index + 1
                 stats.kept_tokens = 0
@@ -177,11 +264,11 @@ class ContextSync:
             reason = "rejected by llama.cpp"
         elapsed = (time.perf_counter() - started) * 1000
         if reason is not None:
-            stats.fallbacks.append(f"node {node.id}: checkpoint {reason}")
-            log.info("node %s: checkpoint %s; reprocessing from here", node.id, reason)
+            self._fallback(node, reason, stats)
             return False
         assert stored is not None
         stats.restore_ms += elapsed
+        stats.apply_ms += elapsed
         stats.restored_tokens += (
             len(node.tokens) if self._engine.state_kind == "delta" else node.end_pos
         )

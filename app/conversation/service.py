@@ -26,6 +26,7 @@ from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
 from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
+from app.conversation.tree_cache import TreeCache
 from app.plain_text import plain_text
 from storage import exchange, repository
 from storage.catalog import ConversationRecord
@@ -229,11 +230,16 @@ class ConversationService:
             self.profile_id = repository.ensure_profile(
                 db, engine.profile_fingerprint, engine.profile_details
             )
+        # The open conversation's tree, so that a move reads only checkpoints.
+        self._tree = TreeCache(db, self.profile_id)
+        if engine is not None:
+            assert self.profile_id is not None
             self._sync = ContextSync(
                 db,
                 engine,
                 self.profile_id,
                 self._store_checkpoint,
+                self._tree,
                 self._checkpoints.settle,
             )
             self._remember_vocab(engine)
@@ -293,8 +299,8 @@ class ConversationService:
         return repository.list_conversations(self.db, text_filter)
 
     def path(self, node_id: int) -> list[NodeRecord]:
-        """Nodes from the root to ``node_id``."""
-        return repository.get_path(self.db, node_id)
+        """Nodes from the root to ``node_id`` (from the tree cache when fresh)."""
+        return self._tree.path(node_id)
 
     def tree(self, conversation_id: int) -> list[NodeSummary]:
         """All nodes of a conversation, parents first."""
@@ -396,11 +402,17 @@ class ConversationService:
     # --- moving and generating ----------------------------------------------------
 
     def restore(self, node_id: int) -> SyncStats:
-        """Put the engine at the end of ``node_id``'s path (e.g. a click on a node)."""
+        """Put the engine at the end of ``node_id``'s path (e.g. a click on a node).
+
+        Nothing is written on the way: ``node_id`` becomes the conversation's
+        active node, and the checkpoints used count as used, a moment later
+        (``repository.defer_active_node``; a process killed right then
+        reopens where it was before this restore).
+        """
         self._raise_write_failure()
         path, _variables = self._ensured_path(node_id)
         stats = self._move_to(path)
-        repository.set_active_node(self.db, node_id)
+        repository.defer_active_node(self.db, path[0].conversation_id, node_id)
         return stats
 
     def send(
@@ -1158,7 +1170,10 @@ class ConversationService:
         switch = self.engine.reasoning_switch if self.engine is not None else None
         if switch is None:
             return {}
-        choice = repository.get_conversation(self.db, conversation_id).reasoning
+        conversation = self._tree.conversation(
+            conversation_id
+        ) or repository.get_conversation(self.db, conversation_id)
+        choice = conversation.reasoning
         return switch.variables(choice if choice in switch.choices else None)
 
     def _ensured_path(self, node_id: int) -> tuple[list[NodeRecord], dict[str, Any]]:
