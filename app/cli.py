@@ -20,7 +20,6 @@ from app import paths
 from app.backend.errors import BackendError, InvalidSetting
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.backend.values import MAX_FORKS, SamplingParams
-from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.errors import USER_ERRORS
 from app.interrupt import StopRequest
 from app.starter_model import starter_model_path
@@ -416,6 +415,7 @@ def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
     # Imported here, like the engine: reading commands (list, show, tree,
     # search, export) then start without the chat templates, Jinja or
     # llama.cpp.
+    from app.conversation.checkpoint_writer import CheckpointWriter
     from app.conversation.service import ConversationService
 
     db = _open_database(args)
