@@ -23,6 +23,7 @@ from storage.db import Database
 from storage.models import checkpoint_checksum
 from storage.repository import CheckpointRef
 
+_TYPE_OF = "SELECT typeof(data) FROM checkpoint_blob WHERE checkpoint_id = ?"
 # Slices small enough to stay in the CPU cache between SQLite's copy into
 # them and ours out of them.
 _SLICE = 256 * 1024
@@ -55,19 +56,20 @@ class CheckpointReader:
         with db.read_raw() as raw:
             yield _Reads(self, raw)
 
-    def _blob(self, raw: sqlite3.Connection, ref: CheckpointRef) -> memoryview | None:
+    def _blob(self, raw: sqlite3.Connection, ref: CheckpointRef) -> memoryview | str:
+        """The blob's bytes, or why there are none."""
         started = time.perf_counter()
-        try:
-            blob = raw.blobopen(
-                "checkpoint_blob", "data", ref.checkpoint_id, readonly=True
-            )
-        except sqlite3.OperationalError as exc:
-            # SQLITE_ERROR: no such row (deleted since the index was read) or
-            # not a blob (a damaged file). Anything else is the disk's.
-            if getattr(exc, "sqlite_errorname", "") != "SQLITE_ERROR":
-                raise
-            return None
-        with blob:
+        # typeof() reads the row's header only, not the blob. A value of
+        # another type is damage even where its bytes are the same: blobopen
+        # would read TEXT as well.
+        row = raw.execute(_TYPE_OF, (ref.checkpoint_id,)).fetchone()
+        if row is None:
+            return "gone"  # deleted since the index was read
+        if row[0] != "blob":
+            return f"corrupt (stored as {row[0]}, not a blob)"
+        with raw.blobopen(
+            "checkpoint_blob", "data", ref.checkpoint_id, readonly=True
+        ) as blob:
             size = len(blob)
             if len(self._buffer) < size:
                 self._buffer = bytearray(-(-size // _GROWTH) * _GROWTH)
@@ -95,11 +97,12 @@ class _Reads:
 
         ``node_tokens`` are the node's stored token ids, as packed in the
         database; ``profile`` its backend profile's fingerprint. The reason
-        is "gone" for a blob deleted since ``ref`` was read.
+        is "gone" for a blob deleted since ``ref`` was read, "corrupt (...)"
+        for one that is damaged.
         """
         data = self._reader._blob(self._raw, ref)
-        if data is None:
-            return "gone"
+        if isinstance(data, str):
+            return data
         started = time.perf_counter()
         intact = ref.checksum == checkpoint_checksum(
             ref.node_id,

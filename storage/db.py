@@ -62,11 +62,13 @@ PAGE_SIZE = 16384
 # How much of the file SQLite maps into memory to read it. Address space, not
 # memory: pages are only loaded as they are read, and are the page cache's.
 MMAP_SIZE = 1 << 30
-# Pages the -wal file may grow to before SQLite copies them into the file: the
-# 4 MiB that SQLite's default of 1000 pages means with 4 KiB pages. With 1000
-# pages of 16 KiB it would grow to 16 MiB, and pages still in the -wal are
-# read with read(), not through the map.
-WAL_AUTOCHECKPOINT_BYTES = 4 << 20
+# How far the -wal file may grow before SQLite copies its pages into the
+# file. Not SQLite's 1000 pages: with 16 KiB pages that is 16 MiB, pages still
+# in the -wal are read with read(), not through the map, and on a nearly full
+# disk the -wal's room is what deleting needs (tests/test_faults.py,
+# test_storage_reliability.py). Large pages also make each small commit
+# longer, so half the 4 MiB that 1000 pages of 4 KiB give.
+WAL_AUTOCHECKPOINT_BYTES = 2 << 20
 
 # The execution option that tells the "begin" event which BEGIN to emit.
 _BEGIN_OPTION = "arbor_begin"
