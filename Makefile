@@ -32,7 +32,7 @@ PACKAGE_VENV ?= .venv-package
 PKG_BIN := $(PACKAGE_VENV)/bin
 WITH_STARTER ?= 0
 
-.PHONY: run test setup bench clean package package-venv wheel-dir
+.PHONY: run test lint setup bench clean package package-venv wheel-dir
 
 run: setup
 	@# Names the system libraries Qt's X11 plugin lacks, with the apt line.
@@ -42,6 +42,13 @@ run: setup
 test: setup
 	$(BIN)/pip install -q -e ".[test]"
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
+
+# Style and types: ruff on everything, mypy --strict on storage/, app/backend/
+# and app/conversation/ (pyproject.toml). CI runs it beside the tests.
+lint: setup
+	$(BIN)/pip install -q -e ".[test,lint]"
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/arbor bench

@@ -19,10 +19,8 @@ def _read_version() -> str:
         return version(DISTRIBUTION)
     except PackageNotFoundError:
         pass
-    try:
-        import tomllib  # Python 3.11+; 3.10 checkouts are installed anyway
-    except ImportError:
-        return "0+unknown"
+    import tomllib  # only for a checkout that was never installed
+
     pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
     try:
         with pyproject.open("rb") as file:

@@ -28,10 +28,9 @@ import subprocess
 import sys
 import tarfile
 import time
-from datetime import datetime, timezone
-from pathlib import Path
-
 import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
@@ -66,7 +65,7 @@ def release_date() -> str:
             check=False,
         )
         epoch = result.stdout.strip() or str(int(time.time()))
-    return datetime.fromtimestamp(int(epoch), tz=timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(int(epoch), tz=UTC).date().isoformat()
 
 
 def freeze(work: Path, with_starter: bool) -> Path:

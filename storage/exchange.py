@@ -34,7 +34,7 @@ import json
 import os
 from collections.abc import Hashable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +202,8 @@ def _one_line(text: str) -> str:
 def _iso(moment: datetime) -> str:
     # SQLite gives back naive datetimes; Arbor writes them in UTC.
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat()
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat()
 
 
 # --- import -------------------------------------------------------------------------
@@ -458,8 +458,8 @@ def _moment(value: Any, where: str) -> datetime | None:
             f'The "created_at" of {where} ({value[:40]!r}) is not an ISO 8601 date.'
         ) from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 def _shown(value: Any) -> str:

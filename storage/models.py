@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import xxhash
@@ -21,7 +21,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 def utcnow() -> datetime:
     """Return the current time, timezone-aware in UTC."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # The title of a conversation nobody has named yet; its first message names it.
@@ -168,8 +168,8 @@ def checkpoint_checksum(
     kind: str,
     start_pos: int,
     end_pos: int,
-    node_tokens: bytes,
-    data: bytes,
+    node_tokens: bytes | memoryview,
+    data: bytes | memoryview,
 ) -> str:
     """The checksum stored with a checkpoint and verified before every restore.
 

@@ -20,13 +20,16 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     JSON,
+    CursorResult,
     DateTime,
+    Integer,
     LargeBinary,
     bindparam,
     case,
     cast,
     delete,
     func,
+    literal,
     null,
     or_,
     select,
@@ -34,6 +37,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.types import TypeEngine
 
 from storage import catalog, reserve
 from storage.catalog import ConversationRecord
@@ -385,7 +389,7 @@ def get_path(db: Database, node_id: int) -> list[NodeRecord]:
     _require_valid_id(Node, node_id)
     with db.read() as s:
         ancestors = (
-            select(Node.id, Node.parent_id, func.cast(0, Node.id.type).label("depth"))
+            select(Node.id, Node.parent_id, literal(0, Integer).label("depth"))
             .where(Node.id == node_id)
             .cte("ancestors", recursive=True)
         )
@@ -456,7 +460,11 @@ _NODE_COLUMNS = (
     "id, conversation_id, parent_id, role, text, tokens, start_pos, chunks, "
     "vocab_id, status, generation, created_at, thinking, span_text"
 )
-_NODE_TYPES = {"chunks": JSON(), "generation": JSON(), "created_at": DateTime()}
+_NODE_TYPES: dict[str, TypeEngine[Any]] = {
+    "chunks": JSON(),
+    "generation": JSON(),
+    "created_at": DateTime(),
+}
 _CONVERSATION_OF = text("SELECT conversation_id FROM node WHERE id = :node")
 _CONVERSATION = text(
     "SELECT id, title, system_prompt, active_node_id, created_at, updated_at, "
@@ -599,7 +607,7 @@ def delete_subtree(db: Database, node_id: int) -> int:
         node = _get(s, Node, node_id)
         if node.parent_id is None:
             raise ValueError("The root of a conversation cannot be deleted.")
-        parent_id = node.parent_id
+        parent_id: int = node.parent_id
         conv = _get(s, Conversation, node.conversation_id)
         s.delete(node)
         s.flush()
@@ -621,6 +629,7 @@ def mark_interrupted_generations(db: Database) -> int:
         result = s.execute(
             update(Node).where(Node.status == "generating").values(status="interrupted")
         )
+        assert isinstance(result, CursorResult)  # an UPDATE's result counts rows
         return result.rowcount or 0
 
 

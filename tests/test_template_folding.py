@@ -11,7 +11,7 @@ so positions and texts line up); the real-stack version on a tiny model is in
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -53,7 +53,7 @@ class Conversation:
             vocab_id="v",
             status="complete",
             generation=None,
-            created_at=datetime.now(timezone.utc),
+            created_at=datetime.now(UTC),
             thinking=thinking,
             span_text=span,
         )

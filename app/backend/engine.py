@@ -83,7 +83,7 @@ _previous_native_level = logging.DEBUG
 
 # llama.cpp logs through this C callback; the module keeps a reference to it,
 # so it is never freed.
-@llama_cpp.llama_log_callback
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # a ctypes CFUNCTYPE
 def _native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     global _previous_native_level
     message = text.decode("utf-8", errors="replace")
@@ -698,7 +698,7 @@ class LlamaEngine:
             return True
         low = llama_cpp.llama_memory_seq_pos_min(self._mem, MAIN_SEQ)
         high = llama_cpp.llama_memory_seq_pos_max(self._mem, MAIN_SEQ)
-        return high == pos - 1 and 0 <= low <= max(0, pos - self.n_swa)
+        return bool(high == pos - 1 and 0 <= low <= max(0, pos - self.n_swa))
 
     def capture(self, start: int, end: int) -> bytes:
         """Serialize the KV cells of positions ``[start, end)`` of the conversation.
@@ -908,7 +908,7 @@ class LlamaEngine:
         return ok
 
     def _holds(self, seq: int, start: int, end: int) -> bool:
-        return (
+        return bool(
             llama_cpp.llama_memory_seq_pos_min(self._mem, seq) == start
             and llama_cpp.llama_memory_seq_pos_max(self._mem, seq) == end - 1
         )
@@ -929,7 +929,8 @@ class LlamaEngine:
             return False
         address = np.frombuffer(data, np.uint8).ctypes.data
         buf = ctypes.cast(address, ctypes.POINTER(ctypes.c_uint8))
-        return llama_cpp.llama_state_seq_set_data(self._ctx, buf, size, seq) == size
+        written = llama_cpp.llama_state_seq_set_data(self._ctx, buf, size, seq)
+        return bool(written == size)
 
     # --- lifetime ----------------------------------------------------------------
 

@@ -229,7 +229,7 @@ class CombinedState:
             announced, self._cells = self._cells, self._filled
             self._write_headers(self._cells)
             _copy_cells(old, announced, self._buffer, self._cells, 0, layout)
-        return memoryview(self._buffer)[: layout.size(self._cells)]
+        return self._buffer.data[: layout.size(self._cells)]
 
     def clear(self) -> None:
         """Forget the state (the buffer is kept for the next one)."""
@@ -238,18 +238,17 @@ class CombinedState:
     def _write_headers(self, cells: int) -> None:
         layout = self._layout
         assert layout is not None
-        out = self._buffer
+        out = self._buffer.data  # a writable memoryview of it
         _HEADER.pack_into(out, 0, layout.magic, 0, 1, cells)
         offset = _HEADER.size + cells * _CELL_BYTES
         _DATA_HEADER.pack_into(out, offset, int(layout.v_trans), layout.n_layer)
         offset += _DATA_HEADER.size
-        view = memoryview(out)
         for headers, rows in (
             (layout.k_headers, layout.k_rows),
             (layout.v_headers, layout.v_rows),
         ):
             for header, row in zip(headers, rows, strict=True):
-                view[offset : offset + len(header)] = header
+                out[offset : offset + len(header)] = header
                 offset += len(header) + cells * row
 
 

@@ -19,7 +19,10 @@ class Sampler:
         chain = llama_cpp.llama_sampler_chain_init(
             llama_cpp.llama_sampler_chain_default_params()
         )
-        add = lambda sampler: llama_cpp.llama_sampler_chain_add(chain, sampler)  # noqa: E731
+
+        def add(sampler: Any) -> None:
+            llama_cpp.llama_sampler_chain_add(chain, sampler)
+
         if params.repeat_penalty != 1.0:
             add(
                 llama_cpp.llama_sampler_init_penalties(

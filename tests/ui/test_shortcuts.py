@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from PySide6.QtCore import Qt
 
 from app.models.tree_snapshot import TreeSnapshot
@@ -79,12 +81,12 @@ def test_the_shortcuts_are_listed_in_help():
 
 
 def _summary(node_id, parent_id, role):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from storage.repository import NodeSummary
 
     return NodeSummary(
-        node_id, parent_id, role, "", 1, "complete", 0, datetime.now(timezone.utc)
+        node_id, parent_id, role, "", 1, "complete", 0, datetime.now(UTC)
     )
 
 

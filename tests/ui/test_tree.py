@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from PySide6.QtCore import Qt
 
@@ -163,7 +163,7 @@ def _summary(
         n_tokens=node_id * 3,
         status="complete",
         checkpoint_bytes=size,
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(UTC),
     )
 
 
