@@ -194,7 +194,7 @@ class StoredCheckpoint:
         )
 
 
-def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
+def pack_tokens(tokens: Sequence[int]) -> bytes:
     """Serialize token ids as little-endian int32."""
     packed = array("i", tokens)
     if packed.itemsize != 4:  # pragma: no cover - every supported platform has 4
@@ -363,18 +363,46 @@ def add_node(
         return _node_record(node)
 
 
-def update_node(db: Database, node_id: int, **changes: Any) -> NodeRecord:
-    """Change fields of a node; ``tokens`` may be given as a list of ids."""
+# "Leave as it is" for update_node: None is a value some fields take.
+_KEEP: Any = object()
+
+
+def update_node(
+    db: Database,
+    node_id: int,
+    *,
+    text: str = _KEEP,
+    thinking: str = _KEEP,
+    tokens: Sequence[int] = _KEEP,
+    chunks: Sequence[int] = _KEEP,
+    start_pos: int = _KEEP,
+    span_text: str | None = _KEEP,
+    status: str = _KEEP,
+    vocab_id: str | None = _KEEP,
+    generation: dict[str, Any] | None = _KEEP,
+) -> NodeRecord:
+    """Change the given fields of a node (the others stay); return the node."""
     with db.write() as s:
         node = _get(s, Node, node_id)
-        if "tokens" in changes:
-            tokens = changes.pop("tokens")
+        if tokens is not _KEEP:
             node.tokens = pack_tokens(tokens)
             node.n_tokens = len(tokens)
-        if "chunks" in changes:
-            changes["chunks"] = list(changes["chunks"])
-        for name, value in changes.items():
-            setattr(node, name, value)
+        if chunks is not _KEEP:
+            node.chunks = list(chunks)
+        if text is not _KEEP:
+            node.text = text
+        if thinking is not _KEEP:
+            node.thinking = thinking
+        if start_pos is not _KEEP:
+            node.start_pos = start_pos
+        if span_text is not _KEEP:
+            node.span_text = span_text
+        if status is not _KEEP:
+            node.status = status
+        if vocab_id is not _KEEP:
+            node.vocab_id = vocab_id
+        if generation is not _KEEP:
+            node.generation = generation
         return _node_record(node)
 
 
