@@ -43,6 +43,7 @@ from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import ExchangeError
 from storage.repository import NewNode, NodeRecord
+from storage.values import Role, Status
 
 FORMAT = "arbor-conversation"
 VERSION = 1
@@ -51,23 +52,26 @@ VERSION = 1
 # about its text, and no conversation holds 200 MB of it.
 MAX_IMPORT_BYTES = 200 * 1024 * 1024
 
-ROLES = ("root", "user", "assistant")
+ROLES = tuple(Role)
 # The statuses a node can be imported with. A reply cut short ("interrupted",
 # "generating") comes in as "stopped": its span is rendered afresh as a
 # closed turn, which is what "stopped" means.
-_IMPORTED_STATUS = {
-    "complete": "complete",
-    "stopped": "stopped",
-    "truncated": "truncated",
-    "interrupted": "stopped",
-    "generating": "stopped",
+_IMPORTED_STATUS: dict[str, Status] = {
+    Status.COMPLETE: Status.COMPLETE,
+    Status.STOPPED: Status.STOPPED,
+    Status.TRUNCATED: Status.TRUNCATED,
+    Status.INTERRUPTED: Status.STOPPED,
+    Status.GENERATING: Status.STOPPED,
 }
 # Who may follow whom: the tree alternates as the service builds it.
-_PARENT_ROLES = {"user": ("root", "assistant"), "assistant": ("user",)}
+_PARENT_ROLES = {
+    Role.USER: (Role.ROOT, Role.ASSISTANT),
+    Role.ASSISTANT: (Role.USER,),
+}
 _MAX_TITLE = 200
 _MAX_REASONING = 16
 
-SPEAKERS = {"root": "System", "user": "You", "assistant": "Assistant"}
+SPEAKERS = {Role.ROOT: "System", Role.USER: "You", Role.ASSISTANT: "Assistant"}
 
 
 @dataclass(frozen=True)
@@ -151,13 +155,13 @@ def _path(by_id: dict[int, NodeRecord], node_id: int) -> list[NodeRecord]:
 def _markdown(conversation: ConversationRecord, path: list[NodeRecord]) -> str:
     parts = [f"# {_one_line(conversation.title)}"]
     for node in path:
-        if node.role == "root":
+        if node.role == Role.ROOT:
             if node.text:
-                parts.append(f"## {SPEAKERS['root']}\n\n{node.text.strip()}")
+                parts.append(f"## {SPEAKERS[Role.ROOT]}\n\n{node.text.strip()}")
             continue
-        heading = f"## {SPEAKERS.get(node.role, node.role)}"
+        heading = f"## {SPEAKERS[node.role]}"
         model = (node.generation or {}).get("model")
-        if node.role == "assistant" and isinstance(model, str) and model:
+        if node.role == Role.ASSISTANT and isinstance(model, str) and model:
             heading += f" ({_one_line(model)})"
         body = [heading]
         if node.thinking.strip():
@@ -327,8 +331,8 @@ def _node(raw: Any, index: int) -> NewNode:
             + ", ".join(ROLES)
             + "."
         )
-    status = raw.get("status", "complete")
-    if status not in _IMPORTED_STATUS:
+    status = raw.get("status", Status.COMPLETE)
+    if not isinstance(status, str) or status not in _IMPORTED_STATUS:
         raise ExchangeError(f"The status of {where} is {_shown(status)}, unknown.")
     generation = raw.get("generation")
     if generation is not None and not isinstance(generation, dict):
@@ -340,7 +344,7 @@ def _node(raw: Any, index: int) -> NewNode:
     return NewNode(
         key=key,
         parent_key=parent,
-        role=role,
+        role=Role(role),
         text=_required_text(raw, "text", where),
         thinking=_optional_text(raw, "thinking", where) or "",
         status=_IMPORTED_STATUS[status],
@@ -368,7 +372,7 @@ def _parents_first(nodes: list[NewNode]) -> list[NewNode]:
             f"has {len(roots)}."
         )
     root = roots[0]
-    if root.role != "root":
+    if root.role != Role.ROOT:
         raise ExchangeError(
             f"The node without a parent ({root.key!r}) must have the role "
             f'"root", not {_shown(root.role)}.'

@@ -18,6 +18,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from storage.values import Status
+
 
 def utcnow() -> datetime:
     """Return the current time, timezone-aware in UTC."""
@@ -90,7 +92,7 @@ class Node(Base):
     chunks: Mapped[list[int]] = mapped_column(JSON, default=list)
     vocab_id: Mapped[str | None] = mapped_column(String(64))
     # generating | complete | stopped | interrupted (killed mid-reply)
-    status: Mapped[str] = mapped_column(String(16), default="complete")
+    status: Mapped[str] = mapped_column(String(16), default=Status.COMPLETE)
     generation: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

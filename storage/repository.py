@@ -55,6 +55,7 @@ from storage.models import (
     checkpoint_checksum,
     utcnow,
 )
+from storage.values import Role, Status
 
 log = logging.getLogger(__name__)
 
@@ -122,13 +123,13 @@ class NodeRecord:
     id: int
     conversation_id: int
     parent_id: int | None
-    role: str
+    role: Role
     text: str
     tokens: tuple[int, ...]
     start_pos: int
     chunks: tuple[int, ...]
     vocab_id: str | None
-    status: str
+    status: Status
     generation: dict[str, Any] | None
     created_at: datetime
     thinking: str = ""
@@ -146,10 +147,10 @@ class NodeSummary:
 
     id: int
     parent_id: int | None
-    role: str
+    role: Role
     text: str
     n_tokens: int
-    status: str
+    status: Status
     checkpoint_bytes: int
     created_at: datetime
     generation: dict[str, Any] | None = field(default=None, compare=False)
@@ -212,13 +213,13 @@ def _node_record(node: Node) -> NodeRecord:
         id=node.id,
         conversation_id=node.conversation_id,
         parent_id=node.parent_id,
-        role=node.role,
+        role=Role(node.role),
         text=node.text,
         tokens=unpack_tokens(node.tokens),
         start_pos=node.start_pos,
         chunks=tuple(node.chunks or ()),
         vocab_id=node.vocab_id,
-        status=node.status,
+        status=Status(node.status),
         generation=node.generation,
         created_at=node.created_at,
         thinking=node.thinking or "",
@@ -254,7 +255,7 @@ def create_conversation(
         s.add(conv)
         s.flush()
         root = Node(
-            conversation_id=conv.id, role="root", text=system_prompt or "", chunks=[]
+            conversation_id=conv.id, role=Role.ROOT, text=system_prompt or "", chunks=[]
         )
         s.add(root)
         s.flush()
@@ -332,7 +333,7 @@ def add_node(
     start_pos: int = 0,
     chunks: list[int] | tuple[int, ...] = (),
     vocab_id: str | None = None,
-    status: str = "complete",
+    status: str = Status.COMPLETE,
     generation: dict[str, Any] | None = None,
     span_text: str | None = None,
     thinking: str = "",
@@ -611,10 +612,10 @@ def tree(
             NodeSummary(
                 id=r.id,
                 parent_id=r.parent_id,
-                role=r.role,
+                role=Role(r.role),
                 text=r.text,
                 n_tokens=r.n_tokens,
-                status=r.status,
+                status=Status(r.status),
                 checkpoint_bytes=r.b or 0,
                 created_at=r.created_at,
                 generation=r.generation,
@@ -655,7 +656,9 @@ def mark_interrupted_generations(db: Database) -> int:
         return 0
     with db.write() as s:
         result = s.execute(
-            update(Node).where(Node.status == "generating").values(status="interrupted")
+            update(Node)
+            .where(Node.status == Status.GENERATING)
+            .values(status=Status.INTERRUPTED)
         )
         assert isinstance(result, CursorResult)  # an UPDATE's result counts rows
         return result.rowcount or 0
@@ -1222,10 +1225,10 @@ class NewNode:
 
     key: Hashable
     parent_key: Hashable | None
-    role: str
+    role: Role
     text: str
     thinking: str = ""
-    status: str = "complete"
+    status: Status = Status.COMPLETE
     generation: dict[str, Any] | None = None
     created_at: datetime | None = None
 

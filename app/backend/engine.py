@@ -29,7 +29,7 @@ from app.backend.kv_state import CombinedState, DeltaLayout
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.sampling import Sampler
 from app.backend.settings import DEFAULT_N_CTX, KV_CACHE_TYPES, BackendSettings
-from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams
+from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams, StateKind
 
 log = logging.getLogger(__name__)
 
@@ -232,14 +232,15 @@ class LlamaEngine:
             "type_v": settings.kv_cache_type,
             "flash_attn": settings.flash_attn,
             "llama_cpp": llama_cpp.__version__,
-            "state_kind": self.state_kind,
+            # The value, not the enum: the fingerprint hashes this dict's repr.
+            "state_kind": self.state_kind.value,
             "checkpoint_format": CHECKPOINT_FORMAT,
         }
         # A delta of full-attention layers restores bit-exactly into a context
         # of another size (tests/test_fallbacks.py), so raising n_ctx keeps the
         # checkpoints. Sliding-window and recurrent state was not shown to:
         # there n_ctx still separates profiles.
-        if self.n_swa or self.state_kind != "delta":
+        if self.n_swa or self.state_kind is not StateKind.DELTA:
             self.profile_details["n_ctx"] = self.n_ctx
         self.profile_fingerprint = hashlib.sha256(
             repr(sorted(self.profile_details.items())).encode()
@@ -362,17 +363,23 @@ class LlamaEngine:
         n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
-    def _state_kind(self) -> tuple[str, str]:
+    def _state_kind(self) -> tuple[StateKind, str]:
         if llama_cpp.llama_model_is_recurrent(self._model):
-            return "full", "recurrent model: its state cannot be split per token"
+            return StateKind.FULL, (
+                "recurrent model: its state cannot be split per token"
+            )
         if llama_cpp.llama_model_is_hybrid(self._model):
-            return "full", "hybrid model: part of its state cannot be split per token"
+            return StateKind.FULL, (
+                "hybrid model: part of its state cannot be split per token"
+            )
         if self.n_swa > 0:
-            return "delta", (
+            return StateKind.DELTA, (
                 "sliding-window attention: each node stores only the KV cells of "
                 "its own tokens (deltas, in window-sized pieces)"
             )
-        return "delta", "each node stores only the KV cells of its own tokens"
+        return StateKind.DELTA, (
+            "each node stores only the KV cells of its own tokens"
+        )
 
     def _kv_bytes_per_token(self) -> int:
         # K + V per token = n_layer x n_head_kv x (key_length + value_length) x
@@ -599,7 +606,7 @@ class LlamaEngine:
         """
         if not 1 <= n <= MAX_FORKS:
             raise BackendError(f"between 1 and {MAX_FORKS} alternatives, not {n}")
-        if self.state_kind == "full":
+        if self.state_kind is StateKind.FULL:
             # Recurrent state has no cells to share; copying it per sequence
             # is possible but not worth it for these models.
             raise BackendError(
@@ -669,7 +676,7 @@ class LlamaEngine:
         """
         if pos >= self.n_past:
             return
-        if pos <= 0 or self.state_kind == "full":
+        if pos <= 0 or self.state_kind is StateKind.FULL:
             # Recurrent state cannot be cut at a position: start over.
             llama_cpp.llama_memory_clear(self._mem, True)
             self._forks.clear()
@@ -709,7 +716,7 @@ class LlamaEngine:
         """
         if end != self.n_past:
             raise BackendError(f"capture at {end} but the context is at {self.n_past}")
-        if self.state_kind == "full":
+        if self.state_kind is StateKind.FULL:
             return self._seq_state(MAIN_SEQ)
         if not self.n_swa:
             return self._capture_cells(start, end)
@@ -750,7 +757,7 @@ class LlamaEngine:
                 return self._add_alone(data, start, end)
         layout = (
             DeltaLayout.parse(memoryview(data), start, end)
-            if self.state_kind == "delta" and not self.n_swa
+            if self.state_kind is StateKind.DELTA and not self.n_swa
             else None
         )
         if layout is None:
@@ -815,7 +822,7 @@ class LlamaEngine:
         snapshot replaces everything. On failure the context is left holding
         exactly what it held before (or nothing, for full snapshots).
         """
-        if self.state_kind == "full":
+        if self.state_kind is StateKind.FULL:
             llama_cpp.llama_memory_clear(self._mem, True)
             self.n_past = 0
             if not self._set_seq_state(data, MAIN_SEQ):

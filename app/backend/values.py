@@ -10,9 +10,18 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, fields, replace
+from enum import StrEnum
 from typing import Any
 
 from app.backend.errors import InvalidSetting
+
+
+class StateKind(StrEnum):
+    """What a node's checkpoint holds, which the model's kind of state decides."""
+
+    DELTA = "delta"  # the KV cells of the node's own tokens
+    FULL = "full"  # the whole state at the node's end (recurrent, hybrid models)
+
 
 # How many earlier tokens the repeat penalty looks at.
 PENALTY_LAST_N = 64
@@ -114,7 +123,7 @@ class ModelInfo:
     n_ctx_train: int
     n_gpu_layers: int
     gpu_offload_supported: bool
-    state_kind: str  # "delta": per-node KV cells; "full": whole-state snapshots
+    state_kind: StateKind
     state_note: str
     chat_format: str  # "gguf" (the model's template) or "chatml" (fallback)
     kv_bytes_per_token: int

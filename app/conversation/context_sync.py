@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from app.backend.values import StateKind
 from app.conversation import folding
 from app.conversation.tree_cache import TreeCache
 from storage import repository
@@ -101,7 +102,7 @@ class ContextSync:
     def move_to(self, path: list[NodeRecord]) -> SyncStats:
         """Make the context hold exactly the (effective) spans of ``path``."""
         path = folding.effective(path)
-        if self._engine.state_kind == "full":
+        if self._engine.state_kind is StateKind.FULL:
             return self._move_full(path)
         return self._move_delta(path)
 
@@ -269,9 +270,8 @@ class ContextSync:
         assert stored is not None
         stats.restore_ms += elapsed
         stats.apply_ms += elapsed
-        stats.restored_tokens += (
-            len(node.tokens) if self._engine.state_kind == "delta" else node.end_pos
-        )
+        delta = self._engine.state_kind is StateKind.DELTA
+        stats.restored_tokens += len(node.tokens) if delta else node.end_pos
         stats.checkpoint_bytes_read += len(stored.data)
         return True
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from app.backend.errors import ContextFullError
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.text_stream import Utf8Stream
-from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams
+from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams, StateKind
 from app.conversation import spans, summary
 from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
 from app.conversation.context_sync import ContextSync, SyncStats
@@ -33,6 +33,7 @@ from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.repository import NodeRecord, NodeSummary
+from storage.values import Role, Status
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
@@ -55,7 +56,7 @@ TITLE_LENGTH = 48
 # A reply's final status, from why its generation ended. "truncated": the
 # context filled up mid-reply (the turn is still closed and checkpointed, so
 # the node is as usable as a complete one; only its text is cut short).
-_STATUS_BY_STOP_REASON = {"stopped": "stopped", "context_full": "truncated"}
+_STATUS_BY_STOP_REASON = {"stopped": Status.STOPPED, "context_full": Status.TRUNCATED}
 
 
 def title_from(text: str) -> str:
@@ -433,7 +434,7 @@ class ConversationService:
         of adding a copy; ``Reply.user_node`` is then its id.
         """
         parent = repository.get_node(self.db, parent_id)
-        if parent.role == "user":
+        if parent.role == Role.USER:
             raise ServiceError(
                 f"Node {parent_id} is a user message; send continues from an "
                 "assistant reply or the conversation start (regenerate answers "
@@ -453,7 +454,7 @@ class ConversationService:
     ) -> Reply:
         """Add an edited copy of a user message as its sibling, and reply to it."""
         node = repository.get_node(self.db, user_node_id)
-        if node.role != "user" or node.parent_id is None:
+        if node.role != Role.USER or node.parent_id is None:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
         streams = _Streams(on_token, on_thinking, should_stop)
         return self._add_user_and_reply(node.parent_id, text, params, streams)
@@ -468,7 +469,7 @@ class ConversationService:
     ) -> Reply:
         """Generate a new reply beside an existing one (a sibling)."""
         node = repository.get_node(self.db, assistant_node_id)
-        if node.role != "assistant" or node.parent_id is None:
+        if node.role != Role.ASSISTANT or node.parent_id is None:
             raise ServiceError(f"Node {assistant_node_id} is not an assistant reply.")
         return self.reply(node.parent_id, params, on_token, should_stop, on_thinking)
 
@@ -537,9 +538,9 @@ class ConversationService:
         if not 1 <= n <= MAX_FORKS:
             raise ServiceError(f"Between 1 and {MAX_FORKS} alternatives, not {n}.")
         node = repository.get_node(self.db, node_id)
-        if node.role == "assistant" and node.parent_id is not None:
+        if node.role == Role.ASSISTANT and node.parent_id is not None:
             user_id = node.parent_id
-        elif node.role == "user":
+        elif node.role == Role.USER:
             user_id = node.id
         else:
             raise ServiceError(
@@ -548,7 +549,7 @@ class ConversationService:
         seed = params.with_seed().seed
         assert seed is not None
         seeded = [replace(params, seed=(seed + k) % 2**32) for k in range(n)]
-        if engine.state_kind == "full":
+        if engine.state_kind is StateKind.FULL:
             return [
                 self.reply(
                     user_id,
@@ -560,7 +561,7 @@ class ConversationService:
                 for k, p in enumerate(seeded)
             ]
         path, variables = self._ensured_path(user_id)
-        if path[-1].role != "user":
+        if path[-1].role != Role.USER:
             raise ServiceError(f"Node {user_id} is not a user message.")
         opening = spans.place_reply(engine, path, variables)
         self._check_room(opening.start_pos + len(opening.tokens) + 8 * n)
@@ -724,7 +725,7 @@ class ConversationService:
         """
         engine = self._require_engine()
         tokens = alternative.sampled.tokens
-        if alternative.node.status != "generating" or not tokens:
+        if alternative.node.status != Status.GENERATING or not tokens:
             return
         span = [*header, *tokens]
         alternative.node = repository.update_node(
@@ -785,7 +786,7 @@ class ConversationService:
                 tokens=span,
                 chunks=chunks,
                 span_text=opening.text + closing_text,
-                status=_STATUS_BY_STOP_REASON.get(sampled.stop_reason, "complete"),
+                status=_STATUS_BY_STOP_REASON.get(sampled.stop_reason, Status.COMPLETE),
                 generation={
                     **node.generation,
                     "stop_reason": sampled.stop_reason,
@@ -817,7 +818,7 @@ class ConversationService:
         engine = self._require_engine()
         self._raise_write_failure()
         path, variables = self._ensured_path(user_node_id)
-        if path[-1].role != "user":
+        if path[-1].role != Role.USER:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
         opening = spans.place_reply(engine, path, variables)
         self._check_room(opening.start_pos + len(opening.tokens))
@@ -849,7 +850,7 @@ class ConversationService:
         user = repository.add_node(
             self.db,
             parent_id,
-            "user",
+            Role.USER,
             text,
             tokens=placement.tokens,
             start_pos=placement.start_pos,
@@ -867,7 +868,7 @@ class ConversationService:
         """A user message ``text`` under ``parent_id`` that has no reply, if any."""
         for child in repository.get_children(self.db, parent_id):
             if (
-                child.role == "user"
+                child.role == Role.USER
                 and child.text == text
                 and not repository.get_children(self.db, child.id)
             ):
@@ -952,13 +953,13 @@ class ConversationService:
         return repository.add_node(
             self.db,
             parent_id,
-            "assistant",
+            Role.ASSISTANT,
             "",
             tokens=opening.tokens,
             start_pos=start,
             chunks=[len(opening.tokens)],
             vocab_id=self._require_engine().vocab_id,
-            status="generating",
+            status=Status.GENERATING,
             generation=generation,
             span_text=opening.text,
         )
@@ -1020,7 +1021,7 @@ class ConversationService:
             tokens=span,
             chunks=chunks,
             span_text=opening.text + closing_text,
-            status=_STATUS_BY_STOP_REASON.get(stop_reason, "complete"),
+            status=_STATUS_BY_STOP_REASON.get(stop_reason, Status.COMPLETE),
             generation=generation,
         )
         sync.append(reply)
@@ -1040,10 +1041,10 @@ class ConversationService:
         """
         try:
             reply = repository.get_node(self.db, reply_id)
-            if reply.status != "generating":
+            if reply.status != Status.GENERATING:
                 return
             if reply.text or reply.thinking:
-                repository.update_node(self.db, reply_id, status="interrupted")
+                repository.update_node(self.db, reply_id, status=Status.INTERRUPTED)
             else:
                 repository.delete_subtree(self.db, reply_id)
         except (StorageUnavailable, NotFound):

@@ -18,12 +18,13 @@ from app.conversation import folding
 from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord
+from storage.values import Role, Status
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
 
 # Statuses of a reply whose turn was never closed (its process was killed).
-UNCLOSED = ("interrupted", "generating")
+UNCLOSED = (Status.INTERRUPTED, Status.GENERATING)
 
 Variables = Mapping[str, Any] | None
 
@@ -47,7 +48,7 @@ def turns_of(path: Sequence[NodeRecord]) -> list[Message]:
     return [
         Message(node.role, node.text, node.thinking)
         for node in path
-        if node.role != "root"
+        if node.role != Role.ROOT
     ]
 
 
@@ -154,10 +155,10 @@ def _rerender(
     node: NodeRecord,
     variables: Variables,
 ) -> NodeRecord:
-    if node.role == "root":
+    if node.role == Role.ROOT:
         text = engine.chat_format.root_text(node.text or None, variables)
         placement = Placement([], text, span_tokens(engine, text, True))
-    elif node.role == "user":
+    elif node.role == Role.USER:
         placement, _prompt = place_user(engine, above, node.text, variables)
     else:
         target = engine.chat_format.history(
@@ -175,7 +176,7 @@ def _rerender(
         chunks=[],
         # The template closes the turn it renders: an unfinished reply is
         # closed now, as a stopped one (else a later visit closes it again).
-        status="stopped" if node.status in UNCLOSED else node.status,
+        status=Status.STOPPED if node.status in UNCLOSED else node.status,
     )
 
 
@@ -199,6 +200,6 @@ def _close_unfinished(
         tokens=[*node.tokens, *footer_tokens],
         start_pos=start,
         span_text=recorded + footer,
-        status="stopped",
+        status=Status.STOPPED,
         chunks=chunks,
     )

@@ -17,13 +17,14 @@ from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.text_stream import Utf8Stream
 from app.backend.values import SamplingParams
 from storage.repository import NodeRecord
+from storage.values import Role
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
 
 SUMMARY_TOKENS = 256
 _INSTRUCTION = "Summarize this conversation briefly; keep names, facts and decisions:"
-_SPEAKERS = {"user": "User", "assistant": "Assistant"}
+_SPEAKERS = {Role.USER: "User", Role.ASSISTANT: "Assistant"}
 
 
 def summarize(

@@ -1,0 +1,27 @@
+"""The closed sets of words stored with a node: its role and its status.
+
+``StrEnum``s, so a stored value reads back as the same word (``Role.USER ==
+"user"``) and code that names one cannot misspell it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """Who a node speaks for; the root holds the system prompt."""
+
+    ROOT = "root"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class Status(StrEnum):
+    """How a node's text came to an end."""
+
+    COMPLETE = "complete"  # a whole message or reply
+    GENERATING = "generating"  # a reply being written (or left so by a crash)
+    INTERRUPTED = "interrupted"  # a reply whose process died while writing it
+    STOPPED = "stopped"  # a reply the user stopped, closed as a turn
+    TRUNCATED = "truncated"  # a reply cut off by a full context
