@@ -195,10 +195,19 @@ def _run_once(
     try:
         result = subprocess.run(
             [
-                sys.executable, __file__, "--child", str(data_dir),
-                "--messages", str(messages), "--switches", str(switches),
+                sys.executable,
+                __file__,
+                "--child",
+                str(data_dir),
+                "--messages",
+                str(messages),
+                "--switches",
+                str(switches),
             ],
-            cwd=ROOT, check=True, capture_output=True, text=True,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
             env={"QT_QPA_PLATFORM": "offscreen", **os.environ},
         )
     finally:
