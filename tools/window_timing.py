@@ -17,6 +17,9 @@ CPU-bound processes running meanwhile, as on a machine doing other work::
     QT_QPA_PLATFORM=offscreen .venv/bin/python tools/window_timing.py
     QT_QPA_PLATFORM=offscreen .venv/bin/python tools/window_timing.py --busy 0
 
+``--messages``, ``--tokens``, ``--switches`` and ``--only`` make a shorter run
+while working on it; the defaults are what the performance issue measures.
+
 The window work runs in a child process of this script (``--child``), so
 that each run starts cold, as a user's launch does.
 """
@@ -91,8 +94,9 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float = 900) -> None:
         raise TimeoutError("the window did not get there in time")
 
 
-def run_child(data_dir: Path) -> dict[str, object]:
-    """Open the window on ``data_dir`` and go through the session; the figures."""
+def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]:
+    """Open the window on ``data_dir``, send ``messages`` messages, regenerate
+    the last reply and switch ``switches`` times; the figures."""
     from PySide6.QtWidgets import QApplication
 
     from app.gui import build_window
@@ -115,7 +119,7 @@ def run_child(data_dir: Path) -> dict[str, object]:
     ready_ms = (time.perf_counter() - START) * 1000
 
     meter.phase = "streaming"
-    for text in MESSAGES:
+    for text in (MESSAGES * messages)[:messages]:
         window.composer.edit.setPlainText(text)
         window.send_action.trigger()
         _wait_until(lambda: window.generating)
@@ -127,7 +131,7 @@ def run_child(data_dir: Path) -> dict[str, object]:
     sibling = window.active_id
 
     meter.phase = "switching"
-    for i in range(SWITCHES):
+    for i in range(switches):
         window.activate(last_reply if i % 2 == 0 else sibling)
         _wait_until(idle)
 
@@ -159,9 +163,9 @@ def _arbor(data_dir: Path, *args: str) -> dict[str, object]:
     return data
 
 
-def prepare(data_dir: Path) -> None:
+def prepare(data_dir: Path, reply_tokens: int) -> None:
     """A conversation with a few checkpointed turns, for the window to reopen,
-    and replies of up to ``REPLY_TOKENS`` tokens in the window."""
+    and replies of up to ``reply_tokens`` tokens in the window."""
     from app.paths import database_path
     from app.preferences import load_preferences, save_preferences
     from storage.db import open_database
@@ -172,7 +176,7 @@ def prepare(data_dir: Path) -> None:
         node = reply["assistant_node"]
     db = open_database(database_path(data_dir))
     prefs = load_preferences(db)
-    sampling = replace(prefs.sampling, max_tokens=REPLY_TOKENS)
+    sampling = replace(prefs.sampling, max_tokens=reply_tokens)
     save_preferences(db, replace(prefs, sampling=sampling))
     db.close()
 
@@ -184,12 +188,26 @@ def _busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
     ]
 
 
-def _run_once(data_dir: Path, busy: int) -> dict[str, object]:
+def _run_once(
+    data_dir: Path, busy: int, messages: int, switches: int
+) -> dict[str, object]:
     hogs = _busy_processes(busy)
     try:
         result = subprocess.run(
-            [sys.executable, __file__, "--child", str(data_dir)],
-            cwd=ROOT, check=True, capture_output=True, text=True,
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                str(data_dir),
+                "--messages",
+                str(messages),
+                "--switches",
+                str(switches),
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
             env={"QT_QPA_PLATFORM": "offscreen", **os.environ},
         )
     finally:
@@ -213,21 +231,34 @@ def main() -> int:
     """Prepare, run idle and busy, print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--busy", type=int, default=2, help="CPU-bound processes")
+    parser.add_argument(
+        "--messages", type=int, default=len(MESSAGES), help="messages sent"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=REPLY_TOKENS, help="most tokens per reply"
+    )
+    parser.add_argument(
+        "--switches", type=int, default=SWITCHES, help="clicks between siblings"
+    )
+    parser.add_argument(
+        "--only", choices=("idle", "busy"), help="one of the two runs only"
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(run_child(args.child)))
+        print(json.dumps(run_child(args.child, args.messages, args.switches)))
         return 0
     bare = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     interpreter_ms = (time.perf_counter() - bare) * 1000
     with tempfile.TemporaryDirectory() as folder:
         data_dir = Path(folder)
-        prepare(data_dir)
-        runs = [("idle machine", 0)] + ([(f"{args.busy} busy processes", args.busy)]
-                                        if args.busy else [])
+        prepare(data_dir, args.tokens)
+        runs = [("idle machine", 0)] if args.only != "busy" else []
+        if args.busy and args.only != "idle":
+            runs.append((f"{args.busy} busy processes", args.busy))
         for title, busy in runs:
-            figures = _run_once(data_dir, busy)
+            figures = _run_once(data_dir, busy, args.messages, args.switches)
             print(f"\n### {title}\n")
             print(
                 f"Launch to the last conversation restored and ready: "

@@ -30,6 +30,13 @@ HasCheckpointRole = Qt.ItemDataRole.UserRole + 5
 TokensRole = Qt.ItemDataRole.UserRole + 6
 
 COLUMNS = ("Message", "Tokens", "Checkpoint")
+# What a new active node changes in a row (its text and figures stay).
+ACTIVE_PATH_ROLES = (
+    Qt.ItemDataRole.FontRole,
+    Qt.ItemDataRole.BackgroundRole,
+    OnActivePathRole,
+    IsActiveRole,
+)
 SNIPPET_CHARS = 60
 ROLE_LABELS = {"root": "Start", "user": "You", "assistant": "Assistant"}
 
@@ -137,7 +144,7 @@ class ConversationTreeModel(QAbstractItemModel):
         self._active_path = new_path
         for nid in changed:
             if nid in self._items:
-                self._emit_row_changed(nid)
+                self._emit_row_changed(nid, ACTIVE_PATH_ROLES)
 
     def index_of(self, node_id: int, column: int = 0) -> QModelIndex:
         """The index of a node (invalid if unknown)."""
@@ -229,6 +236,10 @@ class ConversationTreeModel(QAbstractItemModel):
 
     # --- internals ------------------------------------------------------------------
 
+    def column_texts(self, column: int) -> set[str]:
+        """The texts the rows show in ``column`` (what its width must fit)."""
+        return {self._display(node, column) for node in self._snapshot.nodes.values()}
+
     @staticmethod
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
@@ -296,7 +307,7 @@ class ConversationTreeModel(QAbstractItemModel):
             return QModelIndex()
         return self.createIndex(item.row(), 0, item)
 
-    def _emit_row_changed(self, node_id: int) -> None:
+    def _emit_row_changed(self, node_id: int, roles: tuple[int, ...] = ()) -> None:
         first = self.index_of(node_id, 0)
         last = self.index_of(node_id, len(COLUMNS) - 1)
-        self.dataChanged.emit(first, last)
+        self.dataChanged.emit(first, last, list(roles))

@@ -79,6 +79,7 @@ class MessageCard(QFrame):
         super().__init__(parent)
         self.node_id = node_id
         self.role = role
+        self.status = status
         self._text = text
         self._siblings = siblings or ([node_id] if node_id is not None else [])
         self.setObjectName("MessageCard")
@@ -90,6 +91,9 @@ class MessageCard(QFrame):
         layout.setSpacing(4)
         header = QHBoxLayout()
         header.setSpacing(6)
+        # In the card first, so that what is added to it belongs to the card
+        # at once (a navigator shown before would be a window of its own).
+        layout.addLayout(header)
         title = QLabel(ROLE_TITLES.get(role, role))
         title.setObjectName("MessageRole")
         title.setProperty("role", role)
@@ -99,10 +103,12 @@ class MessageCard(QFrame):
             badge.setObjectName("MessageStatus")
             header.addWidget(badge)
         header.addStretch(1)
+        self._header = header
+        # Where the "< 2/3 >" navigator goes (made when a sibling appears).
+        self._navigator_at = header.count()
         if node_id is not None:
-            self._add_navigator(header)
+            self._show_navigator()
             self._add_actions(header)
-        layout.addLayout(header)
         self._layout = layout
 
         self.thinking_section: ThinkingSection | None = None
@@ -126,6 +132,23 @@ class MessageCard(QFrame):
     def thinking(self) -> str:
         """The reply's reasoning ("" if none)."""
         return self.thinking_section.text if self.thinking_section else ""
+
+    def shows(self, role: str, text: str, status: str, thinking: str) -> bool:
+        """Whether this card shows exactly this message (its siblings aside):
+        the transcript then reuses it rather than rendering it again."""
+        return (role, text, status, thinking) == (
+            self.role,
+            self._text,
+            self.status,
+            self.thinking,
+        )
+
+    def set_siblings(self, siblings: list[int]) -> None:
+        """Show the card's place among ``siblings`` (a reply was added or deleted)."""
+        if self.node_id is None or siblings == self._siblings:
+            return
+        self._siblings = list(siblings)
+        self._show_navigator()
 
     @property
     def sibling_position(self) -> tuple[int, int]:
@@ -185,25 +208,37 @@ class MessageCard(QFrame):
         button.setCursor(Qt.CursorShape.PointingHandCursor)
         return button
 
-    def _add_navigator(self, header: QHBoxLayout) -> None:
+    def _show_navigator(self) -> None:
+        """The "< 2/3 >" navigator, made when the message first has siblings,
+        hidden while it has none."""
         position, count = self.sibling_position
-        if count < 2:
-            return
+        if not hasattr(self, "sibling_label"):
+            if count < 2:
+                return
+            self._make_navigator()
+        self.sibling_label.setText(f"{position}/{count}")
+        self.previous_button.setEnabled(position > 1)
+        self.next_button.setEnabled(position < count)
+        for widget in (self.previous_button, self.sibling_label, self.next_button):
+            widget.setVisible(count > 1)
+
+    def _make_navigator(self) -> None:
         self.previous_button = self._tool_button(
             "chevron-left", "Previous version", "SiblingButton"
         )
-        self.previous_button.setEnabled(position > 1)
         self.previous_button.clicked.connect(self._on_previous_button_clicked)
-        self.sibling_label = QLabel(f"{position}/{count}")
+        self.sibling_label = QLabel()
         self.sibling_label.setObjectName("SiblingLabel")
         self.next_button = self._tool_button(
             "chevron-right", "Next version", "SiblingButton"
         )
-        self.next_button.setEnabled(position < count)
         self.next_button.clicked.connect(self._on_next_button_clicked)
-        for widget in (self.previous_button, self.sibling_label, self.next_button):
-            header.addWidget(widget)
-        header.addSpacing(8)
+        at = self._navigator_at
+        for offset, widget in enumerate(
+            (self.previous_button, self.sibling_label, self.next_button)
+        ):
+            self._header.insertWidget(at + offset, widget)
+        self._header.insertSpacing(at + 3, 8)
 
     def _add_actions(self, header: QHBoxLayout) -> None:
         self.copy_button = self._tool_button(

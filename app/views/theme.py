@@ -126,9 +126,17 @@ def _svg_source(name: str) -> str:
     return get_asset(f"icons/{name}.svg").read_text(encoding="utf-8")
 
 
+# Icons drawn, by (name, width, height, colour): buttons repaint often (every
+# frame while a reply streams past them), and drawing an SVG each time cost the
+# GUI thread about half a millisecond per button and paint.
+_PIXMAPS: dict[tuple[str, int, int, int], QPixmap] = {}
+PIXMAP_CACHE_SIZE = 256
+
+
 class _TintedSvgEngine(QIconEngine):
     """Renders a monochrome SVG in the palette's text colour at paint time,
-    so icons follow light/dark switches without being recreated."""
+    so icons follow light/dark switches without being recreated (each size
+    and colour is drawn once)."""
 
     def __init__(self, name: str, role: QPalette.ColorRole) -> None:
         super().__init__()
@@ -152,11 +160,17 @@ class _TintedSvgEngine(QIconEngine):
         QSvgRenderer(QByteArray(source.encode())).render(painter, rect)
 
     def pixmap(self, size: QSize, mode: QIcon.Mode, state: QIcon.State) -> QPixmap:
-        pixmap = QPixmap(size)
-        pixmap.fill(Qt.GlobalColor.transparent)
-        painter = QPainter(pixmap)
-        self.paint(painter, QRect(QPoint(0, 0), size), mode, state)
-        painter.end()
+        key = (self._name, size.width(), size.height(), self._color(mode).rgba())
+        pixmap = _PIXMAPS.get(key)
+        if pixmap is None:
+            pixmap = QPixmap(size)
+            pixmap.fill(Qt.GlobalColor.transparent)
+            painter = QPainter(pixmap)
+            self.paint(painter, QRect(QPoint(0, 0), size), mode, state)
+            painter.end()
+            if len(_PIXMAPS) >= PIXMAP_CACHE_SIZE:
+                _PIXMAPS.clear()  # a palette switch or many sizes: start over
+            _PIXMAPS[key] = pixmap
         return pixmap
 
     def clone(self) -> QIconEngine:

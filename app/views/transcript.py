@@ -6,6 +6,12 @@ thread with a fast model for no visible gain. A reasoning model's thinking
 streams into its own buffer, shown open above the answer until the answer
 begins, then folded.
 
+Cards are reused: showing a path keeps the cards of messages already shown
+(the shared part of two branches stays in place), and the cards of messages
+that leave the path are kept, hidden, for ``KEPT_CARDS`` more messages, so
+that switching back to a branch renders no Markdown again. A card is made
+anew only for a message it does not show yet, or one whose text changed.
+
 The view follows the conversation as chat apps do: it keeps the newest text
 in sight on opening a path, on sending and while a reply streams, stops
 following as soon as the user scrolls up, and a "Jump to latest" button
@@ -14,6 +20,7 @@ brings it back.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal, Slot
@@ -30,12 +37,16 @@ from PySide6.QtWidgets import (
 from app.models.tree_snapshot import PathEntry
 from app.views.alternatives import AlternativesRow
 from app.views.message_card import MessageCard
+from storage.repository import NodeSummary
 
 STREAM_REPAINT_MS = 40
 # Readable line length: the column of cards never grows wider than this.
 MAX_COLUMN_WIDTH = 860
 # Within this many pixels of the bottom counts as "at the newest text".
 FOLLOW_SLACK_PX = 24
+# Cards of messages off the path kept to show again (most recently shown first
+# kept); a switch between branches then renders only what it never showed.
+KEPT_CARDS = 64
 
 
 class TranscriptView(QScrollArea):
@@ -76,6 +87,9 @@ class TranscriptView(QScrollArea):
         self._layout.addStretch(1)
         self.setWidget(page)
         self.cards: list[MessageCard] = []
+        # Cards of messages that left the path, by node id, least recent first.
+        self._kept: OrderedDict[int, MessageCard] = OrderedDict()
+        self._actions_enabled = True
         self.streaming_card: MessageCard | None = None
         self.alternatives: AlternativesRow | None = None
         self._stream_parts: list[str] = []
@@ -106,25 +120,35 @@ class TranscriptView(QScrollArea):
         ``follow`` False keeps the scroll position of a user reading higher up
         (the same path shown again, e.g. when its reply is complete).
         """
-        self._clear()
+        self._end_reply()
         thinking = thinking or {}
-        for entry in entries:
-            node = entry.node
-            if node.role == "root" and not node.text.strip():
-                continue  # no system prompt: nothing worth a card
-            card = MessageCard(
-                node.role,
-                node.text,
-                node.id,
-                siblings[node.id],
-                node.status,
-                thinking.get(node.id, ""),
+        wanted = [
+            self._card_for_node(
+                entry.node, siblings[entry.node.id], thinking.get(entry.node.id, "")
             )
-            card.sibling_requested.connect(self.sibling_requested)
-            card.edit_requested.connect(self.edit_requested)
-            card.regenerate_requested.connect(self.regenerate_requested)
-            card.alternatives_requested.connect(self.alternatives_requested)
-            card.branch_requested.connect(self.branch_requested)
+            for entry in entries
+            # No system prompt: nothing worth a card.
+            if entry.node.role != "root" or entry.node.text.strip()
+        ]
+        # The cards the two paths share at the top stay where they are; the
+        # rest leave the layout, and the new path's rest is added below them.
+        same = 0
+        while (
+            same < min(len(wanted), len(self.cards))
+            and wanted[same] is self.cards[same]
+        ):
+            same += 1
+        on_path = {card.node_id for card in wanted}
+        for card in self.cards[same:]:
+            self._layout.removeWidget(card)
+            if card in wanted:
+                continue  # shown again further down
+            if card.node_id in on_path:
+                self._discard(card)  # its message changed: a new card shows it
+            else:
+                self._put_away(card)
+        self.cards = self.cards[:same]
+        for card in wanted[same:]:
             self._add_card(card)
         self._placeholder.setVisible(not self.cards)
         if follow or self.following:
@@ -178,20 +202,9 @@ class TranscriptView(QScrollArea):
 
     def set_actions_enabled(self, enabled: bool) -> None:
         """Enable or disable the cards' buttons (disabled while generating)."""
+        self._actions_enabled = enabled
         for card in self.cards:
-            # Copying and folding the thinking change nothing: always allowed.
-            allowed = (
-                card.body,
-                card.thinking_section,
-                getattr(card, "copy_button", None),
-            )
-            for button in card.findChildren(
-                QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly
-            ):
-                if button not in allowed:
-                    button.setEnabled(enabled)
-            if card.node_id is not None:
-                self._restore_navigator_limits(card, enabled)
+            self._enable_actions(card, enabled)
 
     def card_for(self, node_id: int) -> MessageCard | None:
         """The card showing ``node_id``, if shown."""
@@ -253,6 +266,18 @@ class TranscriptView(QScrollArea):
 
     # --- internals ----------------------------------------------------------------
 
+    @classmethod
+    def _enable_actions(cls, card: MessageCard, enabled: bool) -> None:
+        # Copying and folding the thinking change nothing: always allowed.
+        allowed = (card.body, card.thinking_section, getattr(card, "copy_button", None))
+        for button in card.findChildren(
+            QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly
+        ):
+            if button not in allowed:
+                button.setEnabled(enabled)
+        if card.node_id is not None:
+            cls._restore_navigator_limits(card, enabled)
+
     @staticmethod
     def _restore_navigator_limits(card: MessageCard, enabled: bool) -> None:
         # The navigator's ends stay disabled: there is no sibling past them.
@@ -262,13 +287,54 @@ class TranscriptView(QScrollArea):
             card.next_button.setEnabled(enabled and position < count)
 
     def _add_card(self, card: MessageCard) -> None:
+        if card.node_id is not None:
+            self._enable_actions(card, self._actions_enabled)
         self._layout.insertWidget(self._layout.count() - 1, card)
         # A layout shows a new child only once the event loop runs again;
         # showing it now keeps the transcript's state exact when it returns.
         card.show()
         self.cards.append(card)
 
-    def _clear(self) -> None:
+    def _card_for_node(
+        self, node: NodeSummary, siblings: list[int], thinking: str
+    ) -> MessageCard:
+        """The card of a message: the one shown or kept if it shows the same
+        text, else a new one."""
+        card = self.card_for(node.id) or self._kept.pop(node.id, None)
+        if card is not None and card.shows(node.role, node.text, node.status, thinking):
+            card.set_siblings(siblings)
+            return card
+        if card is not None and card not in self.cards:
+            self._discard(card)  # a card shown now goes when it leaves the path
+        card = MessageCard(
+            node.role, node.text, node.id, siblings, node.status, thinking
+        )
+        card.sibling_requested.connect(self.sibling_requested)
+        card.edit_requested.connect(self.edit_requested)
+        card.regenerate_requested.connect(self.regenerate_requested)
+        card.alternatives_requested.connect(self.alternatives_requested)
+        card.branch_requested.connect(self.branch_requested)
+        return card
+
+    def _put_away(self, card: MessageCard) -> None:
+        """A card leaves the path: kept hidden to show again, or discarded."""
+        card.hide()
+        if card.node_id is None:  # a reply that streamed, or its pending question
+            self._discard(card)
+            return
+        self._kept[card.node_id] = card
+        while len(self._kept) > KEPT_CARDS:
+            self._discard(self._kept.popitem(last=False)[1])
+
+    @staticmethod
+    def _discard(card: MessageCard) -> None:
+        # Hidden now, deleted later: the card may be the sender of the signal
+        # that led here (a click on its navigator).
+        card.hide()
+        card.deleteLater()
+
+    def _end_reply(self) -> None:
+        """Forget the reply that streamed (its cards leave with the path)."""
         self._repaint_timer.stop()
         self.streaming_card = None
         self._stream_parts = []
@@ -278,13 +344,6 @@ class TranscriptView(QScrollArea):
             self.alternatives.hide()
             self.alternatives.deleteLater()
             self.alternatives = None
-        for card in self.cards:
-            # Hidden now, deleted later: the card may be the sender of the
-            # signal that led here (a click on its navigator).
-            self._layout.removeWidget(card)
-            card.hide()
-            card.deleteLater()
-        self.cards = []
 
     def _scroll_to_end(self) -> None:
         """Follow the newest text again, now and as the layout grows."""

@@ -8,12 +8,15 @@ sent one after another. It never touches widgets: it reports through signals.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.backend.errors import ContextFullError
+from app.backend.settings import BackendSettings
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.context_sync import SyncStats
 from app.conversation.errors import USER_ERRORS
@@ -26,6 +29,23 @@ from storage.db import Database
 from storage.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
+
+
+def window_settings(settings: BackendSettings) -> BackendSettings:
+    """``settings`` with "automatic" threads resolved for the window: one core
+    fewer than the machine has (at least one, at most what llama.cpp would
+    pick), so that the GUI thread always finds a core.
+
+    llama.cpp's threads spin-wait for one another at every step, so one of
+    them preempted (by the GUI thread, or any other program) stalls them all:
+    on a 2-core VM with other programs busy, a reply ran at 1.5 tokens/s on
+    two threads and 55 on one, and the window waited for a core meanwhile.
+    A thread count the user chose is kept.
+    """
+    if settings.n_threads > 0:
+        return settings
+    cores = os.cpu_count() or 1
+    return replace(settings, n_threads=max(1, min(settings.threads, cores - 1)))
 
 
 class EngineWorker(QObject):
@@ -181,7 +201,7 @@ class EngineWorker(QObject):
         from app.backend.engine import LlamaEngine
 
         self.close()  # free the old model's memory before loading the next
-        engine = LlamaEngine(job.path, job.settings)
+        engine = LlamaEngine(job.path, window_settings(job.settings))
         self._service = ConversationService(
             self._db, engine, CheckpointWriter(self._db)
         )
