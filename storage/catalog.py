@@ -12,6 +12,7 @@ is left to ``storage.db.open_database``, which knows what to say about it.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
@@ -95,6 +96,10 @@ def read_listing(path: Path) -> list[ConversationRecord] | None:
     schema, not Arbor's, locked, or otherwise unusual): then open it with
     ``open_database``, which creates, upgrades or explains.
     """
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        # Read-only: an ordinary connection could not remove the -wal and -shm
+        # files it makes; open_database reads such files without them.
+        return None
     try:
         if probe.inspect_file(path) != probe.SCHEMA_VERSION:
             return None

@@ -96,6 +96,10 @@ class EngineWorker(QObject):
             # them (tree marks, storage sizes), and a failed write fails the
             # job that made it, as when checkpoints were written directly.
             self._service.flush_checkpoints()
+            # And with a restore's bookkeeping (the active node) written: the
+            # restore itself did not wait for it, the job's end does, so that
+            # what the window reads next, or a window opened next, agrees.
+            self._db.flush_deferred()
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
             log.info("%s: the context is full: %s", name, exc)
