@@ -60,6 +60,9 @@ WHERE c.title LIKE :pattern ESCAPE '\\'
 """
 
 
+_UNFINISHED = "SELECT 1 FROM node WHERE status = 'generating' LIMIT 1"
+
+
 def list_conversations(
     connection: sqlite3.Connection, text_filter: str | None = None
 ) -> list[ConversationRecord]:
@@ -110,6 +113,10 @@ def read_listing(path: Path) -> list[ConversationRecord] | None:
             sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)
         ) as connection:
             connection.execute("PRAGMA query_only = 1")
+            if connection.execute(_UNFINISHED).fetchone() is not None:
+                # A reply left "generating" by a process that died: the full
+                # way closes it first, as every command's open does.
+                return None
             return list_conversations(connection)
     except (StorageUnavailable, sqlite3.Error):
         return None  # the full way reports it, in the words it has for each case

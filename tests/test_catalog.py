@@ -104,6 +104,13 @@ def test_files_that_need_more_than_reading_are_left_to_the_full_open(tmp_path: P
     assert catalog.read_listing(older) is None
 
 
+def test_a_reply_left_generating_takes_the_full_way(path: Path):
+    # The full open marks it interrupted, as any command's open does.
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE node SET status = 'generating' WHERE id = 3")
+    assert catalog.read_listing(path) is None
+
+
 def test_arbor_list_needs_no_sqlalchemy(path: Path):
     # A fresh interpreter runs the command as `arbor list` would.
     program = (
