@@ -26,7 +26,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from storage import db as storage_db
-from storage import deferred, repository
+from storage import checkpoint_reader, deferred, repository
 from storage.db import PAGE_SIZE, open_database
 from storage.errors import NotFound
 
@@ -351,3 +351,37 @@ def test_a_restore_from_the_command_line_saves_the_place(arbor):
     assert stats["reprocessed_tokens"] == 0
     listed = arbor("list")["conversations"][0]
     assert listed["active_node"] == first["assistant_node"]
+
+
+def test_a_cold_restore_sizes_its_read_buffer_once(tmp_path, tiny_model, monkeypatch):
+    """Blobs of different sizes are read into one buffer, sized for the largest
+    before the first read, not replaced each time a larger one turns up."""
+    path = tmp_path / "sized.sqlite3"
+    settings = BackendSettings(n_ctx=1024, n_threads=1)
+    with LlamaEngine(tiny_model, settings) as engine:
+        db = open_database(path)
+        writer = ConversationService(db, engine)
+        _conv, root = writer.new_conversation("Answer briefly.")
+        short = writer.send(root, "Hi.", GREEDY)
+        leaf = writer.send(short.assistant_node, "Tell me a lot about " * 12, GREEDY)
+        writer.close()
+        db.close()
+        engine.truncate(0)
+        buffers: list[int] = []
+        original = checkpoint_reader.CheckpointReader._blob
+
+        def spying(self, raw, ref):  # type: ignore[no-untyped-def]
+            data = original(self, raw, ref)
+            buffers.append(id(self._buffer))
+            return data
+
+        monkeypatch.setattr(checkpoint_reader.CheckpointReader, "_blob", spying)
+        # Growth in small steps, so that a buffer sized per blob would show.
+        monkeypatch.setattr(checkpoint_reader, "_GROWTH", 1024)
+        db = open_database(path)
+        cold = ConversationService(db, engine)
+        stats = cold.restore(leaf.assistant_node)
+        cold.close()
+        db.close()
+    assert stats.reprocessed_tokens == 0 and stats.restored_tokens > 0
+    assert len(buffers) >= 4 and len(set(buffers)) == 1

@@ -10,7 +10,9 @@ from app.bench.results import Report, TargetRow
 COLD_RESUME_MAX_MS = 25.0
 SWITCH_MAX_MS = 1.5
 STORAGE_MAX_OVERHEAD_PCT = 10.0
-CHECKPOINT_MAX_COST_PCT = 5.0
+# Issue 11: the generating thread's share of a 64-token reply spent on
+# checkpoints, with the queued writer Arbor ships.
+CHECKPOINT_MAX_SHARE_PCT = 0.5
 
 
 def _nearest(values: list[int], wanted: int) -> int:
@@ -79,17 +81,17 @@ def judge(report: Report) -> list[TargetRow]:
                 met=abs(row.overhead_pct) <= STORAGE_MAX_OVERHEAD_PCT,
             )
         )
-    shipped = [r for r in report.overhead if r.mode == "sync"]
+    shipped = [r for r in report.overhead if r.mode == "queued"]
     if shipped:
         row = shipped[0]
         rows.append(
             TargetRow(
-                name="checkpointing cost in generation throughput",
-                target=f"<= {CHECKPOINT_MAX_COST_PCT:.0f}%",
-                measured=f"{row.checkpoint_share_pct:.2f}% of reply time spent "
-                "checkpointing; measured throughput change "
-                f"{-row.throughput_cost_pct:+.1f}% (noise)",
-                met=row.checkpoint_share_pct <= CHECKPOINT_MAX_COST_PCT,
+                name="checkpointing on the generating thread (queued writer)",
+                target=f"<= {CHECKPOINT_MAX_SHARE_PCT}% of a reply's time",
+                measured=f"{row.checkpoint_share_pct:.2f}% of reply time "
+                f"({row.checkpoint_ms:.2f} ms of {row.reply_ms:,.0f} ms); reply "
+                f"throughput against checkpoints off {-row.throughput_cost_pct:+.1f}%",
+                met=row.checkpoint_share_pct <= CHECKPOINT_MAX_SHARE_PCT,
             )
         )
     return rows

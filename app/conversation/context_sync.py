@@ -150,6 +150,7 @@ class ContextSync:
         engine.begin_deltas([len(n.tokens) for n, ref in planned if ref])
         reader = self._reader
         reader.times.read_ms = reader.times.verify_ms = 0.0
+        reader.reserve(max((ref.byte_size for _n, ref in planned if ref), default=0))
         apply_ms = 0.0
         staged: list[NodeRecord] = []
         with reader.reading(self._db) as reads:
