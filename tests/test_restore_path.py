@@ -25,8 +25,8 @@ from app.backend.kv_state import DeltaLayout
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from storage import db as storage_db
 from storage import checkpoint_reader, deferred, repository
+from storage import db as storage_db
 from storage.db import PAGE_SIZE, open_database
 from storage.errors import NotFound
 

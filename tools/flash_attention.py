@@ -56,8 +56,10 @@ def one_round(engine: LlamaEngine, prompt: list[int]) -> dict[str, float]:
     """Measure one pass of every row on ``engine``; assert exactness."""
     figures: dict[str, float] = {}
     step = len(prompt) // DELTAS
-    bounds = [(i * step, len(prompt) if i == DELTAS - 1 else (i + 1) * step)
-              for i in range(DELTAS)]
+    bounds = [
+        (i * step, len(prompt) if i == DELTAS - 1 else (i + 1) * step)
+        for i in range(DELTAS)
+    ]
 
     engine.truncate(0)
     started = time.perf_counter()
@@ -127,8 +129,10 @@ def main() -> int:
         ("restore of 20 deltas (ms)", "restore_ms", "{:.1f}"),
         ("checkpoint size (MiB)", "checkpoint_mib", "{:.1f}"),
     ]
-    print(f"Model: {model.name}; threads {engines[False].settings.threads}; "
-          f"{args.rounds} rounds, medians\n")
+    print(
+        f"Model: {model.name}; threads {engines[False].settings.threads}; "
+        f"{args.rounds} rounds, medians\n"
+    )
     print("| | flash attention off | on | on / off |")
     print("|---|---:|---:|---:|")
     for label, key, fmt in rows:
@@ -138,8 +142,10 @@ def main() -> int:
     for flash in (False, True):
         exact = all(r["exact"] for r in results[flash])
         state = "on" if flash else "off"
-        print(f"\nFlash attention {state}: restored logits bit-identical to "
-              f"reprocessing in every round: {exact}")
+        print(
+            f"\nFlash attention {state}: restored logits bit-identical to "
+            f"reprocessing in every round: {exact}"
+        )
     for engine in engines.values():
         engine.close()
     return 0
