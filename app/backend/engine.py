@@ -377,7 +377,7 @@ class LlamaEngine:
                 "sliding-window attention: each node stores only the KV cells of "
                 "its own tokens (deltas, in window-sized pieces)"
             )
-        return StateKind.DELTA, ("each node stores only the KV cells of its own tokens")
+        return StateKind.DELTA, "each node stores only the KV cells of its own tokens"
 
     def _kv_bytes_per_token(self) -> int:
         # K + V per token = n_layer x n_head_kv x (key_length + value_length) x
