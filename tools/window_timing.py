@@ -5,7 +5,8 @@ real SQLite, the starter model by default); every gap between two of its ticks
 longer than 5 ms is time the window could not answer the user. The run goes
 through what a session does:
 
-1. **start**: from the interpreter's start to the window shown with the model
+1. **loading**: from the window's first frame (built, shown, laid out and
+   painted once: a gap by nature, reported as its own figure) to the model
    loaded and the last conversation restored and ready (a conversation with
    checkpoints is prepared beforehand through the CLI);
 2. **streaming**: three messages, each answered with up to 200 tokens;
@@ -61,7 +62,7 @@ class GapMeter:
     def __init__(self) -> None:
         from PySide6.QtCore import Qt, QTimer
 
-        self.phase = "start"
+        self.phase = "first frame"
         self.gaps: dict[str, list[float]] = {}
         self._last = time.perf_counter()
         self._timer = QTimer()
@@ -69,6 +70,11 @@ class GapMeter:
         self._timer.setInterval(TICK_MS)
         self._timer.timeout.connect(self._tick)
         self._timer.start()
+
+    def restart(self, phase: str) -> None:
+        """Count gaps from now on, in ``phase``."""
+        self.phase = phase
+        self._last = time.perf_counter()
 
     def _tick(self) -> None:
         now = time.perf_counter()
@@ -108,6 +114,9 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     db = open_database(database_path(data_dir))
     window = build_window(db, None, gpu_supported=False)
     window.show()
+    app.processEvents()  # laid out and painted once
+    first_frame_ms = (time.perf_counter() - START) * 1000
+    meter.restart("loading")
 
     def idle() -> bool:
         return not window.engine.busy and not window.generating
@@ -140,9 +149,12 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     db.close()
     app.processEvents()
     return {
+        "first_frame_ms": first_frame_ms,
         "ready_ms": ready_ms,
         "gaps": {
-            phase: gaps for phase, gaps in meter.gaps.items() if phase != "closing"
+            phase: gaps
+            for phase, gaps in meter.gaps.items()
+            if phase not in ("first frame", "closing")
         },
     }
 
@@ -261,10 +273,11 @@ def main() -> int:
             figures = _run_once(data_dir, busy, args.messages, args.switches)
             print(f"\n### {title}\n")
             print(
-                f"Launch to the last conversation restored and ready: "
-                f"{figures['ready_ms'] + interpreter_ms:,.0f} ms "
-                f"(in-process {figures['ready_ms']:,.0f} ms + bare interpreter "
-                f"{interpreter_ms:.0f} ms)\n"
+                f"Launch to the window's first frame: "
+                f"{figures['first_frame_ms'] + interpreter_ms:,.0f} ms; to the "
+                "last conversation restored and ready: "
+                f"{figures['ready_ms'] + interpreter_ms:,.0f} ms (both including "
+                f"a bare interpreter's start, {interpreter_ms:.0f} ms)\n"
             )
             print(
                 "| phase | ticks | median gap (ms) | p99 (ms) | longest (ms) "
