@@ -673,13 +673,14 @@ def ensure_profile(db: Database, fingerprint: str, details: dict[str, Any]) -> i
     On a read-only database a known profile is still found (its checkpoints
     can be restored); a new one raises ``StorageUnavailable``.
     """
-    if db.read_only or db.space_low:
-        with db.read() as s:
-            existing = _profile_id(s, fingerprint)
-        if existing is not None:
-            return existing
-    # The write lock is taken before looking, so two processes meeting a new
-    # profile at once cannot both insert it.
+    # A known profile (the usual case) is only read: a write transaction
+    # would tell every cache of the database that something changed.
+    with db.read() as s:
+        existing = _profile_id(s, fingerprint)
+    if existing is not None:
+        return existing
+    # The write lock is taken before looking again, so two processes meeting
+    # a new profile at once cannot both insert it.
     with db.write() as s:
         existing = _profile_id(s, fingerprint)
         if existing is not None:

@@ -385,3 +385,17 @@ def test_a_cold_restore_sizes_its_read_buffer_once(tmp_path, tiny_model, monkeyp
         db.close()
     assert stats.reprocessed_tokens == 0 and stats.restored_tokens > 0
     assert len(buffers) >= 4 and len(set(buffers)) == 1
+
+
+def test_a_second_service_on_a_known_profile_writes_nothing(tmp_path, tiny_model):
+    """Creating a service for a profile the database knows only reads, so the
+    caches of services already open (their trees) stay valid."""
+    db = open_database(tmp_path / "profile.sqlite3")
+    with LlamaEngine(tiny_model, BackendSettings(n_ctx=1024, n_threads=1)) as engine:
+        first = ConversationService(db, engine)
+        generation, version = db.generation(), _data_version(db.path)
+        second = ConversationService(db, engine)
+        assert second.profile_id == first.profile_id
+        assert db.generation() == generation
+        assert _data_version(db.path) == version
+    db.close()
