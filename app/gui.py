@@ -115,8 +115,24 @@ def remembered_or_starter_model(remembered: str | None) -> Path | None:
     return starter_model_path()
 
 
+def keep_painting_on_the_gui_thread() -> None:
+    """Tell Qt not to hand fills and image conversions to its GUI thread pool.
+
+    Qt's raster engine gives every fill of 96 rows or more to a pool of
+    threads and waits for them. When the cores are busy (the model, other
+    programs), each hand-off waits for a pool thread to be scheduled: with
+    two other CPU-bound programs running, the window stalled up to 100 ms in
+    ``QLatch::waitInternal`` under a scroll bar's paint (``perf sched``,
+    gdb), for fills that take a fraction of a millisecond on the GUI thread.
+    ``tools/window_timing.py --busy 2``, three runs each way: 8 gaps over
+    50 ms without the pool, 17 with it. Must run before the first paint.
+    """
+    os.environ.setdefault("QT_NO_GUI_THREADPOOL", "1")
+
+
 def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) -> int:
     """Open the main window and run until it closes; return the exit status."""
+    keep_painting_on_the_gui_thread()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
     app.setApplicationName(paths.APP_NAME)

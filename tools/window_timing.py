@@ -105,10 +105,11 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     the last reply and switch ``switches`` times; the figures."""
     from PySide6.QtWidgets import QApplication
 
-    from app.gui import build_window
+    from app.gui import build_window, keep_painting_on_the_gui_thread
     from app.paths import database_path
     from storage.db import open_database
 
+    keep_painting_on_the_gui_thread()  # as run_gui does
     app = QApplication.instance() or QApplication([])
     meter = GapMeter()
     db = open_database(database_path(data_dir))

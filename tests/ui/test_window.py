@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -277,6 +278,7 @@ def test_shortcuts_are_shown_in_the_menus(make_window):
 def test_fatal_startup_error_is_a_dialog_not_a_traceback(monkeypatch, tmp_path, qtbot):
     from app import gui
 
+    monkeypatch.delenv("QT_NO_GUI_THREADPOOL", raising=False)
     shown = []
     monkeypatch.setattr(
         gui.QMessageBox, "critical", lambda _p, title, text: shown.append((title, text))
@@ -289,6 +291,9 @@ def test_fatal_startup_error_is_a_dialog_not_a_traceback(monkeypatch, tmp_path, 
     (folder / "arbor.sqlite3").write_bytes(b"garbage, not sqlite" * 100)
     assert gui.run_gui(folder, None) == 1
     assert shown and "arbor.sqlite3" in shown[0][1]
+    # Before anything painted, Qt's GUI thread pool was switched off (see
+    # gui.keep_painting_on_the_gui_thread).
+    assert os.environ["QT_NO_GUI_THREADPOOL"] == "1"
 
 
 def test_unexpected_errors_open_the_crash_dialog(qtbot):
