@@ -705,16 +705,24 @@ def save_checkpoint(
     start_pos: int,
     end_pos: int,
     data: bytes,
+    captured_tokens: Sequence[int] | None = None,
 ) -> int:
     """Store (or replace) the checkpoint of ``node_id`` for ``profile_id``.
 
     Returns the number of bytes stored. Raises ``NotFound`` if the node (or the
-    profile) no longer exists, e.g. its branch was deleted meanwhile.
+    profile) no longer exists, e.g. its branch was deleted meanwhile, and,
+    given ``captured_tokens`` (the span's tokens when ``data`` was captured),
+    if the node's span has changed since: the bytes are no longer its KV.
     """
     with db.write() as s:
         # Read in the same transaction as the write: the node cannot vanish
-        # in between, and the checksum binds the tokens it has now.
+        # or change in between, and the checksum binds the tokens it has now.
         node = _get(s, Node, node_id)
+        if captured_tokens is not None and (node.start_pos, node.tokens) != (
+            start_pos,
+            pack_tokens(captured_tokens),
+        ):
+            raise NotFound(f"Node {node_id} changed after its checkpoint was captured.")
         profile = _get(s, BackendProfile, profile_id)
         checksum = checkpoint_checksum(
             node_id, profile.fingerprint, kind, start_pos, end_pos, node.tokens, data

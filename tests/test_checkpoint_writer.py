@@ -96,6 +96,18 @@ def _checkpointed(db: Database, service: ConversationService, ids: list[int]) ->
     return set(repository.checkpointed_nodes(db, ids, service.profile_id))
 
 
+def _reply_held_at_the_gate(service: ConversationService, gate: Gate) -> tuple:
+    """A conversation, its first reply (checkpointed) and a regenerated reply
+    whose checkpoint write is held at the gate."""
+    conversation, root = service.new_conversation()
+    first = service.send(root, "Hello", GREEDY)
+    service.flush_checkpoints()
+    gate.close()
+    again = service.regenerate(first.assistant_node, OTHER)
+    assert gate.waiting.wait(10)
+    return conversation, first, again
+
+
 def test_a_replys_checkpoints_are_stored_by_close_and_restore_cold(
     db, engine, tiny_model
 ):
@@ -195,12 +207,7 @@ def test_a_bug_on_the_writer_thread_is_raised_as_itself(db, engine, monkeypatch)
 
 
 def test_deleting_a_branch_while_its_checkpoint_is_queued(service, db, gate):
-    conversation, root = service.new_conversation()
-    first = service.send(root, "Hello", GREEDY)
-    service.flush_checkpoints()
-    gate.close()
-    again = service.regenerate(first.assistant_node, OTHER)
-    assert gate.waiting.wait(10)
+    conversation, _first, again = _reply_held_at_the_gate(service, gate)
     timer = gate.open_later()
     # The deletion waits for the write, then takes its bytes with it.
     service.delete_branch(again.assistant_node)
@@ -214,12 +221,7 @@ def test_deleting_a_branch_while_its_checkpoint_is_queued(service, db, gate):
 
 
 def test_a_branch_deleted_elsewhere_is_not_brought_back(service, db, gate):
-    _conv, root = service.new_conversation()
-    first = service.send(root, "Hello", GREEDY)
-    service.flush_checkpoints()
-    gate.close()
-    again = service.regenerate(first.assistant_node, OTHER)
-    assert gate.waiting.wait(10)
+    _conv, first, again = _reply_held_at_the_gate(service, gate)
     # Another window or process deletes the reply while its write is queued.
     elsewhere = open_database(db.path)
     repository.delete_subtree(elsewhere, again.assistant_node)
@@ -235,13 +237,19 @@ def test_a_branch_deleted_elsewhere_is_not_brought_back(service, db, gate):
     assert service.restore(first.assistant_node).fallbacks == []
 
 
+def test_a_span_changed_while_its_checkpoint_is_queued_gets_none(service, db, gate):
+    _conv, _first, again = _reply_held_at_the_gate(service, gate)
+    node = repository.get_node(db, again.assistant_node)
+    # Re-placed meanwhile (another model, another process): the queued bytes
+    # are no longer this span's KV.
+    repository.update_node(db, node.id, tokens=[*node.tokens, node.tokens[-1]])
+    gate.open()
+    service.flush_checkpoints()  # dropped quietly: no failure to raise
+    assert _checkpointed(db, service, [node.id]) == set()
+
+
 def test_clearing_checkpoints_while_one_is_queued_leaves_none(service, db, gate):
-    conversation, root = service.new_conversation()
-    first = service.send(root, "Hello", GREEDY)
-    service.flush_checkpoints()
-    gate.close()
-    service.regenerate(first.assistant_node, OTHER)
-    assert gate.waiting.wait(10)
+    conversation, _first, _again = _reply_held_at_the_gate(service, gate)
     timer = gate.open_later()
     service.clear_checkpoints(conversation)
     timer.join()

@@ -29,7 +29,8 @@ What a queued writer promises, and why:
   branch deleted by this or another process) finds no node and is dropped:
   ``save_checkpoint`` reads the node in the same transaction it writes in,
   so nothing is resurrected. A node whose span changed since its capture
-  (re-placed for another model) is skipped the same way.
+  (re-placed for another model, another process) is skipped the same way:
+  the writer passes the tokens it captured, and that transaction compares.
 - **Flush before what must see every write.** ``flush`` waits for the
   queue to empty; the service calls it before deleting, evicting, clearing
   and closing, and ``close`` stops the thread after a last flush.
@@ -40,7 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -91,10 +92,22 @@ class CheckpointSink(Protocol):
 
 
 def _write(
-    db: Database, node: NodeRecord, profile_id: int, kind: str, data: bytes
+    db: Database,
+    node: NodeRecord,
+    profile_id: int,
+    kind: str,
+    data: bytes,
+    captured_tokens: Sequence[int] | None = None,
 ) -> int:
     return repository.save_checkpoint(
-        db, node.id, profile_id, kind, node.start_pos, node.end_pos, data
+        db,
+        node.id,
+        profile_id,
+        kind,
+        node.start_pos,
+        node.end_pos,
+        data,
+        captured_tokens,
     )
 
 
@@ -237,16 +250,11 @@ class CheckpointWriter:
     def _store(self, job: _Job) -> None:
         node = job.node
         try:
-            # Both reads and the write are cheap next to the blob; reading the
-            # node first keeps a span re-placed since the capture (another
-            # model, another process) from getting these bytes.
-            current = repository.get_node(self._db, node.id)
-            if (current.start_pos, current.tokens) != (node.start_pos, node.tokens):
-                log.info("node %s changed before its checkpoint was written", node.id)
-                return
-            _write(self._db, node, job.profile_id, job.kind, job.data)
-        except NotFound:
-            log.debug("node %s was deleted before its checkpoint was written", node.id)
+            # Queued bytes may meet a node deleted or re-placed since their
+            # capture: save_checkpoint checks the span in its own transaction.
+            _write(self._db, node, job.profile_id, job.kind, job.data, node.tokens)
+        except NotFound as exc:
+            log.info("checkpoint of node %s not written: %s", node.id, exc)
         except Exception as exc:
             # Kept for the service to raise on its next call: StorageUnavailable
             # (disk full, read-only, locked) for the person, anything else as
