@@ -683,34 +683,34 @@ class WindowPresenter:
         if self.active_id is not None:
             self.engine.submit(jobs.Restore(self.active_id))
 
+    def _stored_record(self, conversation_id: int | None) -> ConversationRecord | None:
+        """The conversation as stored, or None (none shown, or unreadable now)."""
+        if conversation_id is None:
+            return None
+        try:
+            return repository.get_conversation(self.db, conversation_id)
+        except (StorageUnavailable, NotFound):
+            return None
+
     def _stored_active_node(self) -> int | None:
         if self.conversation_id is None:
             return None
-        try:
-            record = repository.get_conversation(self.db, self.conversation_id)
-        except (StorageUnavailable, NotFound):
-            return self.active_id
-        return record.active_node_id
+        record = self._stored_record(self.conversation_id)
+        return self.active_id if record is None else record.active_node_id
 
     def _show_stored_reasoning(self) -> None:
         # After a failed change: show what is stored, not what was asked for.
-        if self.conversation_id is None:
-            return
-        try:
-            record = repository.get_conversation(self.db, self.conversation_id)
-        except (StorageUnavailable, NotFound):
-            return
-        self.reasoning = record.reasoning
-        self.view.show_reasoning(record.reasoning)
+        record = self._stored_record(self.conversation_id)
+        if record is not None:
+            self.reasoning = record.reasoning
+            self.view.show_reasoning(record.reasoning)
 
     def _show_stored_title(self, conversation_id: int) -> None:
-        # After a failed rename: show the title that is stored.
-        self.view.refresh_list(self.conversation_id)
-        try:
-            record = repository.get_conversation(self.db, conversation_id)
-        except (StorageUnavailable, NotFound):
-            return
-        self.view.show_title(conversation_id, record.title)
+        # After a failed rename: show the title that is stored (show_title
+        # puts it back in the list's row too).
+        record = self._stored_record(conversation_id)
+        if record is not None:
+            self.view.show_title(conversation_id, record.title)
 
 
 class _Move(Protocol):

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.actions import TIMES
+from app.values import MAX_FORKS
 from app.views.message_body import MessageBody
 from app.views.theme import icon
 from app.views.thinking import ThinkingSection
@@ -39,9 +40,9 @@ STATUS_NOTES = {
     ),
 }
 
-# The "Regenerate N times" choices of a reply's regenerate menu (the engine
-# generates up to four replies together).
-ALTERNATIVE_COUNTS = (2, 3, 4)
+# The "Regenerate N times" choices of a reply's regenerate menu: as many
+# replies as the engine generates together.
+ALTERNATIVE_COUNTS = tuple(range(2, MAX_FORKS + 1))
 
 
 class MessageCard(QFrame):

@@ -122,9 +122,14 @@ class TranscriptView(QScrollArea):
         """
         self._end_reply()
         thinking = thinking or {}
+        # Looked up once per path, not once per message (long paths, every switch).
+        shown = {card.node_id: card for card in self.cards}
         wanted = [
             self._card_for_node(
-                entry.node, siblings[entry.node.id], thinking.get(entry.node.id, "")
+                entry.node,
+                siblings[entry.node.id],
+                thinking.get(entry.node.id, ""),
+                shown,
             )
             for entry in entries
             # No system prompt: nothing worth a card.
@@ -139,9 +144,10 @@ class TranscriptView(QScrollArea):
         ):
             same += 1
         on_path = {card.node_id for card in wanted}
+        staying = set(wanted)
         for card in self.cards[same:]:
             self._layout.removeWidget(card)
-            if card in wanted:
+            if card in staying:
                 continue  # shown again further down
             if card.node_id in on_path:
                 self._discard(card)  # its message changed: a new card shows it
@@ -296,15 +302,19 @@ class TranscriptView(QScrollArea):
         self.cards.append(card)
 
     def _card_for_node(
-        self, node: NodeSummary, siblings: list[int], thinking: str
+        self,
+        node: NodeSummary,
+        siblings: list[int],
+        thinking: str,
+        shown: dict[int | None, MessageCard],
     ) -> MessageCard:
-        """The card of a message: the one shown or kept if it shows the same
-        text, else a new one."""
-        card = self.card_for(node.id) or self._kept.pop(node.id, None)
+        """The card of a message: the one shown (``shown``, by node id) or kept
+        if it shows the same text, else a new one."""
+        card = shown.get(node.id) or self._kept.pop(node.id, None)
         if card is not None and card.shows(node.role, node.text, node.status, thinking):
             card.set_siblings(siblings)
             return card
-        if card is not None and card not in self.cards:
+        if card is not None and shown.get(node.id) is not card:
             self._discard(card)  # a card shown now goes when it leaves the path
         card = MessageCard(
             node.role, node.text, node.id, siblings, node.status, thinking

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import Any, assert_never
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -229,8 +229,8 @@ class EngineWorker(QObject):
                 reply = service.regenerate(node_id, params, **streams)
             case jobs.GenerateReply(node_id=node_id, params=params):
                 reply = service.reply(node_id, params, **streams)
-            case _:  # a job type added without its case here: a bug
-                raise TypeError(f"unknown job {job!r}")
+            case _:  # _dispatch sends only these four
+                assert_never(job)
         return self._replied(job, [reply], job.budget_bytes)
 
     def _alternatives(self, job: jobs.RegenerateParallel) -> JobResult:
