@@ -150,12 +150,7 @@ def test_a_write_failure_is_raised_by_the_next_call_once(tmp_path, engine, gate)
     # A short busy timeout: a write meeting another program's lock fails fast.
     db = open_database(tmp_path / "arbor.sqlite3", busy_timeout_ms=100)
     with ConversationService(db, engine, CheckpointWriter(db)) as service:
-        _conv, root = service.new_conversation()
-        first = service.send(root, "Hello", GREEDY)
-        service.flush_checkpoints()
-        gate.close()
-        again = service.regenerate(first.assistant_node, OTHER)
-        assert gate.waiting.wait(10)
+        _conv, first, again = _reply_held_at_the_gate(service, gate)
         other = sqlite3.connect(db.path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # another program holds the write lock
         gate.open()
