@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QThread
+from PySide6.QtCore import QObject, Qt, QThread, Slot
 
 from app.gui import build_window
 from app.paths import database_path
@@ -138,27 +138,45 @@ def send(qtbot, window: MainWindow, text: str) -> None:
     wait_idle(qtbot, window)
 
 
+class _TokenDelay(QObject):
+    """Sleeps a while on every streamed piece, on the engine thread.
+
+    A QObject of that thread with a declared slot, rather than a plain Python
+    function: PySide6 calls a plain callable connected to a signal of another
+    thread through a receiver made for it on the fly, a path with known
+    cross-thread crashes (PYSIDE-3124); a slot of an object of the emitting
+    thread is a plain direct call.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    @Slot(str)
+    def wait(self, _piece: str) -> None:
+        time.sleep(self.seconds)
+
+
 def slow_down_generation(
     window: MainWindow, seconds_per_token: float
 ) -> Callable[[], None]:
     """Make each streamed token take a while, as with a big model on a slow CPU.
 
     Both the answer's and the reasoning's tokens are slowed. The delay runs on
-    the engine thread (a direct connection to the worker's signals), so the
-    GUI thread stays free. Returns a function that undoes it.
+    the engine thread, so the GUI thread stays free. Returns a function that
+    undoes it.
     """
-    from PySide6.QtCore import Qt
-
-    def delay(_piece: str) -> None:
-        time.sleep(seconds_per_token)
-
     worker = window.engine.worker
+    delay = _TokenDelay(seconds_per_token)
+    delay.moveToThread(worker.thread())
+    # Kept alive as long as the window: a connection does not keep it.
+    window.test_token_delays = [*getattr(window, "test_token_delays", []), delay]
     signals = (worker.token_received, worker.thinking_received)
     for signal in signals:
-        signal.connect(delay, Qt.ConnectionType.DirectConnection)
+        signal.connect(delay.wait, Qt.ConnectionType.DirectConnection)
 
     def undo() -> None:
         for signal in signals:
-            signal.disconnect(delay)
+            signal.disconnect(delay.wait)
 
     return undo
