@@ -317,10 +317,7 @@ class WindowPresenter:
 
         ``follow`` False leaves the transcript where the user scrolled to.
         """
-        if node_id is None or node_id not in self.snapshot:
-            node_id = self.snapshot.root_id
-        self.active_id = node_id
-        self.view.show_path(node_id, follow)
+        node_id = self._show_active(node_id, follow)
         if node_id is not None:
             if restore and self.model_info is not None:
                 # Restoring also records the node as where to reopen.
@@ -601,6 +598,15 @@ class WindowPresenter:
         self.snapshot = snapshot
         self.view.show_tree(snapshot)
 
+    def _show_active(self, node_id: int | None, follow: bool) -> int | None:
+        """Show ``node_id`` (the root if it is not in the tree) as the active
+        node, without telling the engine; returns the node shown."""
+        if node_id is None or node_id not in self.snapshot:
+            node_id = self.snapshot.root_id
+        self.active_id = node_id
+        self.view.show_path(node_id, follow)
+        return node_id
+
     def _most_recent(self, besides: int | None = None) -> int | None:
         """The most recently used conversation (other than ``besides``)."""
         try:
@@ -655,9 +661,14 @@ class WindowPresenter:
                 self.view.give_back_text(self.pending_text)
             target = self._stored_active_node()
         self.pending_text = None
-        self.reload_tree()
-        # Same path, now complete: a user reading higher up stays there.
-        self.activate(target, restore=False, follow=False)
+        tree = result.tree
+        if tree is not None and tree.conversation_id == self.conversation_id:
+            self._set_snapshot(tree)  # read by the engine thread, not here
+        else:
+            self.reload_tree()
+        # Same path, now complete: a user reading higher up stays there. The
+        # job stored it as the place to reopen already: nothing to write.
+        self._show_active(target, follow=False)
         self.view.refresh_list(self.conversation_id)
         cut = reply is not None and reply.stats.stop_reason == "context_full"
         if result.context_full or cut:

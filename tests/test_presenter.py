@@ -254,7 +254,12 @@ def test_replies_regenerate_and_branch_switches_through_jobs(open_session, tiny_
     assert not p.generating and s.view.said("show_reply_stats")
     first = p.active_id
     assert p.snapshot.nodes[first].role == "assistant"
-    assert s.stored_active(p.conversation_id) == first  # SetActiveNode after it
+    assert s.stored_active(p.conversation_id) == first  # stored by the reply itself
+    assert s.engine.submitted[-1] is job  # so nothing is written after it
+    # The tree was read by the engine after the reply's checkpoints were
+    # written, and shown as it came: the GUI thread did not read it again.
+    assert p.snapshot is s.engine.results[-1].tree
+    assert p.snapshot.nodes[first].checkpoint_bytes > 0
 
     p.regenerate_last()
     assert isinstance(s.engine.submitted[-1], jobs.Regenerate)

@@ -21,12 +21,13 @@ from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.context_sync import SyncStats
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
+from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import save_preferences
 from app.workers import jobs
 from app.workers.jobs import JobResult
 from storage import repository
 from storage.db import Database
-from storage.errors import StorageUnavailable
+from storage.errors import NotFound, StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ class EngineWorker(QObject):
             # restore itself did not wait for it, the job's end does, so that
             # what the window reads next, or a window opened next, agrees.
             self._db.flush_deferred()
+            if jobs.is_generating(job):
+                result = self._with_tree(result)
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
             log.info("%s: the context is full: %s", name, exc)
@@ -187,6 +190,24 @@ class EngineWorker(QObject):
                 return self._generate(job)
             case _:  # a job type added without its case here: a bug
                 raise TypeError(f"unknown job {job!r}")
+
+    def _with_tree(self, result: JobResult) -> JobResult:
+        """``result`` with its conversation's tree as it now stands (the reply
+        and its checkpoints written), which the window shows next.
+
+        Read here, where the engine is idle once the reply is done, and not on
+        the GUI thread, where it took most of a reply's end. A failed read
+        leaves the tree out: the reply itself succeeded, and the window reads
+        the tree again (and says why if it cannot).
+        """
+        if result.conversation_id is None:
+            return result
+        try:
+            nodes = repository.tree(self._db, result.conversation_id)
+        except (StorageUnavailable, NotFound) as exc:
+            log.info("the tree after a reply was not read here: %s", exc)
+            return result
+        return replace(result, tree=TreeSnapshot(result.conversation_id, nodes))
 
     def close(self) -> None:
         """Write the queued checkpoints and free the model; jobs that need no

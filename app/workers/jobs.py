@@ -16,6 +16,7 @@ from app.values import BackendSettings, SamplingParams
 if TYPE_CHECKING:
     from app.conversation.context_sync import SyncStats
     from app.conversation.service import Reply
+    from app.models.tree_snapshot import TreeSnapshot
     from app.values import ModelInfo
 
 
@@ -225,3 +226,6 @@ class JobResult:
     # Checkpoint bytes the job deleted: eviction beyond the budget after a
     # reply, EvictCheckpoints, ClearCheckpoints.
     evicted_bytes: int = 0
+    # The conversation's tree after a reply, checkpoints written: read on the
+    # engine thread, which is idle then, so that the window need not read it.
+    tree: TreeSnapshot | None = None
