@@ -144,6 +144,29 @@ class MessageCard(QFrame):
             self.thinking,
         )
 
+    def attach(
+        self, node_id: int, siblings: list[int], text: str, thinking: str
+    ) -> None:
+        """Make this card of a message not yet stored (a question just sent,
+        a reply that streamed) the card of stored ``node_id``.
+
+        Its actions and navigator appear and it looks settled; the text and
+        reasoning are drawn again only where they differ from what streamed.
+        Cheaper than a new card, at the end of every reply.
+        """
+        assert self.node_id is None, "the card shows a stored message already"
+        self.node_id = node_id
+        self._siblings = list(siblings)
+        self.setProperty("streaming", False)
+        self.style().unpolish(self)  # the border of a streaming card goes
+        self.style().polish(self)
+        self._show_navigator()
+        self._add_actions(self._header)
+        if thinking or self.thinking_section is not None:
+            self.set_thinking(thinking)  # folded, now that it is done
+        if text != self._text or not text:
+            self.set_text(text)  # an empty text reads differently once stored
+
     def set_siblings(self, siblings: list[int]) -> None:
         """Show the card's place among ``siblings`` (a reply was added or deleted)."""
         if self.node_id is None or siblings == self._siblings:

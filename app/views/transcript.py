@@ -124,14 +124,19 @@ class TranscriptView(QScrollArea):
         thinking = thinking or {}
         # Looked up once per path, not once per message (long paths, every switch).
         shown = {card.node_id: card for card in self.cards}
+        # The question and the reply that streamed, now stored at the path's
+        # end: their cards become those of their nodes, not made again.
+        unsaved = [card for card in self.cards if card.node_id is None]
+        stored_at = len(entries) - len(unsaved)
         wanted = [
             self._card_for_node(
                 entry.node,
                 siblings[entry.node.id],
                 thinking.get(entry.node.id, ""),
                 shown,
+                unsaved if at >= stored_at else [],
             )
-            for entry in entries
+            for at, entry in enumerate(entries)
             # No system prompt: nothing worth a card.
             if entry.node.role != "root" or entry.node.text.strip()
         ]
@@ -307,10 +312,17 @@ class TranscriptView(QScrollArea):
         siblings: list[int],
         thinking: str,
         shown: dict[int | None, MessageCard],
+        unsaved: list[MessageCard],
     ) -> MessageCard:
         """The card of a message: the one shown (``shown``, by node id) or kept
-        if it shows the same text, else a new one."""
+        if it shows the same text, else the first of the ``unsaved`` cards
+        (shown before their messages were stored) that can show it, else a new
+        one."""
         card = shown.get(node.id) or self._kept.pop(node.id, None)
+        if card is None:
+            card = self._adopt(node, siblings, thinking, unsaved)
+            if card is not None:
+                return card
         if card is not None and card.shows(node.role, node.text, node.status, thinking):
             card.set_siblings(siblings)
             return card
@@ -319,12 +331,40 @@ class TranscriptView(QScrollArea):
         card = MessageCard(
             node.role, node.text, node.id, siblings, node.status, thinking
         )
+        self._connect(card)
+        return card
+
+    def _connect(self, card: MessageCard) -> None:
+        """Pass on what is asked of a card of a stored message."""
         card.sibling_requested.connect(self.sibling_requested)
         card.edit_requested.connect(self.edit_requested)
         card.regenerate_requested.connect(self.regenerate_requested)
         card.alternatives_requested.connect(self.alternatives_requested)
         card.branch_requested.connect(self.branch_requested)
-        return card
+
+    def _adopt(
+        self,
+        node: NodeSummary,
+        siblings: list[int],
+        thinking: str,
+        unsaved: list[MessageCard],
+    ) -> MessageCard | None:
+        """The unsaved card that becomes ``node``'s card, if one can: same role
+        and status (their badges are made with the card), and for a question the
+        same text (a reply's may still lack its last streamed pieces)."""
+        for card in unsaved:
+            if card.role != node.role or card.status != node.status:
+                continue
+            if node.role == "user" and card.text != node.text:
+                continue
+            if card.thinking_section is not None and not thinking:
+                continue  # a new card shows no reasoning at all
+            unsaved.remove(card)
+            card.attach(node.id, siblings, node.text, thinking)
+            self._connect(card)
+            self._enable_actions(card, self._actions_enabled)
+            return card
+        return None
 
     def _put_away(self, card: MessageCard) -> None:
         """A card leaves the path: kept hidden to show again, or discarded."""

@@ -3,6 +3,7 @@ it never showed, and cards of messages off the path are kept within a bound."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from PySide6.QtCore import QCoreApplication, QEvent, Qt
@@ -143,3 +144,52 @@ def test_a_navigator_made_later_belongs_to_its_card(qtbot):
     qtbot.addWidget(other)
     assert other.previous_button.window() is other
     assert not other.previous_button.isWindow()
+
+
+def test_the_cards_that_streamed_become_those_of_the_stored_messages(qtbot):
+    transcript = TranscriptView()
+    qtbot.addWidget(transcript)
+    nodes = [_node(1, None, "root", ""), _node(2, 1, "user", "hi")]
+    nodes += [_node(3, 2, "assistant", "and now?")]  # like the question below
+    before = TreeSnapshot(1, nodes)
+    _show(transcript, before, 2)  # the answer to "hi" is not shown
+    transcript.begin_stream("and now?")
+    question, reply = transcript.cards[-2:]
+    transcript.append_stream("an answer")  # the last pieces are not drawn yet
+    assert reply.node_id is None and reply.property("streaming")
+
+    nodes += [_node(4, 3, "user", "and now?"), _node(5, 4, "assistant", "an answer")]
+    _show(transcript, TreeSnapshot(1, nodes), 5)
+
+    # The messages the two cards streamed, not one shown for the first time
+    # above them, get them.
+    assert transcript.cards[-3].node_id == 3 and transcript.cards[-3] is not reply
+    assert transcript.cards[-2:] == [question, reply]
+    assert (question.node_id, reply.node_id) == (4, 5)
+    assert reply.text == "an answer" and not reply.property("streaming")
+    assert reply.body.toPlainText().strip() == "an answer"
+    assert question.edit_button.isEnabled() and reply.regenerate_button.isEnabled()
+    # Their buttons ask for what they show, as a new card's would.
+    asked = []
+    transcript.regenerate_requested.connect(asked.append)
+    qtbot.mouseClick(reply.regenerate_button, Qt.MouseButton.LeftButton)
+    assert asked == [5]
+    live = sorted(card.node_id for card in _live_cards(transcript))
+    assert live == [2, 3, 4, 5]  # no card left over
+
+
+def test_a_streamed_reply_that_was_stopped_gets_a_card_with_its_badge(qtbot):
+    transcript = TranscriptView()
+    qtbot.addWidget(transcript)
+    before = TreeSnapshot(1, [_node(1, None, "root", ""), _node(2, 1, "user", "hi")])
+    _show(transcript, before, 2)
+    transcript.begin_stream(None)
+    streamed = transcript.cards[-1]
+    transcript.append_stream("half an")
+
+    stopped = replace(_node(3, 2, "assistant", "half an"), status="stopped")
+    _show(transcript, TreeSnapshot(1, [*before.nodes.values(), stopped]), 3)
+
+    card = transcript.cards[-1]
+    assert card is not streamed and (card.node_id, card.status) == (3, "stopped")
+    assert _live_cards(transcript) == transcript.cards
