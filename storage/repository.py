@@ -654,6 +654,15 @@ def mark_interrupted_generations(db: Database) -> int:
     """
     if db.read_only or db.space_low:
         return 0
+    # Looked for first: after a clean exit there is none, and a write
+    # transaction at every start would wait for another writer's lock (up to
+    # the busy timeout) and tell every cache the data changed.
+    with db.read() as s:
+        left = s.execute(
+            select(Node.id).where(Node.status == Status.GENERATING).limit(1)
+        ).first()
+    if left is None:
+        return 0
     with db.write() as s:
         result = s.execute(
             update(Node)

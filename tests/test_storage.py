@@ -198,3 +198,18 @@ def test_schema_1_database_is_upgraded_with_its_messages(tmp_path: Path):
     with sqlite3.connect(path) as con:
         assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     con.close()
+
+
+def test_marking_interrupted_replies_writes_only_when_one_was_left(db):
+    """Every start looks for replies a killed process left "generating"; after
+    a clean exit it finds none and takes no write transaction (which would wait
+    for another writer's lock and drop every cache)."""
+    ids = _chain(db, 2)
+    generation = db.generation()
+    assert repository.mark_interrupted_generations(db) == 0
+    assert db.generation() == generation
+
+    left = repository.add_node(db, ids[-1], "user", "q", status="generating").id
+    assert repository.mark_interrupted_generations(db) == 1
+    assert repository.get_node(db, left).status == "interrupted"
+    assert repository.get_node(db, ids[-1]).status == "complete"
