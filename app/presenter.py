@@ -590,6 +590,11 @@ class WindowPresenter:
                     self._show_stored_title(renamed)
             case jobs.DeleteConversation():
                 self.view.refresh_list(self.conversation_id)
+            case jobs.EvictCheckpoints() | jobs.ClearCheckpoints():
+                # The tree's checkpoint marks and the list's sizes changed;
+                # read once the job is done, even if its dialog closed before.
+                self.reload_tree()
+                self.view.refresh_list(self.conversation_id)
         self.view.state_changed()
 
     # --- internals ----------------------------------------------------------------

@@ -450,11 +450,12 @@ class MainWindow(QMainWindow):
         )
         dialog.exec()
         dialog.deleteLater()
-        self.presenter.save_preferences(
-            replace(self.prefs, checkpoint_budget_mb=dialog.budget_mb)
-        )
-        self.presenter.reload_tree()
-        self.sidebar.refresh(self.conversation_id)
+        # The tree and the list are read again when its jobs are done (the
+        # presenter), not here: one may still be running.
+        if dialog.budget_mb != self.prefs.checkpoint_budget_mb:
+            self.presenter.save_preferences(
+                replace(self.prefs, checkpoint_budget_mb=dialog.budget_mb)
+            )
 
     def show_tree_panel(self, checked: bool) -> None:
         """Show or hide the conversation tree."""

@@ -227,6 +227,9 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     qtbot.waitUntil(lambda: not dialog.working, timeout=WAIT_MS)
     assert repository.total_checkpoint_bytes(window.db) == 0
     assert dialog.total_label.text() == "0 B" and dialog.clear_button.isEnabled()
+    # The window's tree shows it too, read again when the job was done.
+    snapshot = window.presenter.snapshot
+    assert all(n.checkpoint_bytes == 0 for n in snapshot.nodes.values())
     dialog.close()
 
     # Every message is still there; going back reprocesses instead of restoring.
@@ -238,6 +241,28 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     window.close()
     again = make_window()
     assert again.status.restore_label.text().startswith("reprocessed ")
+
+
+def test_closing_the_storage_dialog_saves_the_budget_only_if_it_changed(
+    qtbot, make_window, monkeypatch
+):
+    from app.workers import jobs
+
+    window = make_window()
+    submitted = []
+    monkeypatch.setattr(window.engine, "submit", submitted.append)
+    chosen = iter((window.prefs.checkpoint_budget_mb, 123))
+
+    def exec_(dialog: StorageDialog) -> int:
+        dialog.budget.setValue(next(chosen))
+        return 0
+
+    monkeypatch.setattr(StorageDialog, "exec", exec_)
+    window.open_storage()
+    assert submitted == []
+    window.open_storage()
+    assert [type(job) for job in submitted] == [jobs.SavePreferences]
+    assert submitted[0].prefs.checkpoint_budget_mb == 123
 
 
 def test_a_reply_evicts_checkpoints_beyond_the_budget_and_keeps_every_message(
