@@ -12,6 +12,10 @@ through what a session does:
 2. **streaming**: three messages, each answered with up to 200 tokens;
 3. **switching**: twenty clicks between two sibling replies.
 
+Gaps over 35 ms are then set beside the replies' starts and ends: whether
+each overlaps one or began within 40 ms after one (where the window and the
+engine both have work) or fell elsewhere (mid-reply: the scheduler).
+
 It runs twice: on the machine as it is, and with ``--busy`` (default 2)
 CPU-bound processes running meanwhile, as on a machine doing other work::
 
@@ -41,9 +45,17 @@ import tempfile  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TICK_MS = 5
+# Gaps this long are set beside the replies' starts and ends: within
+# NEAR_REPLY_MS of one, the window's or the engine's work there is the suspect.
+LONG_GAP_MS = 35
+NEAR_REPLY_MS = 40
+# Phases timed but not reported: the first frame has a figure of its own, and
+# closing the window is not what a user waits on.
+UNREPORTED = ("first frame", "closing")
 REPLY_TOKENS = 200
 SWITCHES = 20
 MESSAGES = (
@@ -57,13 +69,15 @@ MESSAGES = (
 
 
 class GapMeter:
-    """Records the gaps between ticks of a 5 ms timer, per phase."""
+    """Records the gaps between ticks of a 5 ms timer, per phase, and the
+    long ones with the time they ended (to set beside the replies' ends)."""
 
     def __init__(self) -> None:
         from PySide6.QtCore import Qt, QTimer
 
         self.phase = "first frame"
         self.gaps: dict[str, list[float]] = {}
+        self.long_gaps: list[tuple[float, float]] = []  # (ended at, ms)
         self._last = time.perf_counter()
         self._timer = QTimer()
         self._timer.setTimerType(Qt.TimerType.PreciseTimer)
@@ -78,8 +92,40 @@ class GapMeter:
 
     def _tick(self) -> None:
         now = time.perf_counter()
-        self.gaps.setdefault(self.phase, []).append((now - self._last) * 1000)
+        gap = (now - self._last) * 1000
+        self.gaps.setdefault(self.phase, []).append(gap)
+        if gap > LONG_GAP_MS and self.phase not in UNREPORTED:
+            self.long_gaps.append((now, gap))
         self._last = now
+
+
+class ReplyMarks:
+    """When each reply started and ended, as the window heard it."""
+
+    def __init__(self, engine: Any) -> None:
+        from app.workers import jobs
+
+        self.times: list[float] = []
+        is_reply = jobs.is_generating
+        engine.started.connect(
+            lambda job: (
+                self.times.append(time.perf_counter()) if is_reply(job) else None
+            )
+        )
+        engine.finished.connect(
+            lambda result: (
+                self.times.append(time.perf_counter()) if is_reply(result.job) else None
+            )
+        )
+
+    def near(self, ended_at: float, gap_ms: float) -> bool:
+        """Whether a gap that ended at ``ended_at`` overlaps a reply's start or
+        end (as the GUI thread heard of it), or began within ``NEAR_REPLY_MS``
+        after one."""
+        began = ended_at - gap_ms / 1000
+        return any(
+            began - NEAR_REPLY_MS / 1000 <= mark <= ended_at for mark in self.times
+        )
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float = 900) -> None:
@@ -114,6 +160,7 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     meter = GapMeter()
     db = open_database(database_path(data_dir))
     window = build_window(db, None, gpu_supported=False)
+    marks = ReplyMarks(window.engine)
     window.show()
     app.processEvents()  # laid out and painted once
     first_frame_ms = (time.perf_counter() - START) * 1000
@@ -149,13 +196,14 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     window.close()
     db.close()
     app.processEvents()
+    near = [gap for at, gap in meter.long_gaps if marks.near(at, gap)]
     return {
         "first_frame_ms": first_frame_ms,
         "ready_ms": ready_ms,
+        "long_gaps": [gap for _at, gap in meter.long_gaps],
+        "near_replies": near,
         "gaps": {
-            phase: gaps
-            for phase, gaps in meter.gaps.items()
-            if phase not in ("first frame", "closing")
+            phase: gaps for phase, gaps in meter.gaps.items() if phase not in UNREPORTED
         },
     }
 
@@ -230,6 +278,10 @@ def _run_once(
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _listed(gaps: list[float]) -> str:
+    return ", ".join(f"{gap:.0f}" for gap in gaps) or "none"
+
+
 def _row(label: str, gaps: list[float]) -> str:
     ordered = sorted(gaps)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -291,6 +343,14 @@ def main() -> int:
                 print(_row(phase, values))
             everything = [gap for values in gaps.values() for gap in values]
             print(_row("**all**", everything))
+            long_gaps, near = figures["long_gaps"], figures["near_replies"]
+            assert isinstance(long_gaps, list) and isinstance(near, list)
+            print(
+                f"\nGaps over {LONG_GAP_MS} ms: {len(long_gaps)}, of which "
+                f"{len(near)} at a reply's start or end (within {NEAR_REPLY_MS} "
+                f"ms): {_listed(near)}; elsewhere: "
+                f"{_listed(sorted(set(long_gaps) - set(near)))}"
+            )
     return 0
 
 
