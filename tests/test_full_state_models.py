@@ -94,3 +94,23 @@ def test_recurrent_resume_and_switch_are_exact(
     assert {c.kind if c else None for c in stored} == {"full"}
     # Each holds the whole state, whose size does not grow with the context.
     assert len({len(c.data) for c in stored if c}) == 1
+
+
+def test_recurrent_alternatives_come_one_after_another_and_the_first_stays(
+    recurrent_service,
+):
+    service = recurrent_service
+    conv, root = service.new_conversation(None)
+    first = service.send(root, "A question for several answers.", GREEDY)
+
+    replies = service.regenerate_parallel(first.assistant_node, SEEDED, 2)
+
+    ids = [r.assistant_node for r in replies]
+    user = repository.get_node(service.db, first.assistant_node).parent_id
+    assert user is not None
+    children = repository.get_children(service.db, user)
+    assert [c.id for c in children] == [first.assistant_node, *ids]
+    # The first is where the conversation continues, though the last was
+    # added (and made active) last.
+    service.db.flush_deferred()
+    assert repository.get_conversation(service.db, conv).active_node_id == ids[0]

@@ -70,6 +70,11 @@ def test_siblings_appear_each_checkpointed_and_different(service, params):
     }
     stored = repository.checkpointed_nodes(service.db, ids, service.profile_id)
     assert set(stored) == set(ids)
+    # The first, which the engine holds, is where the conversation continues.
+    service.db.flush_deferred()
+    conversation_id = repository.get_node(service.db, user).conversation_id
+    conversation = repository.get_conversation(service.db, conversation_id)
+    assert conversation.active_node_id == ids[0]
     for k, reply in enumerate(replies):
         node = repository.get_node(service.db, reply.assistant_node)
         assert node.status == "complete"

@@ -526,7 +526,8 @@ class ConversationService:
         speed), its node records those batch sizes as its ``chunks``, and
         its checkpoint is captured from that. Restoring it is then exact,
         and moving to it reprocesses nothing. The main sequence is left
-        holding the first reply.
+        holding the first reply, which becomes the conversation's active node
+        (where it continues and reopens).
 
         Models whose state is one whole snapshot (recurrent, hybrid) get the
         ``n`` replies one after another instead.
@@ -550,7 +551,7 @@ class ConversationService:
         assert seed is not None
         seeded = [replace(params, seed=(seed + k) % 2**32) for k in range(n)]
         if engine.state_kind is StateKind.FULL:
-            return [
+            replies = [
                 self.reply(
                     user_id,
                     p,
@@ -560,6 +561,7 @@ class ConversationService:
                 )
                 for k, p in enumerate(seeded)
             ]
+            return self._first_active(node.conversation_id, replies)
         path, variables = self._ensured_path(user_id)
         if path[-1].role != Role.USER:
             raise ServiceError(f"Node {user_id} is not a user message.")
@@ -606,13 +608,23 @@ class ConversationService:
                 ]
                 self._sample_together(alternatives, opening, streams)
             stats.generate_ms = (time.perf_counter() - gen_started) * 1000
-            return self._checkpoint_alternatives(alternatives, opening, start, stats)
+            replies = self._checkpoint_alternatives(alternatives, opening, start, stats)
         except Exception:
             engine.end_fork()
             sync.forget()
             for reply in nodes:
                 self._abandon(reply.id)
             raise
+        return self._first_active(node.conversation_id, replies)
+
+    def _first_active(self, conversation_id: int, replies: list[Reply]) -> list[Reply]:
+        """``replies``, the first made the active node: each was made active
+        as it was added, so the last one was (bookkeeping, written with the
+        job's end like a restore's)."""
+        repository.defer_active_node(
+            self.db, conversation_id, replies[0].assistant_node
+        )
+        return replies
 
     def _sample_together(
         self,

@@ -47,6 +47,9 @@ def test_regenerate_x3_streams_side_by_side_and_adds_three_siblings(qtbot, make_
     new = [s.id for s in siblings[1:]]
     assert len({s.text for s in siblings[1:]}) == 3
     assert window.active_id == new[0]
+    # Where the conversation reopens: the one shown, though the last was added last.
+    conversation = repository.get_conversation(window.db, window.conversation_id)
+    assert conversation.active_node_id == new[0]
     last = window.transcript.cards[-1]
     assert last.node_id == new[0] and last.sibling_label.text() == "2/4"
 
