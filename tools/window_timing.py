@@ -100,32 +100,37 @@ class GapMeter:
 
 
 class ReplyMarks:
-    """When each reply started and ended, as the window heard it."""
+    """When each reply was asked for and when the window heard it was done."""
 
     def __init__(self, engine: Any) -> None:
         from app.workers import jobs
 
-        self.times: list[float] = []
+        self.marks: list[tuple[float, str]] = []
         is_reply = jobs.is_generating
-        engine.started.connect(
-            lambda job: (
-                self.times.append(time.perf_counter()) if is_reply(job) else None
-            )
-        )
+        submit = engine.submit
+
+        def submitted(job: Any) -> None:
+            if is_reply(job):
+                self.marks.append((time.perf_counter(), "start"))
+            submit(job)
+
+        engine.submit = submitted  # this process's window only: a measurement
         engine.finished.connect(
             lambda result: (
-                self.times.append(time.perf_counter()) if is_reply(result.job) else None
+                self.marks.append((time.perf_counter(), "end"))
+                if is_reply(result.job)
+                else None
             )
         )
 
-    def near(self, ended_at: float, gap_ms: float) -> bool:
-        """Whether a gap that ended at ``ended_at`` overlaps a reply's start or
-        end (as the GUI thread heard of it), or began within ``NEAR_REPLY_MS``
-        after one."""
+    def near(self, ended_at: float, gap_ms: float) -> str | None:
+        """ "start" or "end" if a gap that ended at ``ended_at`` overlaps a
+        reply's start or end, or began within ``NEAR_REPLY_MS`` after one."""
         began = ended_at - gap_ms / 1000
-        return any(
-            began - NEAR_REPLY_MS / 1000 <= mark <= ended_at for mark in self.times
-        )
+        for mark, kind in self.marks:
+            if began - NEAR_REPLY_MS / 1000 <= mark <= ended_at:
+                return kind
+        return None
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float = 900) -> None:
@@ -196,12 +201,13 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     window.close()
     db.close()
     app.processEvents()
-    near = [gap for at, gap in meter.long_gaps if marks.near(at, gap)]
+    where: dict[str, list[float]] = {"start": [], "end": [], "elsewhere": []}
+    for at, gap in meter.long_gaps:
+        where[marks.near(at, gap) or "elsewhere"].append(gap)
     return {
         "first_frame_ms": first_frame_ms,
         "ready_ms": ready_ms,
-        "long_gaps": [gap for _at, gap in meter.long_gaps],
-        "near_replies": near,
+        "long_gaps": where,
         "gaps": {
             phase: gaps for phase, gaps in meter.gaps.items() if phase not in UNREPORTED
         },
@@ -343,13 +349,14 @@ def main() -> int:
                 print(_row(phase, values))
             everything = [gap for values in gaps.values() for gap in values]
             print(_row("**all**", everything))
-            long_gaps, near = figures["long_gaps"], figures["near_replies"]
-            assert isinstance(long_gaps, list) and isinstance(near, list)
+            where = figures["long_gaps"]
+            assert isinstance(where, dict)
             print(
-                f"\nGaps over {LONG_GAP_MS} ms: {len(long_gaps)}, of which "
-                f"{len(near)} at a reply's start or end (within {NEAR_REPLY_MS} "
-                f"ms): {_listed(near)}; elsewhere: "
-                f"{_listed(sorted(set(long_gaps) - set(near)))}"
+                f"\nGaps over {LONG_GAP_MS} ms: "
+                f"{sum(len(gaps) for gaps in where.values())}; at a reply's start "
+                f"(within {NEAR_REPLY_MS} ms): {_listed(where['start'])}; at its "
+                f"end: {_listed(where['end'])}; elsewhere: "
+                f"{_listed(where['elsewhere'])}"
             )
     return 0
 
