@@ -14,7 +14,9 @@ through what a session does:
 
 Gaps over 35 ms are then set beside the replies' starts and ends: whether
 each overlaps one or began within 40 ms after one (where the window and the
-engine both have work) or fell elsewhere (mid-reply: the scheduler).
+engine both have work) or fell elsewhere (mid-reply: the scheduler); and
+the GUI thread's CPU time in the presenter's work at each reply's start and
+end is reported.
 
 It runs twice: on the machine as it is, and with ``--busy`` (default 2)
 CPU-bound processes running meanwhile, as on a machine doing other work::
@@ -133,6 +135,24 @@ class ReplyMarks:
         return None
 
 
+class PresenterWork:
+    """The GUI thread's CPU time in the presenter's work at each reply's start
+    (cards for the question and the reply) and end (tree, path, list)."""
+
+    def __init__(self, presenter: Any) -> None:
+        self.ms: dict[str, list[float]] = {"start": [], "end": []}
+        for name, kind in (("_begin_generation", "start"), ("_end_generation", "end")):
+            setattr(presenter, name, self._timed(getattr(presenter, name), kind))
+
+    def _timed(self, work: Callable[..., None], kind: str) -> Callable[..., None]:
+        def timed(*args: Any) -> None:
+            started = time.thread_time()
+            work(*args)
+            self.ms[kind].append((time.thread_time() - started) * 1000)
+
+        return timed
+
+
 def _wait_until(condition: Callable[[], bool], timeout_s: float = 900) -> None:
     from PySide6.QtCore import QEventLoop, QTimer
 
@@ -166,6 +186,7 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     db = open_database(database_path(data_dir))
     window = build_window(db, None, gpu_supported=False)
     marks = ReplyMarks(window.engine)
+    work = PresenterWork(window.presenter)
     window.show()
     app.processEvents()  # laid out and painted once
     first_frame_ms = (time.perf_counter() - START) * 1000
@@ -208,6 +229,7 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
         "first_frame_ms": first_frame_ms,
         "ready_ms": ready_ms,
         "long_gaps": where,
+        "presenter_ms": work.ms,
         "gaps": {
             phase: gaps for phase, gaps in meter.gaps.items() if phase not in UNREPORTED
         },
@@ -357,6 +379,16 @@ def main() -> int:
                 f"(within {NEAR_REPLY_MS} ms): {_listed(where['start'])}; at its "
                 f"end: {_listed(where['end'])}; elsewhere: "
                 f"{_listed(where['elsewhere'])}"
+            )
+            work = figures["presenter_ms"]
+            assert isinstance(work, dict)
+            print(
+                "GUI-thread CPU in the presenter per reply, median (longest): "
+                + "; ".join(
+                    f"{kind} {statistics.median(ms):.1f} ({max(ms):.1f}) ms"
+                    for kind, ms in work.items()
+                    if ms
+                )
             )
     return 0
 
