@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import logging
 import re
 import sqlite3
@@ -19,12 +20,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    JSON,
     CursorResult,
     DateTime,
     Integer,
     LargeBinary,
-    bindparam,
     case,
     cast,
     delete,
@@ -37,7 +36,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session
-from sqlalchemy.types import TypeEngine
 
 from storage import catalog, reserve
 from storage.catalog import ConversationRecord
@@ -482,99 +480,131 @@ class TreeIndex:
     nodes: dict[int, NodeRecord] = field(default_factory=dict)
 
 
-# The statements of a move's reads, in plain SQL: a restore in a new process
-# would otherwise spend more time compiling ORM statements (some 15 ms for
-# these) than reading. The column types give the same values the ORM does.
+# The statements of a move's reads (a restore, a switch), in plain SQL on
+# sqlite3's own connection (``Database.read_raw``): a restore in a new process
+# would otherwise spend more time in SQLAlchemy's first executions of them
+# (some 15 ms, 4 to 6 ms of a cold resume unprofiled) than reading. Values
+# are converted as the ORM's column types do (JSON text, DateTime text).
 _NODE_COLUMNS = (
     "id, conversation_id, parent_id, role, text, tokens, start_pos, chunks, "
     "vocab_id, status, generation, created_at, thinking, span_text"
 )
-_NODE_TYPES: dict[str, TypeEngine[Any]] = {
-    "chunks": JSON(),
-    "generation": JSON(),
-    "created_at": DateTime(),
-}
-_CONVERSATION_OF = text("SELECT conversation_id FROM node WHERE id = :node")
-_CONVERSATION = text(
+_CONVERSATION_OF = "SELECT conversation_id FROM node WHERE id = ?"
+_CONVERSATION = (
     "SELECT id, title, system_prompt, active_node_id, created_at, updated_at, "
-    "reasoning FROM conversation WHERE id = :conversation"
-).columns(created_at=DateTime(), updated_at=DateTime())
-_PARENTS = text("SELECT id, parent_id FROM node WHERE conversation_id = :conversation")
-_CHECKPOINTS = text(
+    "reasoning FROM conversation WHERE id = ?"
+)
+_PARENTS = "SELECT id, parent_id FROM node WHERE conversation_id = ?"
+_CHECKPOINTS = (
     "SELECT c.node_id, c.id, c.kind, c.start_pos, c.end_pos, c.byte_size, "
     "c.checksum, p.fingerprint FROM checkpoint c "
     "JOIN node n ON n.id = c.node_id JOIN backend_profile p ON p.id = c.profile_id "
-    "WHERE n.conversation_id = :conversation AND c.profile_id = :profile"
+    "WHERE n.conversation_id = ? AND c.profile_id = ?"
 )
-_NODES = (
-    text(f"SELECT {_NODE_COLUMNS} FROM node WHERE id IN :ids")
-    .bindparams(bindparam("ids", expanding=True))
-    .columns(**_NODE_TYPES)
-)
+_NODES = "SELECT " + _NODE_COLUMNS + " FROM node WHERE id IN ({marks})"
+# Ids bound per statement: SQLite before 3.32 allows 999 variables.
+_IDS_PER_READ = 500
 
 
-def _node_from_row(row: Any) -> NodeRecord:
+def _node_from_row(row: tuple[Any, ...]) -> NodeRecord:
+    (
+        node_id,
+        conversation_id,
+        parent_id,
+        role,
+        text_,
+        tokens,
+        start_pos,
+        chunks,
+        vocab_id,
+        status,
+        generation,
+        created_at,
+        thinking,
+        span_text,
+    ) = row
     return NodeRecord(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        parent_id=row.parent_id,
-        role=row.role,
-        text=row.text,
-        tokens=unpack_tokens(row.tokens or b""),
-        start_pos=row.start_pos,
-        chunks=tuple(row.chunks or ()),
-        vocab_id=row.vocab_id,
-        status=row.status,
-        generation=row.generation,
-        created_at=row.created_at,
-        thinking=row.thinking or "",
-        span_text=row.span_text,
+        id=node_id,
+        conversation_id=conversation_id,
+        parent_id=parent_id,
+        role=Role(role),
+        text=text_,
+        tokens=unpack_tokens(tokens or b""),
+        start_pos=start_pos,
+        chunks=tuple(_from_json(chunks) or ()),
+        vocab_id=vocab_id,
+        status=Status(status),
+        generation=_from_json(generation),
+        created_at=datetime.fromisoformat(created_at),
+        thinking=thinking or "",
+        span_text=span_text,
     )
+
+
+def _from_json(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _read_nodes(raw: sqlite3.Connection, ids: list[int]) -> dict[int, NodeRecord]:
+    records: dict[int, NodeRecord] = {}
+    for at in range(0, len(ids), _IDS_PER_READ):
+        batch = ids[at : at + _IDS_PER_READ]
+        statement = _NODES.format(marks=",".join("?" * len(batch)))
+        for row in raw.execute(statement, batch):
+            records[row[0]] = _node_from_row(row)
+    return records
 
 
 def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
     """The index of the conversation holding ``node_id``, with the nodes of
     its path, from one snapshot; raises ``NotFound``."""
     _require_valid_id(Node, node_id)
-    with db.read() as s:
-        conversation_id = s.execute(_CONVERSATION_OF, {"node": node_id}).scalar()
-        if conversation_id is None:
+    with db.read_raw() as raw:
+        found = raw.execute(_CONVERSATION_OF, (node_id,)).fetchone()
+        if found is None:
             raise NotFound(f"No node with id {node_id}.")
-        by_conversation = {"conversation": conversation_id}
-        conversation = s.execute(_CONVERSATION, by_conversation).one()
-        parents: dict[int, int | None] = {
-            r.id: r.parent_id for r in s.execute(_PARENTS, by_conversation)
-        }
+        conversation_id = found[0]
+        conversation = raw.execute(_CONVERSATION, (conversation_id,)).fetchone()
+        parents: dict[int, int | None] = dict(
+            raw.execute(_PARENTS, (conversation_id,)).fetchall()
+        )
         checkpoints: dict[int, CheckpointRef] = {}
         profile = ""
         if profile_id is not None and _valid_id(profile_id):
-            for row in s.execute(
-                _CHECKPOINTS, {**by_conversation, "profile": profile_id}
-            ):
+            for row in raw.execute(_CHECKPOINTS, (conversation_id, profile_id)):
                 checkpoints[row[0]] = CheckpointRef(*row[:7])
-                profile = row.fingerprint
+                profile = row[7]
         path = [node_id]
         while (parent := parents.get(path[-1])) is not None and len(path) <= len(
             parents
         ):
             path.append(parent)
-        nodes = s.execute(_NODES, {"ids": path})
-        return TreeIndex(
-            ConversationRecord(**conversation._asdict()),
-            parents,
-            checkpoints,
-            profile,
-            {row.id: _node_from_row(row) for row in nodes},
-        )
+        nodes = _read_nodes(raw, path)
+    cid, title, system_prompt, active, created_at, updated_at, reasoning = conversation
+    return TreeIndex(
+        ConversationRecord(
+            id=cid,
+            title=title,
+            system_prompt=system_prompt,
+            active_node_id=active,
+            created_at=datetime.fromisoformat(created_at),
+            updated_at=datetime.fromisoformat(updated_at),
+            reasoning=reasoning,
+        ),
+        parents,
+        checkpoints,
+        profile,
+        nodes,
+    )
 
 
 def get_nodes(db: Database, node_ids: Sequence[int]) -> dict[int, NodeRecord]:
-    """The nodes of ``node_ids`` that exist, by id, read in one query."""
+    """The nodes of ``node_ids`` that exist, by id, read in one snapshot."""
     ids = _valid_ids(list(node_ids))
     if not ids:
         return {}
-    with db.read() as s:
-        return {row.id: _node_from_row(row) for row in s.execute(_NODES, {"ids": ids})}
+    with db.read_raw() as raw:
+        return _read_nodes(raw, ids)
 
 
 def tree(

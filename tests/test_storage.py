@@ -213,3 +213,38 @@ def test_marking_interrupted_replies_writes_only_when_one_was_left(db):
     assert repository.mark_interrupted_generations(db) == 1
     assert repository.get_node(db, left).status == "interrupted"
     assert repository.get_node(db, ids[-1]).status == "complete"
+
+
+def test_a_moves_reads_give_the_records_the_orm_reads_give(db):
+    """``tree_index`` and ``get_nodes`` read on sqlite3's own connection and
+    convert the values themselves: field for field, what the ORM gives."""
+    ids = _chain(db, 3)
+    reply = repository.add_node(
+        db,
+        ids[-1],
+        "assistant",
+        "an answer",
+        tokens=[5, 6, 7],
+        start_pos=9,
+        chunks=[2, 1],
+        vocab_id="v1",
+        status="stopped",
+        generation={"params": {"temperature": 0.5}, "model": "tiny"},
+        span_text="<a>an answer",
+        thinking="first, think",
+    )
+    profile = repository.ensure_profile(db, "fp", {})
+    repository.save_checkpoint(db, reply.id, profile, "delta", 9, 12, b"cells" * 50)
+
+    index = repository.tree_index(db, reply.id, profile)
+
+    assert index.nodes == {n.id: n for n in repository.get_path(db, reply.id)}
+    assert index.conversation == repository.get_conversation(db, reply.conversation_id)
+    chain = dict(zip(ids, [None, *ids[:-1]], strict=True))
+    assert index.parents == {**chain, reply.id: ids[-1]}
+    assert set(index.checkpoints) == {reply.id} and index.profile == "fp"
+    assert index.checkpoints[reply.id].byte_size == 250
+    wanted = [reply.id, ids[1], 10**12]  # an id no node has is left out
+    assert repository.get_nodes(db, wanted) == {
+        n: repository.get_node(db, n) for n in wanted[:2]
+    }
