@@ -195,10 +195,10 @@ class EngineWorker(QObject):
         """``result`` with its conversation's tree as it now stands (the reply
         and its checkpoints written), which the window shows next.
 
-        Read here, where the engine is idle once the reply is done, and not on
-        the GUI thread, where it took most of a reply's end. A failed read
-        leaves the tree out: the reply itself succeeded, and the window reads
-        the tree again (and says why if it cannot).
+        Read here, where the engine is idle once the reply is done, and not
+        on the GUI thread, where it was the largest part of a reply's end. A
+        failed read leaves the tree out: the reply itself succeeded, and the
+        window reads the tree again (and says why if it cannot).
         """
         if result.conversation_id is None:
             return result
