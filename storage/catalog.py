@@ -63,6 +63,11 @@ WHERE c.title LIKE :pattern ESCAPE '\\'
 _UNFINISHED = "SELECT 1 FROM node WHERE status = 'generating' LIMIT 1"
 
 
+def has_unfinished_replies(connection: sqlite3.Connection) -> bool:
+    """Whether a reply was left "generating" (by a process that died)."""
+    return connection.execute(_UNFINISHED).fetchone() is not None
+
+
 def list_conversations(
     connection: sqlite3.Connection, text_filter: str | None = None
 ) -> list[ConversationRecord]:
@@ -82,8 +87,8 @@ def list_conversations(
             title=row[1],
             system_prompt=row[2],
             active_node_id=row[3],
-            created_at=_timestamp(row[4]),
-            updated_at=_timestamp(row[5]),
+            created_at=timestamp(row[4]),
+            updated_at=timestamp(row[5]),
             node_count=row[6],
             checkpoint_bytes=row[7],
             reasoning=row[8],
@@ -113,7 +118,7 @@ def read_listing(path: Path) -> list[ConversationRecord] | None:
             sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)
         ) as connection:
             connection.execute("PRAGMA query_only = 1")
-            if connection.execute(_UNFINISHED).fetchone() is not None:
+            if has_unfinished_replies(connection):
                 # A reply left "generating" by a process that died: the full
                 # way closes it first, as every command's open does.
                 return None
@@ -122,6 +127,7 @@ def read_listing(path: Path) -> list[ConversationRecord] | None:
         return None  # the full way reports it, in the words it has for each case
 
 
-def _timestamp(value: str) -> datetime:
-    # SQLAlchemy stores DateTime on SQLite as "YYYY-MM-DD HH:MM:SS[.ffffff]".
+def timestamp(value: str) -> datetime:
+    """A DateTime column's value read as sqlite3 gives it: SQLAlchemy stores it
+    on SQLite as "YYYY-MM-DD HH:MM:SS[.ffffff]"."""
     return datetime.fromisoformat(value)

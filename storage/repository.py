@@ -535,7 +535,7 @@ def _node_from_row(row: tuple[Any, ...]) -> NodeRecord:
         vocab_id=vocab_id,
         status=Status(status),
         generation=_from_json(generation),
-        created_at=datetime.fromisoformat(created_at),
+        created_at=catalog.timestamp(created_at),
         thinking=thinking or "",
         span_text=span_text,
     )
@@ -587,8 +587,8 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
             title=title,
             system_prompt=system_prompt,
             active_node_id=active,
-            created_at=datetime.fromisoformat(created_at),
-            updated_at=datetime.fromisoformat(updated_at),
+            created_at=catalog.timestamp(created_at),
+            updated_at=catalog.timestamp(updated_at),
             reasoning=reasoning,
         ),
         parents,
@@ -687,12 +687,9 @@ def mark_interrupted_generations(db: Database) -> int:
     # Looked for first: after a clean exit there is none, and a write
     # transaction at every start would wait for another writer's lock (up to
     # the busy timeout) and tell every cache the data changed.
-    with db.read() as s:
-        left = s.execute(
-            select(Node.id).where(Node.status == Status.GENERATING).limit(1)
-        ).first()
-    if left is None:
-        return 0
+    with db.read_raw() as raw:
+        if not catalog.has_unfinished_replies(raw):
+            return 0
     with db.write() as s:
         result = s.execute(
             update(Node)
