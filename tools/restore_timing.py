@@ -8,6 +8,13 @@ chat and a sibling pair with a 35-token suffix under it, then times:
   also in fresh processes, which start with no warm memory at all);
 - sibling switch: one warm service switching between the two siblings.
 
+With ``--stalls``, a thread that asks to run every millisecond (as the
+window's GUI thread does) watches each cold restore and then a capture of
+the last 256 positions: its longest wait is how long the work held the GIL
+or the CPU from other threads ("restore_stall", "capture_stall", with
+"capture" the capture's own time). Off by default: the watcher's wake-ups
+cost the restore a little.
+
 Medians of ``--repeats``. The parts (SQLite read, checksum, engine) come from
 ``SyncStats`` where the code under test reports them.
 
@@ -17,10 +24,12 @@ Medians of ``--repeats``. The parts (SQLite read, checksum, engine) come from
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +41,33 @@ from app.starter_model import starter_model_path
 from storage.db import open_database
 
 PARTS = ("read_ms", "verify_ms", "apply_ms")
+CAPTURED_TOKENS = 256
+
+
+class StallWatch:
+    """A thread that ticks every millisecond while it runs; ``longest`` is the
+    longest gap between two ticks, in ms (1 when nothing held it up)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        time.sleep(0.005)  # running before the work starts
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _tick(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.wait(0.001):
+            now = time.perf_counter()
+            self.longest = max(self.longest, (now - last) * 1000)
+            last = now
 
 
 def build(db_path: Path, model: Path) -> dict[str, int]:
@@ -52,26 +88,39 @@ def build(db_path: Path, model: Path) -> dict[str, int]:
     return ids
 
 
-def cold_once(db_path: Path, model: Path, leaf: int) -> dict[str, float]:
+def cold_once(
+    db_path: Path, model: Path, leaf: int, stalls: bool = False
+) -> dict[str, float]:
     """One cold restore in this process; its figures in ms."""
     engine = LlamaEngine(model, BackendSettings())
     db = open_database(db_path)
+    figures: dict[str, float] = {}
     try:
         service = ConversationService(db, engine)
-        started = time.perf_counter()
-        stats = service.restore(leaf)
-        wall = (time.perf_counter() - started) * 1000
+        with StallWatch() if stalls else contextlib.nullcontext() as watch:
+            started = time.perf_counter()
+            stats = service.restore(leaf)
+            wall = (time.perf_counter() - started) * 1000
+        if watch is not None:
+            figures["restore_stall"] = watch.longest
         started = time.perf_counter()
         flush = getattr(db, "flush_deferred", None)
         if flush is not None:
             flush()
         write = (time.perf_counter() - started) * 1000
+        if stalls:
+            end = engine.n_past
+            with StallWatch() as watch:
+                started = time.perf_counter()
+                engine.capture(end - CAPTURED_TOKENS, end)
+                figures["capture"] = (time.perf_counter() - started) * 1000
+            figures["capture_stall"] = watch.longest
     finally:
         engine.close()
         db.close()
     if stats.reprocessed_tokens:
         raise SystemExit(f"fell back: {stats.fallbacks}")
-    figures = {"restore": wall, "sync": stats.restore_ms, "write_after": write}
+    figures.update({"restore": wall, "sync": stats.restore_ms, "write_after": write})
     figures.update({p: getattr(stats, p, float("nan")) for p in PARTS})
     return figures
 
@@ -111,21 +160,25 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=Path("/tmp/restore-timing.sqlite3"))
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--processes", action="store_true")
+    parser.add_argument("--stalls", action="store_true")
     parser.add_argument("--one-cold", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     model = starter_model_path()
     assert model is not None
     ids = build(args.db, model)
     if args.one_cold:
-        print(json.dumps(cold_once(args.db, model, ids["leaf"])))
+        print(json.dumps(cold_once(args.db, model, ids["leaf"], args.stalls)))
         return
-    cold = [cold_once(args.db, model, ids["leaf"]) for _ in range(args.repeats)]
+    cold = [
+        cold_once(args.db, model, ids["leaf"], args.stalls) for _ in range(args.repeats)
+    ]
     print("cold resume, in process:", medians(cold))
     if args.processes:
         runs = [
             json.loads(
                 subprocess.run(
-                    [sys.executable, __file__, "--db", str(args.db), "--one-cold"],
+                    [sys.executable, __file__, "--db", str(args.db), "--one-cold"]
+                    + (["--stalls"] if args.stalls else []),
                     capture_output=True,
                     text=True,
                     check=True,
