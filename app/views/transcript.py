@@ -2,7 +2,12 @@
 
 While a reply streams, pieces are buffered and drawn at most every
 ``STREAM_REPAINT_MS``: re-rendering Markdown per token would load the GUI
-thread with a fast model for no visible gain. A reasoning model's thinking
+thread with a fast model for no visible gain. Each drawing renders the whole
+reply, so a long one costs more each time (a code-heavy reply of 8,000
+characters: about 55 ms); the wait before the next drawing grows with it
+(``repaint_interval``), so that drawing never takes more than about a
+quarter of the GUI thread, which must stay free for the user (and whose
+Python work competes with the engine thread's for the GIL). A reasoning model's thinking
 streams into its own buffer, shown open above the answer until the answer
 begins, then folded.
 
@@ -20,6 +25,7 @@ brings it back.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -40,6 +46,8 @@ from app.views.message_card import MessageCard
 from storage.repository import NodeSummary
 
 STREAM_REPAINT_MS = 40
+# The most of the GUI thread's time that drawing a streaming reply may take.
+STREAM_DRAW_SHARE = 0.25
 # Readable line length: the column of cards never grows wider than this.
 MAX_COLUMN_WIDTH = 860
 # Within this many pixels of the bottom counts as "at the newest text".
@@ -47,6 +55,13 @@ FOLLOW_SLACK_PX = 24
 # Cards of messages off the path kept to show again (most recently shown first
 # kept); a switch between branches then renders only what it never showed.
 KEPT_CARDS = 64
+
+
+def repaint_interval(drawn_ms: float) -> int:
+    """Milliseconds to wait before drawing a streaming reply again, after a
+    drawing that took ``drawn_ms``: ``STREAM_REPAINT_MS``, or longer where
+    drawing would otherwise take more than ``STREAM_DRAW_SHARE`` of the time."""
+    return max(STREAM_REPAINT_MS, round(drawn_ms / STREAM_DRAW_SHARE - drawn_ms))
 
 
 class TranscriptView(QScrollArea):
@@ -170,6 +185,7 @@ class TranscriptView(QScrollArea):
         if pending_user_text is not None:
             self._add_card(MessageCard("user", pending_user_text))
         self.streaming_card = MessageCard("assistant", "")
+        self._repaint_timer.setInterval(STREAM_REPAINT_MS)
         self._stream_parts = []
         self._thinking_parts = []
         self._add_card(self.streaming_card)
@@ -413,6 +429,7 @@ class TranscriptView(QScrollArea):
     def _on_repaint_timer_timeout(self) -> None:
         if self.streaming_card is None:
             return
+        started = time.perf_counter()
         answer = self.streamed_text
         if self._thinking_parts:
             # Open while the model thinks; folded as soon as it answers.
@@ -420,3 +437,5 @@ class TranscriptView(QScrollArea):
                 self.streamed_thinking, streaming=not answer
             )
         self.streaming_card.set_text(answer)
+        drawn_ms = (time.perf_counter() - started) * 1000
+        self._repaint_timer.setInterval(repaint_interval(drawn_ms))
