@@ -5,10 +5,10 @@ get a tinted background, padding, a monospace font, syntax colours from
 Pygments (a light or a dark style to suit the palette) and a header line with
 the language and a "Copy" link (``copy:N`` names the Nth block).
 
-A streaming reply is rendered again, whole, every few tens of milliseconds on
-the GUI thread, so each code block's Pygments tokens are kept: all blocks but
-the last are the same from one rendering to the next, and lexing was most of
-the Python work (a 4,000-character reply with code: 38 ms, 14 with the
+A streaming reply (its last part, ``app/views/streaming_body.py``) is
+rendered again every few tens of milliseconds on the GUI thread, so each code
+block's Pygments tokens are kept: all blocks but the last are the same from
+one rendering to the next, and lexing was most of the Python work (a 4,000-character reply with code: 38 ms, 14 with the
 tokens kept). The result goes to the body as HTML. Reading it back there
 (parsing and laying out: about 25 ms for that reply) is now the larger part;
 rendering straight into the body's document instead was tried and dropped,

@@ -8,7 +8,7 @@ Markdown. The card only emits requests; the window decides.
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal, Slot
-from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from app.actions import TIMES
 from app.values import MAX_FORKS
 from app.views.message_body import MessageBody
+from app.views.streaming_body import PART_CHARS, StreamingBody
 from app.views.theme import icon
 from app.views.thinking import ThinkingSection
 
@@ -115,6 +116,8 @@ class MessageCard(QFrame):
         self.thinking_section: ThinkingSection | None = None
         self.body = MessageBody()
         layout.addWidget(self.body)
+        # A long reply while it streams, in its place (see ``stream_text``).
+        self.streaming_parts: StreamingBody | None = None
         if thinking:
             self.set_thinking(thinking)
         self.set_text(text)
@@ -164,8 +167,10 @@ class MessageCard(QFrame):
         self._add_actions(self._header)
         if thinking or self.thinking_section is not None:
             self.set_thinking(thinking)  # folded, now that it is done
-        if text != self._text or not text:
-            self.set_text(text)  # an empty text reads differently once stored
+        if text != self._text or not text or self.streaming_parts is not None:
+            # An empty text reads differently once stored; a long one is
+            # shown in one body again.
+            self.set_text(text)
 
     def set_siblings(self, siblings: list[int]) -> None:
         """Show the card's place among ``siblings`` (a reply was added or deleted)."""
@@ -181,9 +186,32 @@ class MessageCard(QFrame):
             return (1, 1)
         return (self._siblings.index(self.node_id) + 1, len(self._siblings))
 
-    def set_text(self, text: str) -> None:
-        """Show ``text`` (used as a reply streams in)."""
+    def stream_text(self, text: str) -> None:
+        """Show the streaming reply's ``text`` so far.
+
+        A long one is shown part by part (``StreamingBody``), so that each
+        drawing renders only what changed; ``set_text`` and ``attach`` put it
+        back in one body.
+        """
+        if self.streaming_parts is None and len(text) < PART_CHARS:
+            self.set_text(text)
+            return
         self._text = text
+        if self.streaming_parts is None:
+            self.streaming_parts = StreamingBody()
+            self._layout.insertWidget(
+                self._layout.indexOf(self.body), self.streaming_parts
+            )
+            self.body.hide()
+        self.streaming_parts.set_markdown(text, self._code_background())
+
+    def set_text(self, text: str) -> None:
+        """Show ``text``."""
+        self._text = text
+        if self.streaming_parts is not None:
+            self.streaming_parts.hide()
+            self.streaming_parts.deleteLater()
+            self.streaming_parts = None
         # While a reply is still thinking, the open thinking section is the
         # progress indicator; a "…" under it would only add noise.
         thinking_only = self.node_id is None and self.thinking_section is not None
@@ -196,10 +224,12 @@ class MessageCard(QFrame):
             else:
                 self.body.setHtml("<i>(empty)</i>")
             return
-        background = self.palette().color(QPalette.ColorRole.AlternateBase)
+        self.body.set_markdown(text, self._code_background())
+
+    def _code_background(self) -> QColor:
         if self.role == "user":
-            background = self.palette().color(QPalette.ColorRole.Base)
-        self.body.set_markdown(text, background)
+            return self.palette().color(QPalette.ColorRole.Base)
+        return self.palette().color(QPalette.ColorRole.AlternateBase)
 
     def set_thinking(self, thinking: str, streaming: bool = False) -> None:
         """Show the reply's reasoning above its answer.

@@ -2,10 +2,10 @@
 
 While a reply streams, pieces are buffered and drawn at most every
 ``STREAM_REPAINT_MS``: re-rendering Markdown per token would load the GUI
-thread with a fast model for no visible gain. Each drawing renders the whole
-reply, so a long one costs more each time (a code-heavy reply of 8,000
-characters: about 55 ms); the wait before the next drawing grows with it
-(``repaint_interval``), so that drawing never takes more than about a
+thread with a fast model for no visible gain. A long reply is drawn part by
+part (``MessageCard.stream_text``), so a drawing renders only its last part;
+should drawings still cost more, the wait before the next one grows with
+them (``repaint_interval``), so that drawing never takes more than about a
 quarter of the GUI thread, which must stay free for the user (and whose
 Python work competes with the engine thread's for the GIL). A reasoning model's thinking
 streams into its own buffer, shown open above the answer until the answer
@@ -436,6 +436,6 @@ class TranscriptView(QScrollArea):
             self.streaming_card.set_thinking(
                 self.streamed_thinking, streaming=not answer
             )
-        self.streaming_card.set_text(answer)
+        self.streaming_card.stream_text(answer)
         drawn_ms = (time.perf_counter() - started) * 1000
         self._repaint_timer.setInterval(repaint_interval(drawn_ms))
