@@ -92,8 +92,20 @@ class StreamingBody(QWidget):
             if self._shown[index] != part:
                 self.parts[index].set_markdown(part, code_background)
                 self._shown[index] = part
+                if index:
+                    self._layout.setSpacing(self._gap(index))
         for body in self.parts[len(wanted) :]:
             body.hide()
             body.deleteLater()
         del self.parts[len(wanted) :]
         del self._shown[len(wanted) :]
+
+    def _gap(self, index: int) -> int:
+        """The space between part ``index`` and the one before it.
+
+        In one document, two blocks are set apart by the larger of their
+        margins; a document's first and last block have none outside. So the
+        column puts back what one body would have shown between the two."""
+        before = self.parts[index - 1].document().lastBlock().blockFormat()
+        after = self.parts[index].document().firstBlock().blockFormat()
+        return round(max(before.bottomMargin(), after.topMargin()))

@@ -3,6 +3,8 @@ and the stored reply is shown in one body again."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import QCoreApplication
+
 from app.views.message_body import MessageBody
 from app.views.streaming_body import PART_CHARS, split_parts
 from app.views.transcript import TranscriptView
@@ -59,6 +61,7 @@ def test_a_long_streaming_reply_renders_only_its_last_parts_and_ends_in_one_body
     monkeypatch.setattr(MessageBody, "set_markdown", counted)
     transcript = TranscriptView()
     qtbot.addWidget(transcript)
+    transcript.resize(800, 600)
     transcript.show()
     transcript.begin_stream("Tell me about trees.")
     reply = transcript.cards[-1]
@@ -74,9 +77,16 @@ def test_a_long_streaming_reply_renders_only_its_last_parts_and_ends_in_one_body
         assert rendered.count(part) == 1
     assert "def grow" in parts.parts[1].toPlainText() + parts.parts[2].toPlainText()
 
+    QCoreApplication.processEvents()  # laid out at the transcript's width
+    streamed_height = parts.sizeHint().height()
+
     # Stored: one body with the whole text, the parts gone.
     rendered.clear()
     reply.attach(7, [7], LONG_REPLY, "")
     assert reply.streaming_parts is None and reply.body.isVisibleTo(reply)
     assert rendered == [LONG_REPLY]
     assert reply.body.toPlainText().count("def grow") == 6
+    QCoreApplication.processEvents()
+    # The parts were spaced as the one body spaces its paragraphs: the reply
+    # does not jump when it is stored.
+    assert abs(reply.body.height() - streamed_height) <= 2 * len(parts.parts)
