@@ -8,12 +8,13 @@ the language and a "Copy" link (``copy:N`` names the Nth block).
 A streaming reply (its last part, ``app/views/streaming_body.py``) is
 rendered again every few tens of milliseconds on the GUI thread, so each code
 block's Pygments tokens are kept: all blocks but the last are the same from
-one rendering to the next, and lexing was most of the Python work (a 4,000-character reply with code: 38 ms, 14 with the
-tokens kept). The result goes to the body as HTML. Reading it back there
-(parsing and laying out: about 25 ms for that reply) is now the larger part;
-rendering straight into the body's document instead was tried and dropped,
-as the HTML irons out what Qt's Markdown reader leaves behind (links without
-their underline, an empty first line in a table that follows a code block).
+one rendering to the next, and lexing was most of the Python work (a
+4,000-character reply with code: 38 ms, 14 with the tokens kept). The result
+goes to the body as HTML. Reading it back there (parsing and laying out:
+about 25 ms for that reply) is now the larger part; rendering straight into
+the body's document instead was tried and dropped, as the HTML irons out what
+Qt's Markdown reader leaves behind (links without their underline, an empty
+first line in a table that follows a code block).
 """
 
 from __future__ import annotations
