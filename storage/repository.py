@@ -740,7 +740,7 @@ def save_checkpoint(
     kind: str,
     start_pos: int,
     end_pos: int,
-    data: bytes | memoryview,
+    data: bytes,
     captured_tokens: Sequence[int] | None = None,
 ) -> int:
     """Store (or replace) the checkpoint of ``node_id`` for ``profile_id``.

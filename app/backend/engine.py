@@ -12,7 +12,6 @@ import ctypes
 import functools
 import hashlib
 import logging
-import mmap
 import os
 import re
 from collections.abc import Sequence
@@ -706,7 +705,7 @@ class LlamaEngine:
         high = llama_cpp.llama_memory_seq_pos_max(self._mem, MAIN_SEQ)
         return bool(high == pos - 1 and 0 <= low <= max(0, pos - self.n_swa))
 
-    def capture(self, start: int, end: int) -> bytes | memoryview:
+    def capture(self, start: int, end: int) -> bytes:
         """Serialize the KV cells of positions ``[start, end)`` of the conversation.
 
         For "full" models the whole state at ``end`` is serialized instead.
@@ -885,7 +884,7 @@ class LlamaEngine:
             offset += size
         return pieces
 
-    def _capture_cells(self, start: int, end: int) -> memoryview:
+    def _capture_cells(self, start: int, end: int) -> bytes:
         llama_cpp.llama_memory_seq_rm(self._mem, SCRATCH_SEQ, -1, -1)
         llama_cpp.llama_memory_seq_cp(self._mem, MAIN_SEQ, SCRATCH_SEQ, start, end)
         try:
@@ -919,17 +918,17 @@ class LlamaEngine:
             and llama_cpp.llama_memory_seq_pos_max(self._mem, seq) == end - 1
         )
 
-    def _seq_state(self, seq: int) -> memoryview:
+    def _seq_state(self, seq: int) -> bytes:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
-        # Anonymous memory that llama.cpp fills with the GIL released. A ctypes
-        # array is zero-filled and then copied into a bytes object, both with
-        # the GIL held and on fresh pages: 4 to 10 ms for a 240-token span
-        # here, a stall of the window's GUI thread at every reply's end.
-        buf = mmap.mmap(-1, max(size, 1))
-        target = (ctypes.c_uint8 * size).from_buffer(buf)
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, target, size, seq)
-        del target  # its export of buf; the view returned keeps buf alive
-        return memoryview(buf)[:written]
+        # A ctypes array, then a copy into bytes, both with the GIL held. Tried
+        # instead: anonymous memory that llama.cpp fills with the GIL released.
+        # Other threads then waited about 1 ms instead of about 4 during a
+        # 245-token capture, but every capture touched fresh pages, where these
+        # two reuse the heap's warm memory in a running process: 5.7 to 6.1 ms
+        # a capture instead of 1.7 to 2.5 (docs/benchmarks.md).
+        buf = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq)
+        return ctypes.string_at(buf, written)
 
     def _set_seq_state(self, data: bytes | memoryview, seq: int) -> bool:
         # Point llama.cpp at the caller's own buffer (it only reads it):

@@ -100,7 +100,7 @@ class TimedEngine(LlamaEngine):
         finally:
             self.times.truncate_ms += (time.perf_counter() - started) * 1000
 
-    def capture(self, start: int, end: int) -> bytes | memoryview:
+    def capture(self, start: int, end: int) -> bytes:
         """Time ``LlamaEngine.capture``, or return no bytes when not capturing."""
         if not self.capturing:
             self.times.last_capture_ms = 0.0
@@ -140,9 +140,7 @@ class BenchSink:
         self._direct = DirectWriter(db)
         self._queued = CheckpointWriter(db)
 
-    def save(
-        self, node: NodeRecord, profile_id: int, kind: str, data: bytes | memoryview
-    ) -> int:
+    def save(self, node: NodeRecord, profile_id: int, kind: str, data: bytes) -> int:
         """Write, queue or skip the checkpoint as the mode says, and time it."""
         if self.mode == OFF:
             return 0

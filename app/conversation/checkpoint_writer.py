@@ -70,9 +70,7 @@ class WriteFailure:
 class CheckpointSink(Protocol):
     """What the service needs from whatever stores its checkpoints."""
 
-    def save(
-        self, node: NodeRecord, profile_id: int, kind: str, data: bytes | memoryview
-    ) -> int:
+    def save(self, node: NodeRecord, profile_id: int, kind: str, data: bytes) -> int:
         """Store ``node``'s checkpoint (or queue it); return its size in bytes."""
         ...
 
@@ -98,7 +96,7 @@ def _write(
     node: NodeRecord,
     profile_id: int,
     kind: str,
-    data: bytes | memoryview,
+    data: bytes,
     captured_tokens: Sequence[int] | None = None,
 ) -> int:
     return repository.save_checkpoint(
@@ -122,9 +120,7 @@ class DirectWriter:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def save(
-        self, node: NodeRecord, profile_id: int, kind: str, data: bytes | memoryview
-    ) -> int:
+    def save(self, node: NodeRecord, profile_id: int, kind: str, data: bytes) -> int:
         """Write ``node``'s checkpoint now; return its size."""
         return _write(self._db, node, profile_id, kind, data)
 
@@ -147,7 +143,7 @@ class _Job:
     node: NodeRecord
     profile_id: int
     kind: str
-    data: bytes | memoryview = field(repr=False)
+    data: bytes = field(repr=False)
 
 
 class CheckpointWriter:
@@ -184,9 +180,7 @@ class CheckpointWriter:
         with self._changed:
             return self._queued_bytes
 
-    def save(
-        self, node: NodeRecord, profile_id: int, kind: str, data: bytes | memoryview
-    ) -> int:
+    def save(self, node: NodeRecord, profile_id: int, kind: str, data: bytes) -> int:
         """Queue ``node``'s checkpoint; return its size.
 
         Blocks while the queue is over its bound. Raises ``RuntimeError``

@@ -69,7 +69,7 @@ class ContextSync:
         db: Database,
         engine: LlamaEngine,
         profile_id: int,
-        save_checkpoint: Callable[[NodeRecord, bytes | memoryview], int],
+        save_checkpoint: Callable[[NodeRecord, bytes], int],
         tree: TreeCache,
         settle: Callable[[list[int]], None] = lambda _node_ids: None,
     ) -> None:

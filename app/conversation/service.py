@@ -1244,7 +1244,7 @@ class ConversationService:
             self._sync.forget()
             raise
 
-    def _store_checkpoint(self, node: NodeRecord, data: bytes | memoryview) -> int:
+    def _store_checkpoint(self, node: NodeRecord, data: bytes) -> int:
         assert self.engine is not None and self.profile_id is not None
         return self._checkpoints.save(
             node, self.profile_id, self.engine.state_kind, data
