@@ -7,9 +7,9 @@ part (``MessageCard.stream_text``), so a drawing renders only its last part;
 should drawings still cost more, the wait before the next one grows with
 them (``repaint_interval``), so that drawing never takes more than about a
 quarter of the GUI thread, which must stay free for the user (and whose
-Python work competes with the engine thread's for the GIL). A reasoning model's thinking
-streams into its own buffer, shown open above the answer until the answer
-begins, then folded.
+Python work competes with the engine thread's for the GIL). A reasoning
+model's thinking streams into its own buffer, shown open above the answer
+until the answer begins, then folded.
 
 Cards are reused: showing a path keeps the cards of messages already shown
 (the shared part of two branches stays in place), and the cards of messages
