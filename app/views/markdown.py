@@ -20,6 +20,8 @@ first line in a table that follows a code block).
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 from dataclasses import dataclass
 
 from pygments.lexer import Lexer
@@ -40,6 +42,9 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 
+# A code fence: three or more backticks or tildes, indented by at most three
+# spaces, then the info string (the language).
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 LIGHT_STYLE = "friendly"
 DARK_STYLE = "one-dark"
 COPY_SCHEME = "copy"
@@ -65,7 +70,7 @@ def render_markdown(text: str, code_background: QColor) -> RenderedMarkdown:
     )
     fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
     code_blocks = []
-    for lines, language in _code_blocks(document):
+    for lines, language in _code_blocks(document, text):
         for block in lines:
             _format_code_line(block, code_background, fixed)
         _highlight(lines, language, style)
@@ -84,26 +89,70 @@ def _is_fenced(block: QTextBlock) -> bool:
     return block.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence)
 
 
-def _code_blocks(document: QTextDocument) -> list[tuple[list[QTextBlock], str]]:
-    # Qt keeps each line of a fenced block as its own text block; consecutive
-    # fenced lines with the same language are one code block.
-    groups: list[tuple[list[QTextBlock], str]] = []
-    previous_fenced = False
+def _code_blocks(
+    document: QTextDocument, text: str
+) -> list[tuple[list[QTextBlock], str]]:
+    # Qt keeps each line of a fenced block as its own text block, and gives
+    # two blocks of one language that follow each other nothing to tell them
+    # apart: the source's fences say where each one ends. Where they cannot
+    # be matched with Qt's lines (a fence in a quote, say), consecutive lines
+    # of one language are taken as one block, as before.
+    lines: list[QTextBlock] = []
     block = document.begin()
     while block.isValid():
-        fenced = _is_fenced(block)
-        if fenced:
-            language = str(
-                block.blockFormat().property(QTextFormat.Property.BlockCodeLanguage)
-                or ""
-            )
-            if previous_fenced and groups[-1][1] == language:
-                groups[-1][0].append(block)
-            else:
-                groups.append(([block], language))
-        previous_fenced = fenced
+        if _is_fenced(block):
+            lines.append(block)
         block = block.next()
-    return groups
+    groups: list[list[QTextBlock]] = []
+    sizes = [size for size in _fence_sizes(text) if size]
+    if sum(sizes) == len(lines):
+        for size in sizes:
+            groups.append(lines[:size])
+            lines = lines[size:]
+        if not all(_one_block(group) for group in groups):
+            lines, groups = [b for group in groups for b in group], []
+    for block in lines:
+        if groups and _one_block([groups[-1][-1], block]):
+            groups[-1].append(block)
+        else:
+            groups.append([block])
+    return [(group, _language(group[0])) for group in groups]
+
+
+def _one_block(lines: list[QTextBlock]) -> bool:
+    """Whether ``lines`` follow each other, all in one language."""
+    return all(
+        line.next() == following and _language(line) == _language(following)
+        for line, following in itertools.pairwise(lines)
+    )
+
+
+def _language(block: QTextBlock) -> str:
+    language = block.blockFormat().property(QTextFormat.Property.BlockCodeLanguage)
+    return str(language or "")
+
+
+def _fence_sizes(text: str) -> list[int]:
+    """The number of lines in each fenced code block of Markdown ``text``."""
+    sizes: list[int] = []
+    fence = ""
+    for line in text.split("\n"):
+        found = _FENCE.fullmatch(line.rstrip("\r"))
+        if not fence:
+            # A backtick fence's info string holds no backtick (CommonMark).
+            if found and not (found[1][0] == "`" and "`" in found[2]):
+                fence = found[1]
+                sizes.append(0)
+        elif (
+            found
+            and found[1][0] == fence[0]
+            and len(found[1]) >= len(fence)
+            and not found[2].strip()
+        ):
+            fence = ""
+        else:
+            sizes[-1] += 1
+    return sizes
 
 
 def _format_code_line(block: QTextBlock, background: QColor, fixed: QFont) -> None:

@@ -48,3 +48,17 @@ def test_the_copy_link_puts_the_block_on_the_clipboard(qtbot, make_window):
     point = body.cursorRect(cursor).center()
     qtbot.mouseClick(body.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(point))
     assert QGuiApplication.clipboard().text() == CODE
+
+
+def test_two_blocks_of_one_language_one_after_the_other_stay_two(qapp):
+    two = render_markdown(
+        "```bash\nls\npwd\n```\n\n```bash\necho hi\n```", QColor("white")
+    )
+    assert two.code_blocks == ("ls\npwd", "echo hi")
+    assert 'href="copy:1"' in two.html
+    # A longer fence holds shorter ones as text.
+    nested = render_markdown("````md\n```\ninner\n```\n````", QColor("white"))
+    assert nested.code_blocks == ("```\ninner\n```",)
+    # Fences the source cannot be matched on (here, in a quote) still work.
+    quoted = render_markdown("> ```\n> q\n> ```\n\n```py\nx = 1\n```", QColor("white"))
+    assert quoted.code_blocks == ("q", "x = 1")
