@@ -9,6 +9,7 @@ toggle that says how long the model thought, so the answer stays in front.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Slot
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QFrame, QToolButton, QVBoxLayout, QWidget
 
 from app.views.message_body import MessageBody
@@ -56,6 +57,8 @@ class ThinkingSection(QFrame):
         rule_layout.setContentsMargins(0, 0, 0, 0)
         self.body = MessageBody()
         self.body.setObjectName("ThinkingBody")
+        # Streamed text is appended (see set_text): no undo history of it.
+        self.body.document().setUndoRedoEnabled(False)
         rule_layout.addWidget(self.body)
         layout.addWidget(self._rule)
         self._show_expanded(False)
@@ -77,11 +80,21 @@ class ThinkingSection(QFrame):
         return self._streaming
 
     def set_text(self, text: str) -> None:
-        """Show ``text`` as the reasoning (called as it streams in)."""
+        """Show ``text`` as the reasoning (called as it streams in).
+
+        Text that continues what is shown is appended: setting it whole laid
+        it all out again at every drawing (20,000 characters: 9 to 10 ms a
+        drawing, against 3.5 to 4 ms appended).
+        """
         if text == self._text:
             return
+        if self._text and text.startswith(self._text):
+            cursor = QTextCursor(self.body.document())
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            cursor.insertText(text[len(self._text) :])
+        else:
+            self.body.setPlainText(text)
         self._text = text
-        self.body.setPlainText(text)
         self._update_title()
 
     def set_streaming(self, streaming: bool) -> None:

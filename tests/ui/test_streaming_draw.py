@@ -10,6 +10,7 @@ from PySide6.QtGui import QColor
 from app.views import markdown
 from app.views.markdown import render_markdown
 from app.views.message_body import MessageBody
+from app.views.thinking import ThinkingSection
 from app.views.transcript import (
     STREAM_DRAW_SHARE,
     STREAM_REPAINT_MS,
@@ -76,3 +77,26 @@ def test_a_slow_drawing_spaces_the_next_ones_and_a_new_reply_starts_fresh(
 
     transcript.begin_stream("Again.")
     assert transcript._repaint_timer.interval() == STREAM_REPAINT_MS
+
+
+def test_streaming_reasoning_is_appended_not_set_again(qtbot, monkeypatch):
+    section = ThinkingSection()
+    qtbot.addWidget(section)
+    set_whole = []
+    original = MessageBody.setPlainText
+
+    def counted(body, text):
+        set_whole.append(text)
+        return original(body, text)
+
+    monkeypatch.setattr(MessageBody, "setPlainText", counted)
+    text = ""
+    for n in range(30):
+        text += f"Step {n}: weigh the options.\n" if n % 3 == 2 else f"Step {n}, "
+        section.set_text(text)
+    assert section.body.toPlainText() == text == section.text
+    assert set_whole == ["Step 0, "]  # the first piece; the rest appended
+    # Text that does not continue what is shown replaces it.
+    section.set_text("Another thought.")
+    assert section.body.toPlainText() == "Another thought."
+    assert set_whole == ["Step 0, ", "Another thought."]
