@@ -137,22 +137,31 @@ def _fence_sizes(text: str) -> list[int]:
     sizes: list[int] = []
     fence = ""
     for line in text.split("\n"):
-        found = _FENCE.fullmatch(line.rstrip("\r"))
-        if not fence:
-            # A backtick fence's info string holds no backtick (CommonMark).
-            if found and not (found[1][0] == "`" and "`" in found[2]):
-                fence = found[1]
-                sizes.append(0)
-        elif (
-            found
-            and found[1][0] == fence[0]
-            and len(found[1]) >= len(fence)
-            and not found[2].strip()
-        ):
-            fence = ""
-        else:
-            sizes[-1] += 1
+        after = fence_after(fence, line)
+        if after and not fence:
+            sizes.append(0)  # a fence opens
+        elif after:
+            sizes[-1] += 1  # a line of code
+        fence = after
     return sizes
+
+
+def fence_after(fence: str, line: str) -> str:
+    """The code fence open after Markdown ``line`` ("" for none), given the
+    one open before it (CommonMark's rules for fenced code blocks)."""
+    found = _FENCE.fullmatch(line.rstrip("\r\n"))
+    if not fence:
+        # A backtick fence's info string holds no backtick.
+        if found and not (found[1][0] == "`" and "`" in found[2]):
+            return found[1]
+        return ""
+    closes = (
+        found is not None
+        and found[1][0] == fence[0]
+        and len(found[1]) >= len(fence)
+        and not found[2].strip()
+    )
+    return "" if closes else fence
 
 
 def _format_code_line(block: QTextBlock, background: QColor, fixed: QFont) -> None:

@@ -21,12 +21,11 @@ import re
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from app.views.markdown import fence_after
 from app.views.message_body import MessageBody
 
 # A part is cut off no sooner than this: fewer, larger parts, each rendered once.
 PART_CHARS = 1500
-# A code fence: three backticks or tildes, indented by at most three spaces.
-_FENCE = re.compile(r" {0,3}(```|~~~)")
 # Lines after a blank line that may still belong to the block before it: a
 # list item (loose lists), an indented continuation, a table row.
 _CONTINUES = re.compile(r"([-*+]|\d+[.)])(\s|$)|\s|\|")
@@ -42,28 +41,22 @@ def split_parts(text: str) -> list[str]:
     """
     parts: list[str] = []
     start = 0
-    fence: str | None = None
+    fence = ""  # the code fence open, if any
     at = 0
     previous_blank = False
     for line in text.splitlines(keepends=True):
         if not line.endswith("\n"):
             break  # a line still being written: nothing is cut after it
-        opened = _FENCE.match(line)
         if (
-            fence is None
+            not fence
             and previous_blank
             and at - start >= PART_CHARS
             and not _CONTINUES.match(line)
         ):
             parts.append(text[start:at])
             start = at
-        if opened is not None:
-            marker = opened.group(1)
-            if fence is None:
-                fence = marker
-            elif marker == fence:
-                fence = None
-        previous_blank = fence is None and not line.strip()
+        fence = fence_after(fence, line)
+        previous_blank = not fence and not line.strip()
         at += len(line)
     parts.append(text[start:])
     return parts

@@ -90,3 +90,11 @@ def test_a_long_streaming_reply_renders_only_its_last_parts_and_ends_in_one_body
     # The parts were spaced as the one body spaces its paragraphs: the reply
     # does not jump when it is stored.
     assert abs(reply.body.height() - streamed_height) <= 2 * len(parts.parts)
+
+
+def test_a_longer_fence_holding_shorter_ones_is_not_cut():
+    nested = "````markdown\n" + "```\n\nan example\n\n```\n" * 150 + "````\n\n"
+    parts = split_parts(_paragraphs(0, 6) + nested + _paragraphs(6, 6))
+    assert len(parts) >= 2
+    for part in parts[:-1]:
+        assert part.count("````") % 2 == 0  # each outer fence closed in its part
