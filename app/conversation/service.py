@@ -618,9 +618,11 @@ class ConversationService:
         return self._first_active(node.conversation_id, replies)
 
     def _first_active(self, conversation_id: int, replies: list[Reply]) -> list[Reply]:
-        """``replies``, the first made the active node: each was made active
-        as it was added, so the last one was (bookkeeping, written with the
-        job's end like a restore's)."""
+        """``replies``, with the first recorded as the active node.
+
+        Each reply became the active node as it was added, which left the
+        last one there. The record is deferred bookkeeping, written at the
+        job's end as a restore's is."""
         repository.defer_active_node(
             self.db, conversation_id, replies[0].assistant_node
         )

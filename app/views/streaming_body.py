@@ -75,7 +75,13 @@ class StreamingBody(QWidget):
 
     def set_markdown(self, text: str, code_background: QColor) -> None:
         """Show ``text``, rendering only the parts that changed."""
-        wanted = split_parts(text)
+        # Complete parts stay complete as the text grows (``split_parts``):
+        # only what follows them is cut again, not the whole reply each time.
+        complete = self._shown[:-1]
+        settled = sum(map(len, complete))
+        if not text.startswith("".join(complete)):
+            complete, settled = [], 0
+        wanted = complete + split_parts(text[settled:])
         for index, part in enumerate(wanted):
             if index == len(self.parts):
                 body = MessageBody()
