@@ -53,6 +53,17 @@ def _send_text(qtbot, window, text: str) -> None:
     wait_idle(qtbot, window)
 
 
+def _send_and_answer(qtbot, window, text: str, button_text: str) -> list[str]:
+    """Send ``text`` and click ``button_text`` in the context-full dialog that
+    follows; returns the dialog's texts. The dialog opens without blocking,
+    once the job is over, so this waits for the click, not for an idle engine."""
+    seen: list[str] = []
+    timer = _answer_when_asked(button_text, seen)
+    _send_text(qtbot, window, text)
+    qtbot.waitUntil(lambda: not timer.isActive(), timeout=10_000)
+    return seen
+
+
 def test_sizes_offered():
     assert raised_context_size(256, 32768) == 512
     assert raised_context_size(4096, 6000) == 6000
@@ -62,10 +73,7 @@ def test_sizes_offered():
 def test_a_message_too_long_offers_a_larger_context(qtbot, make_window):
     window = make_window()
     _small_context(qtbot, window)
-    seen: list[str] = []
-    timer = _answer_when_asked("Raise to 512", seen)
-    _send_text(qtbot, window, LONG_MESSAGE)
-    timer.stop()
+    seen = _send_and_answer(qtbot, window, LONG_MESSAGE, "Raise to 512")
 
     assert seen and "context" in seen[0]
     assert window.composer.text.strip() == LONG_MESSAGE.strip()  # given back
@@ -101,8 +109,6 @@ def test_a_cut_off_reply_can_continue_from_a_summary(qtbot, make_window):
 def test_branching_from_earlier_focuses_the_tree(qtbot, make_window):
     window = make_window()
     _small_context(qtbot, window)
-    timer = _answer_when_asked("Branch from earlier", [])
-    _send_text(qtbot, window, LONG_MESSAGE)
-    timer.stop()
+    _send_and_answer(qtbot, window, LONG_MESSAGE, "Branch from earlier")
     assert window.tree_panel.isVisible()
     assert "branch" in window.status.currentMessage().lower()
