@@ -12,6 +12,7 @@ QT_FREE = [
     "storage",
     "app/backend",
     "app/conversation",
+    "app/library",
     "app/bench",
     "app/presenter.py",
     "app/actions.py",

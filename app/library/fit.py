@@ -1,0 +1,82 @@
+"""Will a model fit this machine? Its file plus its KV cache at the context
+size Arbor would use, against the machine's memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+# What llama.cpp needs besides the weights and the KV cache: compute buffers,
+# the tokenizer, the output logits. Measured roughly: ~150 MB for a 135M model,
+# a few hundred MB for an 8B at 4k context; this errs on the safe side.
+_RUNTIME_OVERHEAD = 512 * 1024**2
+# A model's share of memory that leaves the rest of the desktop usable.
+_COMFORTABLE_SHARE = 0.7
+# Without the model's own shape, a typical 7-8B's KV cache (f16, GQA).
+_UNKNOWN_KV_PER_TOKEN = 128 * 1024
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The verdict for one model file.
+
+    ``verdict`` is ``"fits"``, ``"tight"`` (fits, but the desktop will feel
+    it) or ``"too big"``; ``estimated`` is True when the KV cache size was
+    guessed because the model's shape is not known yet.
+    """
+
+    need_bytes: int
+    have_bytes: int
+    verdict: str
+    estimated: bool
+
+    @property
+    def fits(self) -> bool:
+        """True unless the model needs more than the machine has."""
+        return self.verdict != "too big"
+
+    def describe(self) -> str:
+        """One phrase for a list: "fits (needs 3.1 GB of 16 GB)"."""
+        about = "about " if self.estimated else ""
+        return (
+            f"{self.verdict} (needs {about}{format_bytes(self.need_bytes)} "
+            f"of {format_bytes(self.have_bytes)})"
+        )
+
+
+def machine_memory() -> int:
+    """The machine's physical memory in bytes."""
+    return int(psutil.virtual_memory().total)
+
+
+def assess(
+    file_bytes: int,
+    n_ctx: int,
+    kv_bytes_per_token: int | None = None,
+    have_bytes: int | None = None,
+) -> Fit:
+    """The fit of a model of ``file_bytes`` at a context of ``n_ctx`` tokens.
+
+    llama.cpp maps the weights and allocates the whole KV cache for ``n_ctx``
+    at load, so both count in full.
+    """
+    have = machine_memory() if have_bytes is None else have_bytes
+    per_token = kv_bytes_per_token or _UNKNOWN_KV_PER_TOKEN
+    need = file_bytes + n_ctx * per_token + _RUNTIME_OVERHEAD
+    if need <= have * _COMFORTABLE_SHARE:
+        verdict = "fits"
+    elif need <= have:
+        verdict = "tight"
+    else:
+        verdict = "too big"
+    return Fit(need, have, verdict, estimated=kv_bytes_per_token is None)
+
+
+def format_bytes(count: int) -> str:
+    """Sizes as people read them: 98 MB, 2.5 GB (decimal, like the Hub)."""
+    if count < 1000**2:
+        return f"{max(count, 0) / 1000:.0f} kB"
+    if count < 1000**3:
+        return f"{count / 1000**2:.0f} MB"
+    return f"{count / 1000**3:.1f} GB"

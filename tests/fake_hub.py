@@ -1,0 +1,249 @@
+"""A Hugging Face Hub of our own on 127.0.0.1, for the download tests.
+
+It speaks the parts of the Hub's HTTP API that ``huggingface_hub`` uses to
+search, list and download model files, as the Hub does: ``/api/models``
+(search), ``/api/models/{repo}[/revision/{rev}]`` (files with sizes and LFS
+sha256 when ``blobs=true``), and ``/{repo}/resolve/{rev}/{file}`` (HEAD gives
+the ETag, size and commit; GET honours ``Range``), with the Hub's
+``X-Error-Code`` headers for gated repositories and missing ones. It serves
+real files from disk, can slow itself down (to kill a client mid-download),
+can advertise a wrong sha256 (to check that a client refuses the file) and
+counts every byte it sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass
+class FakeFile:
+    """A file of a repository: its bytes on disk and the sha256 advertised."""
+
+    path: Path
+    sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.sha256:
+            self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+
+@dataclass
+class FakeRepo:
+    """A model repository; ``gated`` ones serve files only with the token."""
+
+    files: dict[str, FakeFile]
+    gated: bool = False
+    downloads: int = 0
+
+
+@dataclass
+class FakeHub:
+    """The served repositories and what was sent; ``rate`` in bytes/s (0: full)."""
+
+    repos: dict[str, FakeRepo] = field(default_factory=dict)
+    token: str = "hf_test_token"
+    rate: int = 0
+    bytes_sent: int = 0
+    ranges: list[str | None] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, repo: str, files: dict[str, Path], **kwargs: object) -> FakeRepo:
+        """Serve ``files`` (name in the repo → file on disk) as ``repo``."""
+        entry = FakeRepo({n: FakeFile(p) for n, p in files.items()}, **kwargs)  # type: ignore[arg-type]
+        self.repos[repo] = entry
+        return entry
+
+
+_INFO = re.compile(r"^/api/models/([^/]+/[^/]+?)(?:/revision/([^/]+))?$")
+_RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: FakeHub
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass  # quiet: the tests read the counters instead
+
+    def do_GET(self) -> None:
+        self._route(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._route(send_body=False)
+
+    def _route(self, send_body: bool) -> None:
+        url = urlparse(self.path)
+        path = unquote(url.path)
+        query = parse_qs(url.query)
+        if path == "/api/models":
+            self._search(query)
+        elif match := _INFO.match(path):
+            self._info(match.group(1), "blobs" in query)
+        elif match := _RESOLVE.match(path):
+            self._resolve(match.group(1), match.group(3), send_body)
+        else:
+            self._error(404, "RepoNotFound", "Not found")
+
+    def _search(self, query: dict[str, list[str]]) -> None:
+        words = query.get("search", [""])[0].lower()
+        limit = int(query.get("limit", ["1000"])[0])
+        found = [
+            {
+                "id": repo,
+                "_id": repo,
+                "author": repo.split("/")[0],
+                "downloads": entry.downloads,
+                "likes": 0,
+                "gated": "manual" if entry.gated else False,
+                "private": False,
+                "lastModified": "2026-11-30T12:00:00.000Z",
+                "tags": ["gguf"],
+            }
+            for repo, entry in sorted(
+                self.hub.repos.items(), key=lambda kv: -kv[1].downloads
+            )
+            if words in repo.lower()
+        ][:limit]
+        self._json(found)
+
+    def _info(self, repo: str, blobs: bool) -> None:
+        entry = self.hub.repos.get(repo)
+        if entry is None:
+            self._error(401, "RepoNotFound", "Repository not found")
+            return
+        siblings = []
+        for name, file in entry.files.items():
+            sibling: dict[str, object] = {"rfilename": name}
+            if blobs:
+                sibling.update(
+                    size=file.size,
+                    blobId="b" * 40,
+                    lfs={"sha256": file.sha256, "size": file.size, "pointerSize": 134},
+                )
+            siblings.append(sibling)
+        self._json(
+            {
+                "id": repo,
+                "_id": repo,
+                "author": repo.split("/")[0],
+                "sha": COMMIT,
+                "gated": "manual" if entry.gated else False,
+                "private": False,
+                "downloads": entry.downloads,
+                "likes": 0,
+                "tags": ["gguf"],
+                "lastModified": "2026-11-30T12:00:00.000Z",
+                "siblings": siblings,
+            }
+        )
+
+    def _resolve(self, repo: str, name: str, send_body: bool) -> None:
+        entry = self.hub.repos.get(repo)
+        if entry is None:
+            self._error(401, "RepoNotFound", "Repository not found")
+            return
+        if entry.gated and self.headers.get("Authorization") != (
+            f"Bearer {self.hub.token}"
+        ):
+            self._error(
+                401,
+                "GatedRepo",
+                "Access to model is restricted. You must have access to it and "
+                "be authenticated to access it. Please log in.",
+            )
+            return
+        file = entry.files.get(name)
+        if file is None:
+            self._error(404, "EntryNotFound", "Entry not found")
+            return
+        size = file.size
+        start = 0
+        range_header = self.headers.get("Range")
+        if send_body:
+            with self.hub.lock:
+                self.hub.ranges.append(range_header)
+        if range_header and (m := re.match(r"bytes=(\d+)-", range_header)):
+            start = int(m.group(1))
+        status = 206 if start else 200
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{file.sha256}"')
+        self.send_header("X-Linked-Etag", f'"{file.sha256}"')
+        self.send_header("X-Linked-Size", str(size))
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.send_header("Content-Length", str(size - start))
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+        self.end_headers()
+        if send_body:
+            self._send_file(file.path, start)
+
+    def _send_file(self, path: Path, start: int) -> None:
+        chunk = 4096 if self.hub.rate else 1 << 20
+        with path.open("rb") as handle:
+            handle.seek(start)
+            while data := handle.read(chunk):
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+                with self.hub.lock:
+                    self.hub.bytes_sent += len(data)
+                if self.hub.rate:
+                    time.sleep(len(data) / self.hub.rate)
+
+    def _json(self, data: object) -> None:
+        body = json.dumps(data).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, status: int, code: str, message: str) -> None:
+        body = json.dumps({"error": message}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+class HubServer:
+    """``FakeHub`` served on 127.0.0.1 from a thread; ``url`` is its endpoint."""
+
+    def __init__(self, hub: FakeHub) -> None:
+        handler = type("Handler", (_Handler,), {"hub": hub})
+        self.hub = hub
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> HubServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
