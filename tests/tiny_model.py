@@ -4,14 +4,16 @@ Two layers, 64-dim, grouped-query attention, a byte-level SentencePiece vocab
 plus ChatML markers, and a ChatML chat template (with a default system prompt,
 like SmolLM2's) in the metadata. Fixed seeds: the files are the same every time.
 
-``write_tiny_model`` makes a plain llama; ``write_tiny_swa_model`` a Gemma-2
-style model with sliding-window attention (and, like Gemma, a head size apart
-from n_embd / n_head); ``write_tiny_recurrent_model`` a Mamba, whose state is
-not made of per-token cells at all.
+``write_tiny_model`` makes a plain llama (optionally with more tokens, e.g.
+another family's markers as control tokens); ``write_tiny_swa_model`` a
+Gemma-2 style model with sliding-window attention (and, like Gemma, a head
+size apart from n_embd / n_head); ``write_tiny_recurrent_model`` a Mamba,
+whose state is not made of per-token cells at all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import gguf
@@ -45,7 +47,12 @@ MARKUP_TOKENS = [0, 1, 2, 3, 4, 5 + 256, 6 + 256]
 THINK_TOKENS = ["<think>", "</think>"]
 
 
-def _vocab() -> tuple[list[str], list[int]]:
+# More tokens for a model: text -> type, appended after the base vocabulary so
+# that every base id (EOG_TOKENS, MARKUP_TOKENS) stays what it is.
+ExtraTokens = Mapping[str, gguf.TokenType]
+
+
+def _vocab(extra: ExtraTokens | None = None) -> tuple[list[str], list[int]]:
     tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
     types = [gguf.TokenType.UNKNOWN] + [gguf.TokenType.CONTROL] * 4
     for byte in range(256):
@@ -57,6 +64,9 @@ def _vocab() -> tuple[list[str], list[int]]:
     # round-trips through tokens (a byte-fallback "▁" would decode as itself).
     tokens.append("\u2581")
     types.append(gguf.TokenType.NORMAL)
+    for text, kind in (extra or {}).items():
+        tokens.append(text)
+        types.append(kind)
     return tokens, [int(t) for t in types]
 
 
@@ -78,8 +88,11 @@ def _start(
     name: str,
     n_layer: int,
     chat_template: str | None = CHATML_TEMPLATE,
+    extra: ExtraTokens | None = None,
+    eos_token: str = "</s>",
+    eot_token: str = "<|im_end|>",
 ) -> gguf.GGUFWriter:
-    tokens, types = _vocab()
+    tokens, types = _vocab(extra)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     writer.add_block_count(n_layer)
@@ -94,8 +107,8 @@ def _start(
     writer.add_token_scores([0.0] * len(tokens))
     writer.add_token_types(types)
     writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_eot_token_id(4)
+    writer.add_eos_token_id(tokens.index(eos_token))
+    writer.add_eot_token_id(tokens.index(eot_token))
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_space_prefix(False)
@@ -134,26 +147,42 @@ def write_tiny_model(
     seed: int = 1234,
     n_layer: int = N_LAYER,
     chat_template: str | None = CHATML_TEMPLATE,
+    extra_tokens: ExtraTokens | None = None,
+    eos_token: str = "</s>",
+    eot_token: str = "<|im_end|>",
 ) -> Path:
     """Write the tiny llama model to ``path`` and return it.
 
     ``chat_template`` replaces the ChatML template in the metadata (None: the
-    model has no template at all).
+    model has no template at all). ``extra_tokens`` (text -> type) are added
+    after the base vocabulary, and ``eos_token`` / ``eot_token`` name the EOS
+    and end-of-turn tokens by their text (e.g. Phi-3's ``<|endoftext|>`` and
+    ``<|end|>``); by default the vocabulary is the base one, unchanged.
     """
     w = _Weights(seed)
-    writer = _start(path, "llama", "arbor-tiny-test", n_layer, chat_template)
+    writer = _start(
+        path,
+        "llama",
+        "arbor-tiny-test",
+        n_layer,
+        chat_template,
+        extra_tokens,
+        eos_token,
+        eot_token,
+    )
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_tensor(
-        "token_embd.weight", w.random(len(_vocab()[0]), N_EMBD, scale=1.0)
-    )
+    tokens, types = _vocab(extra_tokens)
+    writer.add_tensor("token_embd.weight", w.random(len(tokens), N_EMBD, scale=1.0))
     writer.add_tensor("output_norm.weight", w.ones())
-    output = w.random(len(_vocab()[0]), N_EMBD)
+    output = w.random(len(tokens), N_EMBD)
     # Zero logits for markup (</s>, <|im_end|>, <think>, ...): random logits of
     # the text tokens always beat them under greedy decoding, so greedy replies
     # are plain text that runs to max_tokens (long generations on demand);
-    # sampling still ends turns.
-    output[MARKUP_TOKENS] = 0.0
+    # sampling still ends turns. Added control tokens are markup too.
+    control = int(gguf.TokenType.CONTROL)
+    added = [i for i in range(len(_vocab()[0]), len(tokens)) if types[i] == control]
+    output[MARKUP_TOKENS + added] = 0.0
     writer.add_tensor("output.weight", output)
     for i in range(n_layer):
         _attention_and_ffn(writer, w, i)

@@ -150,12 +150,14 @@ class ChatFormat:
         Returns ``(through_turn, with_prompt)``: the text through the last user
         turn, and the full text with the generation prompt (the first is a
         prefix of the second; for a template that always opens the assistant's
-        turn they are equal).
+        turn they are equal). The user turn's span ends where the first ends
+        and the reply's opening holds the rest, so the first never ends inside
+        a marker that the generation prompt begins with (see ``_turn_end``).
         """
         messages = [*([Message("system", system)] if system else []), *turns]
         with_prompt = self.render(messages, True, variables)
         without = self.render(messages, False, variables)
-        return with_prompt[: _common_prefix(without, with_prompt)], with_prompt
+        return with_prompt[: _turn_end(without, with_prompt)], with_prompt
 
     def history(
         self,
@@ -218,9 +220,30 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
+def _turn_end(without: str, with_prompt: str) -> int:
+    """Where the last turn ends in ``with_prompt``, given ``without`` (no prompt).
+
+    Mostly the template only appends the generation prompt, and the turn is
+    all of ``without``. Otherwise the two renders end differently, and their
+    shared start can run into what both endings happen to begin with: Phi-3
+    ends a render without the prompt with ``eos_token``, so ``<|endoftext|>``
+    and the prompt's ``<|assistant|>`` share ``<|``. Those characters are not
+    the turn's; a span ending with them would split the marker into plain
+    text on both sides. So the shared start is cut back after its last
+    newline or ``>``, where markup ends (``_cut_at_line``'s rule).
+    """
+    shared = _common_prefix(without, with_prompt)
+    if shared == len(without):
+        return shared
+    cut = len(_cut_at_line(with_prompt[:shared]))
+    # No such boundary at all: the shared start is the best guess left.
+    return cut or shared
+
+
 def _cut_at_line(text: str) -> str:
     # A shared start that ends inside a turn (the template writes the first
-    # user turn's header there) is cut after its last newline or special
-    # marker, so the root's span ends on a clean boundary.
+    # user turn's header there, or two endings share a marker's first
+    # characters) is cut after its last newline or special marker, so the
+    # root's or the user turn's span ends on a clean boundary.
     cut = max(text.rfind("\n"), text.rfind(">"))
     return text[: cut + 1] if cut >= 0 else ""

@@ -76,11 +76,25 @@ def place(engine: LlamaEngine, path: Sequence[NodeRecord], target: str) -> Place
 def place_user(
     engine: LlamaEngine, path: Sequence[NodeRecord], text: str, variables: Variables
 ) -> tuple[Placement, str]:
-    """Place a user message after ``path``; also return the generation prompt text."""
+    """Place a user message after ``path``; also return the generation prompt text.
+
+    The user's span and the reply's opening are tokenized apart, so they meet
+    where that gives the tokens llama.cpp makes of their joined text
+    (``_clean_cut``): the template's split, or a little before it.
+    """
     through, with_prompt = engine.chat_format.prompt(
         system_of(path), [*turns_of(path), Message("user", text)], variables
     )
-    return place(engine, path, through), with_prompt[len(through) :]
+    placement = place(engine, path, through)
+    prompt = with_prompt[len(through) :]
+    cut = _clean_cut(engine, placement.text, prompt)
+    if cut == len(placement.text):
+        return placement, prompt
+    head = placement.text[:cut]
+    moved = Placement(
+        placement.base, head, span_tokens(engine, head, not placement.base)
+    )
+    return moved, placement.text[cut:] + prompt
 
 
 def place_reply(
@@ -91,6 +105,51 @@ def place_reply(
         system_of(path), turns_of(path), variables
     )
     return place(engine, path, with_prompt)
+
+
+# How many earlier token boundaries ``_clean_cut`` tries (two tokenizations
+# each) before it keeps the template's split.
+_CUT_TRIES = 4
+
+
+def _clean_cut(engine: LlamaEngine, head: str, tail: str) -> int:
+    r"""How much of ``head`` a span can end with, ``tail`` starting the next one.
+
+    The cut is clean when tokenizing the two pieces apart gives the tokens of
+    ``head + tail``: a marker token on either side makes it so, but where
+    plain text meets (a template's markup not in the vocabulary, e.g.
+    ChatML's on a model without ``<|im_end|>``) a merge can span the cut:
+    ``>`` ``\n<`` joined, ``>\n`` ``<`` apart. Then the cut moves back to the
+    latest token boundary of the joined text where the pieces agree, so the
+    context holds what llama.cpp makes of the whole render. Returns
+    ``len(head)`` when that cut is clean or none of the last few is.
+    """
+    if not head or not tail:
+        return len(head)
+    whole = head + tail
+    joined = engine.tokenize(whole)
+    if engine.tokenize(head) + engine.tokenize(tail) == joined:
+        return len(head)
+    data = whole.encode("utf-8")
+    head_size = len(head.encode("utf-8"))
+    # Token boundaries counted back from the end: a tokenizer that writes a
+    # space before the text (SentencePiece's prefix) shifts only the start.
+    end = len(data)
+    tries = 0
+    for count in reversed(range(1, len(joined))):
+        end -= len(engine.token_bytes(joined[count], special=True))
+        if end <= 0 or tries >= _CUT_TRIES:
+            break
+        if end > head_size or (data[end] & 0xC0) == 0x80:  # inside a character
+            continue
+        tries += 1
+        cut = len(data[:end].decode("utf-8"))
+        if (
+            engine.tokenize(whole[:cut]) == joined[:count]
+            and engine.tokenize(whole[cut:]) == joined[count:]
+        ):
+            return cut
+    return len(head)
 
 
 def ensure_spans(

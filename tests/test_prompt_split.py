@@ -1,0 +1,176 @@
+"""Where a user turn ends and the generation prompt begins, in text and tokens.
+
+A user span holds the turn through its closing markup, and the reply's span
+starts with the generation prompt. Phi-3's templates end a render without the
+generation prompt with ``eos_token`` (``<|endoftext|>``) while the prompt is
+``<|assistant|>``: the two endings share ``<|``, and that must not make the
+user span end inside the ``<|assistant|>`` marker. These tests run Phi-3.5
+and Phi-3-small (llama.cpp's reference templates) on a tiny model whose
+vocabulary has Phi's markers as control tokens, through the real backend and
+the real conversation service; and check that the split falls where the
+pieces tokenize as the joined text does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import pytest
+
+from app.backend.chat_format import ChatFormat, Message
+from app.backend.engine import LlamaEngine
+from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
+from app.conversation import folding
+from app.conversation.service import ConversationService
+from app.conversation.spans import span_tokens, turns_of
+from storage.db import open_database
+from storage.repository import NodeRecord
+from tests import template_corpus
+from tests.tiny_model import write_tiny_model
+
+PARAMS = SamplingParams(temperature=0, max_tokens=200)
+# Phi-3's markers, control tokens in its vocabulary as in the real models.
+PHI_MARKERS = ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>")
+PHI_TOKENS = dict.fromkeys(PHI_MARKERS, gguf.TokenType.CONTROL)
+PHI_TEMPLATES = ["microsoft-Phi-3.5-mini-instruct", "Phi-3-small"]
+ROUNDS = [("Hi there", "Hello!"), ("Grüße aus Köln, 世界?", "Schön 🌳")]
+
+
+def _template(name: str) -> str:
+    # Phi-3.5 is one of llama.cpp's template files; Phi-3-small only appears
+    # in its C++ test list.
+    templates = template_corpus.reference_templates()
+    if name in templates:
+        return templates[name]
+    return next(
+        case.template_str
+        for case in template_corpus.reference_cases()
+        if case.name == name
+    )
+
+
+class ScriptedEngine(LlamaEngine):
+    """The real engine, whose sampler picks scripted tokens instead."""
+
+    script: list[int]
+
+    def sample(self, sampler):
+        return self.script.pop(0)
+
+
+@pytest.fixture
+def open_service(tmp_path: Path):
+    opened = []
+
+    def open_(model: Path) -> ConversationService:
+        db = open_database(tmp_path / "arbor.sqlite3")
+        engine = ScriptedEngine(model, BackendSettings(n_ctx=2048, n_threads=1))
+        opened.append((db, engine))
+        return ConversationService(db, engine)
+
+    yield open_
+    for db, engine in opened:
+        engine.close()
+        db.close()
+
+
+def _held_context(path: list[NodeRecord]) -> list[int]:
+    # The context when the reply at the end of ``path`` started: the
+    # effective spans above it and the reply's opening (its first chunk).
+    reply = path[-1]
+    above = [t for n in folding.effective(path[:-1]) for t in n.tokens]
+    return above + list(reply.tokens[: reply.chunks[0]])
+
+
+def _rendered(engine: LlamaEngine, system: str | None, path: list[NodeRecord]):
+    # llama.cpp's tokenization of the template's own render of the path above
+    # the reply, with the generation prompt (special tokens parsed).
+    head = [Message("system", system)] if system else []
+    text = engine.chat_format.render([*head, *turns_of(path[:-1])], True)
+    return span_tokens(engine, text, at_start=True)
+
+
+@pytest.mark.parametrize("system", [None, "Answer briefly."])
+@pytest.mark.parametrize("name", PHI_TEMPLATES)
+def test_phi_generation_prompt_is_one_control_token(
+    tmp_path, open_service, name, system
+):
+    model = write_tiny_model(
+        tmp_path / "phi.gguf",
+        chat_template=_template(name),
+        extra_tokens=PHI_TOKENS,
+        eos_token="<|endoftext|>",
+        eot_token="<|end|>",
+    )
+    service = open_service(model)
+    engine = service.engine
+    assert engine.info.chat_format == "gguf", engine.info.chat_format_note
+    # Guard: the markers are single control tokens in this vocabulary.
+    (assistant,) = engine.tokenize("<|assistant|>")
+    (end,) = engine.tokenize("<|end|>")
+    assert engine.is_special(assistant) and engine.is_end_of_generation(end)
+
+    _conv, node = service.new_conversation(system)
+    for question, answer in ROUNDS:
+        # A Phi model ends its turn with <|end|>.
+        engine.script = [*engine.tokenize(answer), end]
+        reply = service.send(node, question, PARAMS)
+        path = service.path(reply.assistant_node)
+        for span in path[1:]:
+            text, tokens = span.span_text, list(span.tokens)
+            assert not text.endswith(("<", "<|")), (span.role, text)
+            assert not text.startswith("|assistant|>"), (span.role, text)
+            # Every <|assistant|> of a span's text is the one control token.
+            assert tokens.count(assistant) == text.count("<|assistant|>"), (
+                span.role,
+                text,
+            )
+        opening = path[-1]
+        assert opening.span_text.startswith("<|assistant|>\n")
+        assert opening.tokens[0] == assistant
+        assert _held_context(path) == _rendered(engine, system, path)
+        node = reply.assistant_node
+
+
+@pytest.mark.parametrize("eos", ["</s>", "<|endoftext|>"])
+@pytest.mark.parametrize("name", PHI_TEMPLATES)
+def test_phi_turn_ends_before_the_generation_prompt(name, eos):
+    fmt = ChatFormat(_template(name), "<s>", eos)
+    turns = [
+        Message("user", "Hi"),
+        Message("assistant", "Hello!"),
+        Message("user", "Q"),
+    ]
+    through, with_prompt = fmt.prompt("Be brief.", turns)
+    assert through.endswith("Q<|end|>\n")
+    assert with_prompt[len(through) :] == "<|assistant|>\n"
+
+
+def test_split_is_where_the_pieces_tokenize_as_the_whole(tmp_path, open_service):
+    # Phi-3.5's markers as plain text in a vocabulary that merges "\n<": the
+    # joined text ">\n<|assistant|>" tokenizes as ">" "\n<" "|" ..., so a user
+    # span ending with "\n" and a prompt starting with "<" would hold tokens
+    # llama.cpp never makes of the whole render.
+    model = write_tiny_model(
+        tmp_path / "merges.gguf",
+        chat_template=_template("microsoft-Phi-3.5-mini-instruct"),
+        extra_tokens={"\n<": gguf.TokenType.NORMAL},
+    )
+    service = open_service(model)
+    engine = service.engine
+    assert engine.tokenize(">\n<|") == engine.tokenize(">") + engine.tokenize("\n<|")
+    _conv, node = service.new_conversation(None)
+    for question, answer in ROUNDS:
+        engine.script = [*engine.tokenize(answer), engine.tokenize("</s>")[0]]
+        reply = service.send(node, question, PARAMS)
+        path = service.path(reply.assistant_node)
+        user, opening = path[-2], path[-1]
+        # The user span and the generation prompt are the tokens of their
+        # joined text, and so the context is that of the whole render.
+        header = list(opening.tokens[: opening.chunks[0]])
+        joined = user.span_text + engine.detokenize(header)
+        assert list(user.tokens) + header == engine.tokenize(joined)
+        assert _held_context(path) == _rendered(engine, None, path)
+        node = reply.assistant_node
