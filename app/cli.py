@@ -22,6 +22,7 @@ from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.backend.values import MAX_FORKS, SamplingParams
 from app.conversation.errors import USER_ERRORS
 from app.interrupt import StopRequest
+from app.library.errors import LIBRARY_ERRORS
 from app.starter_model import starter_model_path
 from storage import catalog
 
@@ -257,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
         "info", help="the model, this build's GPU support and the data folder"
     )
 
+    from app.library import commands as models_commands
+
+    models_commands.add_parser(sub, _Parser, _path_type, _text_type)
+
     chat = sub.add_parser("chat", help="chat interactively in the terminal")
     chat.add_argument(
         "--system", type=_text_type("system prompt"), help="system prompt"
@@ -364,7 +369,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         # The reader went away (e.g. `arbor tree 1 | head`): not an error.
         sys.stderr.close()
         return 0
-    except USER_ERRORS as exc:
+    except (*USER_ERRORS, *LIBRARY_ERRORS) as exc:
         print(f"arbor: error: {exc}", file=sys.stderr)
         return 1
 
@@ -679,6 +684,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_models(args: argparse.Namespace) -> int:
+    from app.library import commands as models_commands
+
+    if args.models_command is None:
+        raise UsageError("name a models command: list, catalog, search, pull, add, rm")
+    data_dir = args.data_dir or paths.default_data_dir()
+    return _emit(models_commands.run(args, data_dir))
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     from app.chat_repl import chat_loop
 
@@ -716,5 +730,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "import": _cmd_import,
     "reasoning": _cmd_reasoning,
     "chat": _cmd_chat,
+    "models": _cmd_models,
     "bench": _cmd_bench,
 }

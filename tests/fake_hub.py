@@ -52,6 +52,14 @@ class FakeRepo:
 
 
 @dataclass
+class Download:
+    """One GET of a file: the ``Range`` asked for and the bytes sent."""
+
+    range: str | None
+    sent: int = 0
+
+
+@dataclass
 class FakeHub:
     """The served repositories and what was sent; ``rate`` in bytes/s (0: full)."""
 
@@ -59,7 +67,8 @@ class FakeHub:
     token: str = "hf_test_token"
     rate: int = 0
     bytes_sent: int = 0
-    ranges: list[str | None] = field(default_factory=list)
+    # One entry per file download: its Range header and the bytes it got.
+    downloads: list[Download] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, repo: str, files: dict[str, Path], **kwargs: object) -> FakeRepo:
@@ -76,7 +85,7 @@ _RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 class _Handler(BaseHTTPRequestHandler):
     hub: FakeHub
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass  # quiet: the tests read the counters instead
 
     def do_GET(self) -> None:
@@ -173,9 +182,6 @@ class _Handler(BaseHTTPRequestHandler):
         size = file.size
         start = 0
         range_header = self.headers.get("Range")
-        if send_body:
-            with self.hub.lock:
-                self.hub.ranges.append(range_header)
         if range_header and (m := re.match(r"bytes=(\d+)-", range_header)):
             start = int(m.group(1))
         status = 206 if start else 200
@@ -191,10 +197,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
         self.end_headers()
         if send_body:
-            self._send_file(file.path, start)
+            record = Download(range_header)
+            with self.hub.lock:
+                self.hub.downloads.append(record)
+            self._send_file(file.path, start, record)
 
-    def _send_file(self, path: Path, start: int) -> None:
-        chunk = 4096 if self.hub.rate else 1 << 20
+    def _send_file(self, path: Path, start: int, record: Download) -> None:
+        # Fifty writes a second when slowed down.
+        chunk = max(4096, self.hub.rate // 50) if self.hub.rate else 1 << 20
         with path.open("rb") as handle:
             handle.seek(start)
             while data := handle.read(chunk):
@@ -204,6 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 with self.hub.lock:
                     self.hub.bytes_sent += len(data)
+                    record.sent += len(data)
                 if self.hub.rate:
                     time.sleep(len(data) / self.hub.rate)
 

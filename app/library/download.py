@@ -37,6 +37,9 @@ _DISK_MARGIN = 64 * 1024**2
 _PROGRESS_INTERVAL = 0.25
 # The window over which speed is averaged (seconds).
 _SPEED_WINDOW = 5.0
+# What huggingface_hub reads before handing a chunk over (its default, 10 MiB,
+# is progress every few seconds on a slow line, and that much lost to a crash).
+_CHUNK = 1024 * 1024
 
 
 class DownloadStopped(Exception):
@@ -280,9 +283,12 @@ def _fetch(remote: _Remote, path: Path, token: str | None, meter: _Meter) -> int
 def _stream(
     remote: _Remote, part: Path, have: int, token: str | None, meter: _Meter
 ) -> int:
+    from huggingface_hub import constants
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers, silent_tqdm
 
+    # Read by http_get at each call; nothing else in Arbor downloads.
+    constants.DOWNLOAD_CHUNK_SIZE = _CHUNK
     with part.open("ab") as handle, _disk_errors(remote.part):
         writer = _CountingWriter(handle, meter)
         with hub_errors(f"download of {remote.part}"):

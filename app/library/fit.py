@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psutil
-
 # What llama.cpp needs besides the weights and the KV cache: compute buffers,
 # the tokenizer, the output logits. Measured roughly: ~150 MB for a 135M model,
 # a few hundred MB for an 8B at 4k context; this errs on the safe side.
@@ -47,6 +45,8 @@ class Fit:
 
 def machine_memory() -> int:
     """The machine's physical memory in bytes."""
+    import psutil  # only when asked: the CLI's quick commands never need it
+
     return int(psutil.virtual_memory().total)
 
 

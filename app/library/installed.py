@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -75,6 +76,10 @@ class ModelLibrary:
         self.manifest_path = data_dir / MANIFEST_FILENAME
         self.models_dir = models_dir or data_dir / MODELS_DIRNAME
         self.catalog = catalog
+        # Each write reads the manifest, changes it and writes it whole; the
+        # window writes from two threads (downloads, and adds and removals),
+        # so one write must not start from what another is replacing.
+        self._writing = threading.RLock()
 
     def models(self, starter: Path | None = None) -> list[InstalledModel]:
         """Every known model, the most recently used first.
@@ -107,7 +112,8 @@ class ModelLibrary:
             filename=pulled.filename,
             sha256=pulled.sha256,
         )
-        self._upsert(model)
+        with self._writing:
+            self._upsert(model)
         return model
 
     def add_file(self, path: Path) -> InstalledModel:
@@ -117,21 +123,24 @@ class ModelLibrary:
             raise LibraryError(f"{path} is not a file")
         if not names.is_gguf(path.name):
             raise LibraryError(f"{path.name} is not a .gguf file")
-        existing = self._find(str(path))
-        if existing is not None:
-            return existing
-        model = self._describe(path, "added", self.catalog.for_file(None, path.name))
-        self._upsert(model)
+        with self._writing:
+            existing = self._find(str(path))
+            if existing is not None:
+                return existing
+            entry = self.catalog.for_file(None, path.name)
+            model = self._describe(path, "added", entry)
+            self._upsert(model)
         return model
 
     def touch(self, path: Path) -> None:
         """Note that the model at ``path`` was just loaded."""
         path = path.expanduser().resolve()
-        record = self._find(str(path))
-        if record is None:
-            inside = path.is_relative_to(self.models_dir.resolve())
-            record = self._describe(path, "downloaded" if inside else "added")
-        self._upsert(replace(record, last_used=time.time()))
+        with self._writing:
+            record = self._find(str(path))
+            if record is None:
+                inside = path.is_relative_to(self.models_dir.resolve())
+                record = self._describe(path, "downloaded" if inside else "added")
+            self._upsert(replace(record, last_used=time.time()))
 
     def find(self, key: str, starter: Path | None = None) -> InstalledModel:
         """The model named by ``key``: its path, file name, name or catalog id."""
@@ -171,7 +180,8 @@ class ModelLibrary:
                     freed += file.stat().st_size
                     file.unlink()
             _prune_empty(path.parent, self.models_dir)
-        self._write([r for r in self._read() if r.path != model.path])
+        with self._writing:
+            self._write([r for r in self._read() if r.path != model.path])
         return freed
 
     def _describe(
