@@ -427,8 +427,12 @@ def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
     engine = None
     if with_model:
         from app.backend.engine import LlamaEngine
+        from app.library.catalog import load_catalog
+        from app.library.installed import note_model_used
 
-        engine = LlamaEngine(resolve_model(args.model), args.settings)
+        model = resolve_model(args.model)
+        engine = LlamaEngine(model, args.settings)
+        note_model_used(db.path.parent, model, load_catalog())
         # Checkpoints are written beside the generation; commands that write
         # them close the service (``with service:``) before they report, so
         # the exit status covers those writes.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -25,6 +26,8 @@ from app.library.download import PulledFile
 
 MANIFEST_FILENAME = "models.json"
 MODELS_DIRNAME = "models"
+
+_log = logging.getLogger(__name__)
 
 
 class LibraryError(Exception):
@@ -95,8 +98,12 @@ class ModelLibrary:
                 if str(path) in known or (part is not None and part[0] != 1):
                     continue
                 records.append(self._describe(path, "downloaded"))
-        if starter is not None and str(starter) not in {r.path for r in records}:
-            records.append(self._describe(starter, "starter"))
+        if starter is not None:
+            # The starter keeps its kind once used (touch() records it too).
+            used = [r for r in records if r.path == str(starter)]
+            records = [r for r in records if r.path != str(starter)]
+            base = used[0] if used else self._describe(starter, "starter")
+            records.append(replace(base, source="starter"))
         return sorted(
             records,
             key=lambda r: (r.source == "starter", -(r.last_used or r.added_at)),
@@ -241,6 +248,18 @@ class ModelLibrary:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def note_model_used(data_dir: Path, path: Path, catalog: Catalog) -> None:
+    """Record that ``path`` was loaded, for "last used"; never fails a load.
+
+    The manifest is a convenience: a disk that refuses it (full, read-only)
+    is logged, and the model is used all the same.
+    """
+    try:
+        ModelLibrary(data_dir, None, catalog).touch(path)
+    except OSError as exc:
+        _log.warning("could not note the model's use in the manifest: %s", exc)
 
 
 def _known_fields(raw: Any) -> dict[str, Any]:
