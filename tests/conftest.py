@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests import gemma, template_corpus
 from tests.tiny_model import (
     write_tiny_model,
     write_tiny_recurrent_model,
@@ -101,3 +102,11 @@ def tiny_recurrent_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_recurrent_model(
         tmp_path_factory.mktemp("recurrent") / "tiny-mamba.gguf"
     )
+
+
+@pytest.fixture(scope="session")
+def gemma3_models() -> gemma.GemmaModels:
+    """Gemma 3 270M base, and a copy with Gemma's chat template (both cached)."""
+    base = gemma.base_model(gemma.cache_dir())
+    template = template_corpus.reference_templates()[gemma.TEMPLATE_NAME]
+    return gemma.GemmaModels(base=base, chat=gemma.chat_model(base, template))
