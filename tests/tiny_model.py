@@ -52,8 +52,15 @@ THINK_TOKENS = ["<think>", "</think>"]
 ExtraTokens = Mapping[str, gguf.TokenType]
 
 
-def _vocab(extra: ExtraTokens | None = None) -> tuple[list[str], list[int]]:
-    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+# A vocabulary without ChatML's markers keeps their ids under other names.
+PLAIN_MARKERS = ["<unused0>", "<unused1>"]
+
+
+def _vocab(
+    extra: ExtraTokens | None = None, chatml: bool = True
+) -> tuple[list[str], list[int]]:
+    markers = ["<|im_start|>", "<|im_end|>"] if chatml else PLAIN_MARKERS
+    tokens = ["<unk>", "<s>", "</s>", *markers]
     types = [gguf.TokenType.UNKNOWN] + [gguf.TokenType.CONTROL] * 4
     for byte in range(256):
         tokens.append(f"<0x{byte:02X}>")
@@ -91,8 +98,9 @@ def _start(
     extra: ExtraTokens | None = None,
     eos_token: str = "</s>",
     eot_token: str = "<|im_end|>",
+    chatml: bool = True,
 ) -> gguf.GGUFWriter:
-    tokens, types = _vocab(extra)
+    tokens, types = _vocab(extra, chatml)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     writer.add_block_count(n_layer)
@@ -150,6 +158,7 @@ def write_tiny_model(
     extra_tokens: ExtraTokens | None = None,
     eos_token: str = "</s>",
     eot_token: str = "<|im_end|>",
+    chatml: bool = True,
 ) -> Path:
     """Write the tiny llama model to ``path`` and return it.
 
@@ -158,6 +167,9 @@ def write_tiny_model(
     after the base vocabulary, and ``eos_token`` / ``eot_token`` name the EOS
     and end-of-turn tokens by their text (e.g. Phi-3's ``<|endoftext|>`` and
     ``<|end|>``); by default the vocabulary is the base one, unchanged.
+    ``chatml=False`` names ChatML's two markers otherwise (``PLAIN_MARKERS``),
+    so that ``<|im_start|>`` is plain text to this model (give an
+    ``eot_token`` then, e.g. ``"</s>"``).
     """
     w = _Weights(seed)
     writer = _start(
@@ -169,10 +181,11 @@ def write_tiny_model(
         extra_tokens,
         eos_token,
         eot_token,
+        chatml,
     )
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-5)
-    tokens, types = _vocab(extra_tokens)
+    tokens, types = _vocab(extra_tokens, chatml)
     writer.add_tensor("token_embd.weight", w.random(len(tokens), N_EMBD, scale=1.0))
     writer.add_tensor("output_norm.weight", w.ones())
     output = w.random(len(tokens), N_EMBD)

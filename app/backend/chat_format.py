@@ -10,25 +10,23 @@ The template is the model's own (GGUF ``tokenizer.chat_template``), rendered
 like llama.cpp does, polyfills included (``chat_template``). ChatML is used only
 for a model that has no template, or one whose template cannot render a plain
 conversation at all; ``kind`` and ``note`` say which, for the UI and the CLI.
+ChatML is not the only fallback: a base model gets its family's format where
+the architecture or the vocabulary tells it (``fallback_formats``), and the
+markers that end a turn in that format (``markers``), so that a model writing
+them as text still ends its reply there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.backend import fallback_formats
 from app.backend.chat_template import ChatTemplate, TemplateError
+from app.backend.fallback_formats import CHATML_TEMPLATE
 
 __all__ = ["CHATML_TEMPLATE", "ChatFormat", "Message", "TemplateError", "load"]
-
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
-    "{{ '<|im_end|>\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 # Contents that cannot occur in real messages, to find where a template puts
 # them.
@@ -67,9 +65,13 @@ class ChatFormat:
     bos_token, eos_token
         Token texts that templates may reference.
     kind
-        ``"gguf"`` for the model's own template, ``"chatml"`` for the fallback.
+        ``"gguf"`` for the model's own template, else the fallback's kind
+        (``"chatml"``, ``"gemma"``, ...).
     note
         Why the fallback is used, for the status bar and ``arbor info``.
+    markers
+        Texts that end the model's turn when it writes them (a fallback's
+        turn markers, which may be plain text in the model's vocabulary).
     """
 
     def __init__(
@@ -79,11 +81,13 @@ class ChatFormat:
         eos_token: str = "",
         kind: str = "gguf",
         note: str = "",
+        markers: tuple[str, ...] = (),
     ) -> None:
         self._template = ChatTemplate(template, bos_token, eos_token)
         self.source = template
         self.kind = kind
         self.note = note
+        self.markers = markers
         self.footer = self._probe_footer()
 
     def render(
@@ -188,8 +192,18 @@ class ChatFormat:
         return closed.rsplit(_PROBE, 1)[1] if _PROBE in closed else ""
 
 
-def load(template: str | None, bos_token: str, eos_token: str) -> ChatFormat:
-    """The chat format for a model's template, or ChatML with the reason why."""
+def load(
+    template: str | None,
+    bos_token: str,
+    eos_token: str,
+    architecture: str = "",
+    has_token: Callable[[str], bool] | None = None,
+) -> ChatFormat:
+    """The chat format for a model's template, or a fallback with the reason why.
+
+    ``architecture`` (GGUF ``general.architecture``) and ``has_token`` (does
+    the vocabulary hold this text as one token?) choose the fallback's family.
+    """
     if template:
         try:
             chat_format = ChatFormat(template, bos_token, eos_token)
@@ -206,10 +220,20 @@ def load(template: str | None, bos_token: str, eos_token: str) -> ChatFormat:
                 )
             return chat_format
         except TemplateError as exc:
-            note = f"the model's chat template cannot be used ({exc}); using ChatML"
+            why = f"the model's chat template cannot be used ({exc})"
     else:
-        note = "the model has no chat template; using ChatML"
-    return ChatFormat(CHATML_TEMPLATE, bos_token, eos_token, kind="chatml", note=note)
+        why = "base model — no chat template"
+    fallback, reason = fallback_formats.guess(
+        architecture, has_token or (lambda _text: False)
+    )
+    return ChatFormat(
+        fallback.template,
+        bos_token,
+        eos_token,
+        kind=fallback.kind,
+        note=f"{why}; using {fallback.name} turns ({reason})",
+        markers=fallback.markers,
+    )
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -415,7 +415,13 @@ class LlamaEngine:
         )
         bos = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
         eos = self.token_text(llama_cpp.llama_vocab_eos(self._vocab))
-        chat_format = chat_formats.load(template, bos, eos)
+        chat_format = chat_formats.load(
+            template,
+            bos,
+            eos,
+            architecture=self._meta("general.architecture") or "",
+            has_token=lambda text: len(self.tokenize(text)) == 1,
+        )
         if chat_format.note:
             log.warning("%s", chat_format.note)
         return chat_format

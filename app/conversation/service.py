@@ -9,6 +9,7 @@ add siblings.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from app.backend.errors import ContextFullError
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
-from app.backend.text_stream import Utf8Stream
 from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams, StateKind
 from app.conversation import spans, summary
 from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
@@ -27,6 +27,7 @@ from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
 from app.conversation.tree_cache import TreeCache
+from app.conversation.turn_markers import ReplyText
 from app.plain_text import plain_text
 from storage import exchange, repository
 from storage.catalog import ConversationRecord
@@ -136,7 +137,8 @@ class _Alternative:
     seq: int
     sampler: Sampler
     splitter: ReasoningSplitter
-    text_stream: Utf8Stream = field(default_factory=Utf8Stream)
+    # Set when sampling starts, where the streams are known.
+    text: ReplyText | None = None
     sampled: _SampledReply = field(default_factory=_SampledReply)
     live: bool = True
 
@@ -645,6 +647,11 @@ class ConversationService:
         seqs = engine.fork(len(alternatives))
         for alternative, seq in zip(alternatives, seqs, strict=True):
             alternative.seq = seq
+            alternative.text = ReplyText(
+                engine.chat_format.markers,
+                alternative.splitter,
+                functools.partial(_emit_indexed, streams, alternative.index),
+            )
         # Each reply gets an equal share of the context left (a unified KV
         # cache holds every sequence's cells in its n_ctx cells), keeping
         # room to close its turn; the re-decode then needs only its own.
@@ -678,9 +685,8 @@ class ConversationService:
                     self._save_partial(alternative, header, opening.text)
         engine.end_fork()
         for alternative in alternatives:
-            pieces = alternative.splitter.push(alternative.text_stream.flush())
-            _emit_indexed(streams, alternative.index, pieces)
-            _emit_indexed(streams, alternative.index, alternative.splitter.flush())
+            assert alternative.text is not None
+            alternative.text.finish()
             alternative.sampled.text = alternative.splitter.answer
             alternative.sampled.thinking = alternative.splitter.thinking
 
@@ -716,13 +722,16 @@ class ConversationService:
                 sampled.pending.append(token)
             return None
         sampled.tokens.append(token)
-        special = engine.is_special(token)
-        piece = alternative.text_stream.push(engine.token_bytes(token, special=True))
-        _emit_indexed(
-            streams,
-            alternative.index,
-            alternative.splitter.push(piece, special=special),
+        assert alternative.text is not None
+        cut = alternative.text.push(
+            engine.token_bytes(token, special=True), engine.is_special(token)
         )
+        if cut is not None:
+            # The model wrote a turn marker: the reply ends before it. (Forks
+            # serve sampling only, so their cells need no cutting.)
+            del sampled.tokens[cut:]
+            alternative.stop("end_of_turn")
+            return None
         if len(sampled.tokens) >= alternative.params.max_tokens:
             alternative.stop("max_tokens")
             sampled.pending.append(token)
@@ -1084,7 +1093,6 @@ class ConversationService:
         """
         engine = self._require_engine()
         result = _SampledReply()
-        text_stream = Utf8Stream()
 
         def emit(pieces: list[tuple[str, str]]) -> None:
             for channel, piece in pieces:
@@ -1093,6 +1101,9 @@ class ConversationService:
                 )
                 if piece and target is not None:
                     target(piece)
+
+        text = ReplyText(engine.chat_format.markers, splitter, emit)
+        first = engine.n_past  # where the first sampled token goes
 
         # Room to close the turn must remain in the context.
         room = engine.n_ctx - len(engine.tokenize(engine.chat_format.footer)) - 1
@@ -1114,9 +1125,12 @@ class ConversationService:
                         result.pending.append(token)
                     break
                 result.tokens.append(token)
-                special = engine.is_special(token)
-                piece = text_stream.push(engine.token_bytes(token, special=True))
-                emit(splitter.push(piece, special=special))
+                cut = text.push(
+                    engine.token_bytes(token, special=True), engine.is_special(token)
+                )
+                if cut is not None:
+                    self._cut_at_marker(result, first, cut)
+                    break
                 if len(result.tokens) >= params.max_tokens:
                     result.stop_reason = "max_tokens"
                     result.pending.append(token)
@@ -1133,11 +1147,25 @@ class ConversationService:
                         chunks=[len(header)] + [1] * len(result.tokens),
                         span_text=header_text + engine.detokenize(result.tokens),
                     )
-        emit(splitter.push(text_stream.flush()))
-        emit(splitter.flush())
+        text.finish()
         result.text = splitter.answer
         result.thinking = splitter.thinking
         return result
+
+    def _cut_at_marker(self, result: _SampledReply, first: int, cut: int) -> None:
+        """End the reply before the turn marker the model wrote at token ``cut``.
+
+        The marker's tokens leave the reply and the context, so the turn is
+        closed by the format's own footer, and the turns a base model goes on
+        to invent are never kept. Recurrent state cannot be cut back: there
+        only the token not decoded yet goes.
+        """
+        engine = self._require_engine()
+        if engine.state_kind is StateKind.FULL:
+            cut = max(cut, len(result.tokens) - 1)
+        del result.tokens[cut:]
+        engine.truncate(first + cut)
+        result.stop_reason = "end_of_turn"
 
     def _close_turn(
         self, header: list[int], sampled: _SampledReply
