@@ -456,6 +456,7 @@ def _generating(
     args: argparse.Namespace,
     service: ConversationService,
     action: Callable[..., Reply],
+    extra: dict[str, Any] | None = None,
 ) -> int:
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop.request)
@@ -468,13 +469,18 @@ def _generating(
         reply = action(args.sampling, on_token=on_token, should_stop=stop)
     if args.stream:
         print(file=sys.stderr)
-    return _emit(_reply_json(reply))
+    return _emit(_reply_json(reply, extra))
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
+    # Said, not asked: a script that passes --model means it.
+    previous = service.other_model(service.path(args.node)[0].conversation_id)
     return _generating(
-        args, service, lambda p, **kw: service.send(args.node, args.text, p, **kw)
+        args,
+        service,
+        lambda p, **kw: service.send(args.node, args.text, p, **kw),
+        {"previous_model": previous} if previous else None,
     )
 
 
@@ -570,6 +576,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                     "nodes": c.node_count,
                     "checkpoint_bytes": c.checkpoint_bytes,
                     "active_node": c.active_node_id,
+                    "model": c.model_path,
                 }
                 for c in records
             ]

@@ -35,11 +35,14 @@ class ConversationRecord:
     node_count: int = 0
     checkpoint_bytes: int = 0
     reasoning: str | None = None
+    model_path: str | None = None
+    model_identity: str | None = None
 
 
 _LISTING = """
 SELECT c.id, c.title, c.system_prompt, c.active_node_id, c.created_at,
-       c.updated_at, coalesce(counts.n, 0), coalesce(sizes.b, 0), c.reasoning
+       c.updated_at, coalesce(counts.n, 0), coalesce(sizes.b, 0), c.reasoning,
+       c.model_path, c.model_identity
 FROM conversation AS c
 LEFT JOIN (SELECT conversation_id, count(id) AS n FROM node
            GROUP BY conversation_id) AS counts
@@ -92,6 +95,8 @@ def list_conversations(
             node_count=row[6],
             checkpoint_bytes=row[7],
             reasoning=row[8],
+            model_path=row[9],
+            model_identity=row[10],
         )
         for row in rows
     ]

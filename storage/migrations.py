@@ -150,7 +150,10 @@ def _rebuild_table(raw: sqlite3.Connection, name: str) -> None:
     raw.execute(
         create.replace(f"CREATE TABLE {name} ", f"CREATE TABLE {temporary} ", 1)
     )
-    columns = ", ".join(column.name for column in table.columns)
+    # Only the columns the old table has: the new one may have columns a later
+    # step adds (they start NULL here, and that step finds them there).
+    old = _column_names(raw, name)
+    columns = ", ".join(c.name for c in table.columns if c.name in old)
     raw.execute(
         f"INSERT INTO {temporary} ({columns}) SELECT {columns} FROM {name} ORDER BY id"
     )
@@ -260,9 +263,24 @@ def _add_search_index(raw: sqlite3.Connection) -> None:
     create_search_index(raw)
 
 
+def _add_conversation_model(raw: sqlite3.Connection) -> None:
+    # Version 5: the model each conversation was made with (unknown, NULL,
+    # for the conversations already there). A table rebuilt by an earlier
+    # step of this upgrade has the columns already.
+    have = _column_names(raw, "conversation")
+    for column, kind in (("model_path", "TEXT"), ("model_identity", "VARCHAR(64)")):
+        if column not in have:
+            raw.execute(f"ALTER TABLE conversation ADD COLUMN {column} {kind}")
+
+
+def _column_names(raw: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
+
+
 # Steps from version N to N+1, keyed by N. Version 1 is the first schema.
 _STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _add_reasoning_and_span_text,
     2: _autoincrement_ids_and_bound_checksums,
     3: _add_search_index,
+    4: _add_conversation_model,
 }

@@ -50,6 +50,11 @@ class Conversation(Base):
     # The reasoning choice for replies ("on", "off", "low", ...), None for the
     # model template's own default.
     reasoning: Mapped[str | None] = mapped_column(String(16))
+    # The model the conversation was last continued with: its file, and the
+    # file's content identity (a moved file is the same model, a re-quantized
+    # one under the same name is not). None before a reply was generated.
+    model_path: Mapped[str | None] = mapped_column(Text)
+    model_identity: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 

@@ -238,6 +238,8 @@ def _conversation_record(
         node_count=nodes,
         checkpoint_bytes=size,
         reasoning=conv.reasoning,
+        model_path=conv.model_path,
+        model_identity=conv.model_identity,
     )
 
 
@@ -307,6 +309,16 @@ def set_reasoning(db: Database, conversation_id: int, choice: str | None) -> Non
     """Store a conversation's reasoning choice (None: the template's default)."""
     with db.write() as s:
         _get(s, Conversation, conversation_id).reasoning = choice
+
+
+def set_conversation_model(
+    db: Database, conversation_id: int, path: str, identity: str
+) -> None:
+    """Record the model a conversation is being continued with."""
+    with db.write() as s:
+        conv = _get(s, Conversation, conversation_id)
+        conv.model_path = path
+        conv.model_identity = identity
 
 
 def set_active_node(db: Database, node_id: int) -> None:
@@ -492,7 +504,7 @@ _NODE_COLUMNS = (
 _CONVERSATION_OF = "SELECT conversation_id FROM node WHERE id = ?"
 _CONVERSATION = (
     "SELECT id, title, system_prompt, active_node_id, created_at, updated_at, "
-    "reasoning FROM conversation WHERE id = ?"
+    "reasoning, model_path, model_identity FROM conversation WHERE id = ?"
 )
 _PARENTS = "SELECT id, parent_id FROM node WHERE conversation_id = ?"
 _CHECKPOINTS = (
@@ -580,7 +592,9 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
         ):
             path.append(parent)
         nodes = _read_nodes(raw, path)
-    cid, title, system_prompt, active, created_at, updated_at, reasoning = conversation
+    (cid, title, system_prompt, active, created_at, updated_at, reasoning) = (
+        conversation[:7]
+    )
     return TreeIndex(
         ConversationRecord(
             id=cid,
@@ -590,6 +604,8 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
             created_at=catalog.timestamp(created_at),
             updated_at=catalog.timestamp(updated_at),
             reasoning=reasoning,
+            model_path=conversation[7],
+            model_identity=conversation[8],
         ),
         parents,
         checkpoints,

@@ -33,6 +33,7 @@ REPOSITORY_WRITES = frozenset(
         "title_if_unnamed",
         "delete_conversation",
         "set_reasoning",
+        "set_conversation_model",
         "set_active_node",
         "add_node",
         "update_node",

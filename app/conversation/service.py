@@ -971,9 +971,10 @@ class ConversationService:
         """Store a reply as soon as its opening is decoded, status "generating".
 
         Its span so far is the generation prompt; sampled tokens are added as
-        they come, so a killed process leaves what was written.
+        they come, so a killed process leaves what was written. The
+        conversation now goes on with the loaded model: it is recorded.
         """
-        return repository.add_node(
+        reply = repository.add_node(
             self.db,
             parent_id,
             Role.ASSISTANT,
@@ -986,6 +987,37 @@ class ConversationService:
             generation=generation,
             span_text=opening.text,
         )
+        self._record_model(reply.conversation_id)
+        return reply
+
+    def _record_model(self, conversation_id: int) -> None:
+        engine = self._require_engine()
+        identity = str(engine.profile_details["model_identity"])
+        if self.conversation_model(conversation_id) != (str(engine.path), identity):
+            repository.set_conversation_model(
+                self.db, conversation_id, str(engine.path), identity
+            )
+
+    def conversation_model(self, conversation_id: int) -> tuple[str, str] | None:
+        """The model file and content identity a conversation was last
+        continued with, or None (no reply yet, or made before Arbor kept it)."""
+        conversation = self._tree.conversation(
+            conversation_id
+        ) or repository.get_conversation(self.db, conversation_id)
+        if conversation.model_path is None or conversation.model_identity is None:
+            return None
+        return conversation.model_path, conversation.model_identity
+
+    def other_model(self, conversation_id: int) -> str | None:
+        """The path of the model a conversation was made with, when it is not
+        the loaded one (by content, not path); else None."""
+        recorded = self.conversation_model(conversation_id)
+        if recorded is None or self.engine is None:
+            return None
+        path, identity = recorded
+        if identity == self.engine.profile_details["model_identity"]:
+            return None
+        return path
 
     def _decode_user(self, user: NodeRecord, stats: ReplyStats) -> NodeRecord:
         """Decode a new user message at the end of the context and checkpoint it."""
