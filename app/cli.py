@@ -427,12 +427,8 @@ def _open(args: argparse.Namespace, with_model: bool) -> ConversationService:
     engine = None
     if with_model:
         from app.backend.engine import LlamaEngine
-        from app.library.catalog import load_catalog
-        from app.library.installed import note_model_used
 
-        model = resolve_model(args.model)
-        engine = LlamaEngine(model, args.settings)
-        note_model_used(db.path.parent, model, load_catalog())
+        engine = LlamaEngine(resolve_model(args.model), args.settings)
         # Checkpoints are written beside the generation; commands that write
         # them close the service (``with service:``) before they report, so
         # the exit status covers those writes.
@@ -467,9 +463,20 @@ def _generating(
     )
     with service:
         reply = action(args.sampling, on_token=on_token, should_stop=stop)
+    _note_model_used(service)
     if args.stream:
         print(file=sys.stderr)
     return _emit(_reply_json(reply, extra))
+
+
+def _note_model_used(service: ConversationService) -> None:
+    # "Last used" in the model library means chatted with: commands that
+    # only read (info, restore, show) leave the data folder as it was.
+    from app.library.catalog import load_catalog
+    from app.library.installed import note_model_used
+
+    assert service.engine is not None
+    note_model_used(service.db.path.parent, service.engine.path, load_catalog())
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
@@ -501,6 +508,7 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
         replies = service.regenerate_parallel(
             args.node, args.sampling, args.n, on_token=on_token, should_stop=stop
         )
+    _note_model_used(service)
     return _emit({"replies": [_reply_json(reply) for reply in replies]})
 
 
@@ -713,6 +721,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         # per line, instead of failing the whole session on them.
         sys.stdin.reconfigure(errors="surrogateescape")
     with service:
+        _note_model_used(service)
         return chat_loop(service, args.sampling, args.system)
 
 

@@ -417,6 +417,13 @@ def update_node(
         return _node_record(node)
 
 
+def set_node_chunks(db: Database, chunks: dict[int, list[int]]) -> None:
+    """Record new batch sizes for some nodes' spans (node id -> sizes), at once."""
+    with db.write() as s:
+        for node_id, sizes in chunks.items():
+            _get(s, Node, node_id).chunks = list(sizes)
+
+
 def get_node(db: Database, node_id: int) -> NodeRecord:
     """Return one node; raises ``NotFound``."""
     with db.read() as s:

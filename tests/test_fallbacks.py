@@ -12,6 +12,7 @@ from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
 from storage import repository
 from storage.db import open_database
+from tests.conftest import run_cli
 from tests.tiny_model import write_tiny_model
 
 FLAGS = ("--temperature", "0", "--max-tokens", "16")
@@ -85,9 +86,11 @@ def test_checkpoints_of_another_model_are_not_used(arbor, data_dir, other_tiny_m
     assert other["stats"]["reprocessed_tokens"] > 0
 
 
-def test_checkpoints_restore_exactly_into_a_larger_context(arbor, data_dir):
+def test_checkpoints_restore_exactly_into_a_larger_context(
+    arbor, data_dir, tmp_path, tiny_model
+):
     """n_ctx is not part of the profile: deltas captured at 1024 restore bit-exactly
-    at 2048 (the same logits as decoding the path afresh at 2048)."""
+    at 2048 (the same logits as the same conversation made at 2048)."""
     _first, second = _conversation(arbor, extra=("--n-ctx", "1024"))
     node = second["assistant_node"]
 
@@ -95,11 +98,20 @@ def test_checkpoints_restore_exactly_into_a_larger_context(arbor, data_dir):
     assert restored["stats"]["reprocessed_tokens"] == 0
     assert restored["stats"]["fallbacks"] == []
 
-    # The reference: the same path decoded from scratch in a 2048 context.
-    with _db(data_dir) as con:
-        con.execute("DELETE FROM checkpoint")
-    fresh = arbor("send", node, "Third question", *FLAGS, extra=("--n-ctx", "2048"))
-    assert fresh["stats"]["restored_tokens"] == 0
+    # The reference: the same conversation made from scratch at 2048, in a
+    # data folder of its own.
+    other = tmp_path / "other-data"
+    other.mkdir()
+
+    def at_2048(*args):
+        base = ("--data-dir", other, "--model", tiny_model, "--n-ctx", "2048")
+        return run_cli(*base, *map(str, args)).json
+
+    root = at_2048("new", "--system", "Be exact.")["node"]
+    first = at_2048("send", root, "First question", *FLAGS)
+    made = at_2048("send", first["assistant_node"], "Second question", *FLAGS)
+    assert made["text"] == second["text"]
+    fresh = at_2048("send", made["assistant_node"], "Third question", *FLAGS)
     assert fresh["stats"]["logits_digest"] == restored["stats"]["logits_digest"]
 
 

@@ -37,6 +37,7 @@ REPOSITORY_WRITES = frozenset(
         "set_active_node",
         "add_node",
         "update_node",
+        "set_node_chunks",
         "delete_subtree",
         "mark_interrupted_generations",
         "ensure_profile",

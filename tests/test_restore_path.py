@@ -277,9 +277,9 @@ def test_used_checkpoints_are_marked_later(service, monkeypatch):
 # --- the tree cache follows every write --------------------------------------------
 
 
-def test_switching_after_each_kind_of_write_stays_exact(service):
+def test_switching_after_each_kind_of_write_stays_exact(service, tiny_model):
     fork, second, other = _two_branches(service)
-    first_answer = service.send(second, "Why?", GREEDY)
+    service.send(second, "Why?", GREEDY)
     # Checkpoints cleared: the next move reprocesses, and says so.
     service.clear_checkpoints()
     stats = service.restore(other)
@@ -289,10 +289,61 @@ def test_switching_after_each_kind_of_write_stays_exact(service):
     service.delete_branch(other)
     with pytest.raises(NotFound):
         service.restore(other)
-    # The same question again, after all that: the same logits.
+    # The same question again, after all that: the logits of a fresh decode
+    # of what is stored (tokens, and the batch sizes recorded for them).
     again = service.send(second, "Why?", GREEDY)
-    assert again.stats.logits_digest == first_answer.stats.logits_digest
+    assert again.stats.logits_digest == _replayed_digest(
+        tiny_model, service.path(again.assistant_node)
+    )
     assert fork in [n.id for n in service.path(second)]
+
+
+def _replayed_digest(model: Path, path: list) -> str:
+    """The logits digest of a reply at the end of ``path``, computed afresh:
+    every span above it decoded in its recorded batch sizes, then the reply's
+    opening in one batch, as the service generates."""
+    import hashlib
+
+    from app.conversation import folding
+
+    reply = path[-1]
+    with LlamaEngine(model, BackendSettings(n_ctx=1024, n_threads=1)) as fresh:
+        for node in folding.effective(path[:-1]):
+            fresh.decode(node.tokens, node.chunks or None)
+        opening = list(reply.tokens[: reply.chunks[0]])
+        fresh.decode(opening, [len(opening)])
+        return hashlib.sha256(fresh.logits().tobytes()).hexdigest()
+
+
+def test_reprocessing_is_exact_where_checkpoints_below_rely_on_it(service, tiny_model):
+    fork, second, other = _two_branches(service)
+    fork_node = service.path(fork)[-1]
+    generated = fork_node.chunks
+    assert generated.count(1) > 1  # a reply: decoded one token at a time
+    # The fork's own checkpoint goes; the branches below keep theirs, which
+    # were made on top of its cells: the replay must be exact, and is.
+    with sqlite3.connect(service.db.path) as con:
+        con.execute("DELETE FROM checkpoint WHERE node_id = ?", (fork,))
+    con.close()
+    service.restore(second)
+    assert service.path(fork)[-1].chunks == generated
+    stats = service.restore(other)  # its checkpoints still fit: no reprocessing
+    assert stats.reprocessed_tokens == 0
+
+    # Nothing checkpointed anywhere: full batches, and the sizes are recorded.
+    service.clear_checkpoints()
+    service.restore(service.path(fork)[0].id)  # only the root stays in memory
+    stats = service.restore(second)
+    assert stats.reprocessed_tokens > 0
+    rebatched = service.path(fork)[-1].chunks
+    assert rebatched != generated and rebatched.count(1) <= 1
+    # What the new checkpoints hold is what a replay of the record gives.
+    service.restore(other)
+    again = service.send(second, "Why?", GREEDY)
+    assert again.stats.reprocessed_tokens == 0
+    assert again.stats.logits_digest == _replayed_digest(
+        tiny_model, service.path(again.assistant_node)
+    )
 
 
 def test_a_write_by_another_connection_is_noticed(service):

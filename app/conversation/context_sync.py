@@ -8,6 +8,16 @@ checkpoint that is missing, corrupt, made by another backend profile or
 refused by llama.cpp stops the restoring: from there the stored tokens are
 decoded again (never wrong, only slower) and their checkpoints are written
 anew.
+
+How they are decoded again depends on what relies on their cells. Replaying
+the batch sizes a span was first decoded in (one token at a time for a
+generated reply) gives the same cells bit for bit, which checkpoints further
+down the tree were made on top of: while any node below holds a checkpoint
+of this profile, the replay is exact. When none does (checkpoints cleared,
+evicted, or a new backend profile: the usual reasons to reprocess) the spans
+are decoded in full batches, about twice as fast here
+(``tools/reprocess_speed.py``), and the batch sizes used are recorded, so
+that what the new checkpoints hold is again what a replay gives.
 """
 
 from __future__ import annotations
@@ -127,8 +137,7 @@ class ContextSync:
         stats.kept_tokens = fork
         below = path[shared:]
         restored = self._restore_deltas(below, stats)
-        for node in below[len(restored) :]:
-            self._reprocess(node, stats)
+        self._reprocess_all(below[len(restored) :], stats)
         repository.defer_touch(
             self._db, [n.id for n in restored if n.tokens], self._profile_id
         )
@@ -242,8 +251,7 @@ class ContextSync:
                 break
             # A refused snapshot leaves the context empty.
             self.loaded, shared, stats.kept_tokens = [], 0, 0
-        for node in path[shared:]:
-            self._reprocess(node, stats)
+        self._reprocess_all(path[shared:], stats)
         return stats
 
     def _try_restore(
@@ -276,9 +284,35 @@ class ContextSync:
         stats.checkpoint_bytes_read += len(stored.data)
         return True
 
-    def _reprocess(self, node: NodeRecord, stats: SyncStats) -> None:
+    def _reprocess_all(self, nodes: list[NodeRecord], stats: SyncStats) -> None:
+        """Decode ``nodes`` again, exactly where checkpoints below rely on it."""
+        if not nodes:
+            return
+        exact = self._relied_on(nodes)
+        rebatched: dict[int, list[int]] = {}
+        for node in nodes:
+            used = self._reprocess(node, stats, exact)
+            if node.tokens and used != list(node.chunks):
+                rebatched[node.id] = used
+        if rebatched:
+            repository.set_node_chunks(self._db, rebatched)
+
+    def _relied_on(self, nodes: list[NodeRecord]) -> bool:
+        """Whether a checkpoint under the first of ``nodes``, other than
+        theirs (which are made anew), was made on top of their cells."""
+        first = nodes[0]
+        self._tree.refresh(first.id)
+        others = set(self._tree.below(first.id)) - {n.id for n in nodes}
+        # A checkpoint still queued counts too: it lands in the index.
+        self._settle(sorted(others))
+        self._tree.refresh(first.id)
+        return any(self._tree.checkpoint(node) is not None for node in others)
+
+    def _reprocess(self, node: NodeRecord, stats: SyncStats, exact: bool) -> list[int]:
         started = time.perf_counter()
-        self._engine.decode(node.tokens, node.chunks or None)
+        used = self._engine.decode(
+            node.tokens, (node.chunks or None) if exact else None
+        )
         stats.reprocess_ms += (time.perf_counter() - started) * 1000
         stats.reprocessed_tokens += len(node.tokens)
         self.loaded.append(node)
@@ -286,3 +320,4 @@ class ContextSync:
             # Repair: the next visit restores instead of reprocessing.
             data = self._engine.capture(node.start_pos, node.end_pos)
             stats.checkpoint_bytes_written += self._save_checkpoint(node, data)
+        return used

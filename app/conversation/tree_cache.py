@@ -105,6 +105,22 @@ class TreeCache:
             packed = self._packed[node.id] = pack_tokens(node.tokens)
         return packed
 
+    def below(self, node_id: int) -> list[int]:
+        """Every node under ``node_id`` in the cached tree (not itself)."""
+        if self._index is None:
+            return []
+        children: dict[int, list[int]] = {}
+        for child, parent in self._index.parents.items():
+            if parent is not None:
+                children.setdefault(parent, []).append(child)
+        found: list[int] = []
+        stack = list(children.get(node_id, ()))
+        while stack:
+            node = stack.pop()
+            found.append(node)
+            stack.extend(children.get(node, ()))
+        return found
+
     def forget(self) -> None:
         """Drop everything; the next call reads the tree again."""
         self._index = None
