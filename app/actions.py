@@ -79,6 +79,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "folder",
         When.WRITABLE,
     ),
+    ActionSpec("models", "&Models…", "open_models", ("Ctrl+Shift+M",), "model"),
     ActionSpec("quit", "&Quit", "close", ("Standard:Quit",)),
     # Conversation
     ActionSpec("send", "&Send", "send", ("Ctrl+Return", "Ctrl+Enter"), "send"),
@@ -192,6 +193,7 @@ MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
             None,
             "open_model",
             RECENT_MODELS,
+            "models",
             None,
             "quit",
         ),
@@ -224,6 +226,7 @@ SHORTCUTS_HELP = (
     "Ctrl+N\tnew conversation\n"
     "Ctrl+Shift+N\tnew conversation with a system prompt\n"
     "Ctrl+O\topen a model file\n"
+    "Ctrl+Shift+M\tmodels: recommended, the Hub, installed, downloads\n"
     "Ctrl+,\tsettings\n"
     "Ctrl+F\tfilter conversations\n"
     "Ctrl+Shift+F\tfind in all conversations\n"

@@ -1,5 +1,5 @@
 """Composition root of the desktop app: paths → logging → crash log → database →
-engine thread → window.
+engine thread → model library (download and library threads) → window.
 
 ``run_gui`` is what ``arbor`` (without a subcommand) runs; ``build_window``
 is the same wiring without the event loop, for tests and the screenshot tool.
@@ -21,6 +21,9 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import paths
+from app.library.catalog import load_catalog
+from app.library.commands import MODELS_DIR_ENV
+from app.library.installed import ModelLibrary
 from app.preferences import load_preferences
 from app.single_instance import Claim, SingleInstance
 from app.smoke import ENV_VAR as SMOKE_ENV_VAR
@@ -31,6 +34,7 @@ from app.views.dialogs.crash import CrashDialog, install_excepthook
 from app.views.main_window import MainWindow
 from app.views.theme import ThemeManager, app_icon
 from app.workers.engine_thread import EngineController
+from app.workers.library_worker import ModelServices
 from storage import repository
 from storage.db import Database, open_database
 from storage.errors import StorageUnavailable
@@ -94,16 +98,29 @@ def init_logs(data_dir: Path, verbose: bool) -> str | None:
         return init_faulthandler(fallback)
 
 
-def build_window(db: Database, model: Path | None, gpu_supported: bool) -> MainWindow:
-    """Wire the engine thread and the window on an open database, and start it.
+def build_window(
+    db: Database,
+    model: Path | None,
+    gpu_supported: bool,
+    hub_endpoint: str | None = None,
+) -> MainWindow:
+    """Wire the engine thread, the model library's threads and the window on an
+    open database, and start it.
 
     ``model`` None means: the remembered model, else the starter model, else
-    the welcome page asks for one.
+    the welcome page asks for one. ``hub_endpoint`` is the Hub's address for
+    tests; None uses ``HF_ENDPOINT`` or the Hub (``huggingface_hub`` reads it).
     """
     repository.mark_interrupted_generations(db)
     prefs = load_preferences(db)
     engine = EngineController(db)
-    window = MainWindow(db, engine, prefs, gpu_supported)
+    # The models live beside the database, as for ``arbor models`` (which
+    # also honours ARBOR_MODELS_DIR).
+    env_dir = os.environ.get(MODELS_DIR_ENV)
+    models_dir = Path(env_dir).expanduser().resolve() if env_dir else None
+    library = ModelLibrary(db.path.parent, models_dir, load_catalog())
+    models = ModelServices.create(library, starter_model_path(), hub_endpoint)
+    window = MainWindow(db, engine, prefs, gpu_supported, models)
     window.start(model or remembered_or_starter_model(prefs.model_path))
     return window
 

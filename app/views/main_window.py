@@ -7,6 +7,12 @@ the presenter submits jobs to the engine worker and calls the window back
 through the ``View`` methods below. The widgets are laid out by
 ``window_layout``; the actions come from the table in ``app.actions`` (each
 is ``window.<name>_action``).
+
+Models are found, downloaded and removed through ``ModelServices`` (the
+download and library threads), which the window owns for its whole life: a
+download goes on while the chat does and when the Models dialog is closed;
+``DownloadStatus`` shows it in the status bar, and the welcome page's offer
+of a recommended model.
 """
 
 from __future__ import annotations
@@ -29,16 +35,19 @@ from app.views import exchange_actions
 from app.views.about import about_text
 from app.views.dialogs.context_full import offer_ways_on
 from app.views.dialogs.errors import confirm, show_error
+from app.views.dialogs.models import ModelsDialog
 from app.views.dialogs.new_conversation import NewConversationDialog
 from app.views.dialogs.search import SearchDialog
 from app.views.dialogs.settings import SettingsDialog
 from app.views.dialogs.storage import StorageDialog
+from app.views.download_status import DownloadStatus
 from app.views.status_bar import ReplyFigures, SyncFigures
 from app.views.theme import app_icon
 from app.views.welcome import choose_model_file
 from app.views.window_actions import build_actions, fill_recent_menu
 from app.views.window_layout import build_layout
 from app.workers.engine_thread import EngineController
+from app.workers.library_worker import ModelServices
 from storage.db import Database
 from storage.repository import ConversationRecord
 
@@ -56,6 +65,9 @@ class MainWindow(QMainWindow):
         The user's preferences (saved back when they change).
     gpu_supported
         Whether this llama.cpp build can offload layers (for the settings).
+    models
+        The model library and its download and library threads; the window
+        shuts them down when closed.
     """
 
     def __init__(
@@ -64,13 +76,16 @@ class MainWindow(QMainWindow):
         engine: EngineController,
         prefs: Preferences,
         gpu_supported: bool,
+        models: ModelServices,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.db = db
         self.engine = engine
+        self.models = models
         self._gpu_supported = gpu_supported
         self._search_dialog: SearchDialog | None = None
+        self._models_dialog: ModelsDialog | None = None
         self.presenter = WindowPresenter(db, engine, prefs, self)
         self.setWindowTitle("Arbor")
         self.setWindowIcon(app_icon())
@@ -84,6 +99,9 @@ class MainWindow(QMainWindow):
         self.center, self.chat_page = widgets.center, widgets.chat_page
         self.splitter, self.status = widgets.splitter, widgets.status
         self.actions_by_name, self.recent_menu = build_actions(self)
+        self.download_status = DownloadStatus(
+            models, self.welcome, self.status, prefs.backend.n_ctx, self
+        )
         self.preferences_changed(prefs)
         self._connect()
         self.state_changed()
@@ -114,6 +132,10 @@ class MainWindow(QMainWindow):
         self.composer.stop_clicked.connect(self.stop)
         self.composer.reasoning_changed.connect(presenter.set_reasoning)
         self.welcome.model_chosen.connect(self._on_welcome_model_chosen)
+        self.welcome.browse_requested.connect(self.open_models)
+        self.download_status.load_requested.connect(
+            self._on_download_status_load_requested
+        )
 
     # --- what tests, tools and the composition root use -------------------------
 
@@ -250,6 +272,8 @@ class MainWindow(QMainWindow):
         self.status.set_context(0, n_ctx)
         self.center.setCurrentWidget(self.chat_page)
         self.composer.edit.setFocus()
+        # "Last used" in the Models dialog; a file opened by path joins the list.
+        self.models.tasks.touch(Path(info.path))
 
     def model_missing(self) -> None:
         """No model could be loaded: the welcome page asks for another."""
@@ -283,9 +307,11 @@ class MainWindow(QMainWindow):
         self.tree_panel.view.setFocus()
 
     def preferences_changed(self, prefs: Preferences) -> None:
-        """Show the recent models on the welcome page and in the File menu."""
+        """Show the recent models on the welcome page and in the File menu, and
+        the model the welcome page offers (it depends on the context size)."""
         self.welcome.set_recent(list(prefs.recent_models))
         fill_recent_menu(self.recent_menu, prefs.recent_models, self.load_model)
+        self.download_status.set_context_size(prefs.backend.n_ctx)
 
     def state_changed(self) -> None:
         """Enable what can be done now; the composer says what it takes."""
@@ -437,6 +463,23 @@ class MainWindow(QMainWindow):
         if path is not None:
             self.load_model(path)
 
+    def open_models(self) -> None:
+        """Show the Models dialog: recommended, the Hub, installed, downloads."""
+        if self._models_dialog is None:
+            self._models_dialog = ModelsDialog(
+                self.models, self.prefs.backend.n_ctx, self
+            )
+            self._models_dialog.load_requested.connect(
+                self._on_models_dialog_load_requested
+            )
+        info = self.model_info
+        self._models_dialog.refresh(
+            self.prefs.backend.n_ctx, info.path if info is not None else None
+        )
+        self._models_dialog.show()
+        self._models_dialog.raise_()
+        self._models_dialog.activateWindow()
+
     def open_settings(self) -> None:
         """Edit the preferences."""
         dialog = SettingsDialog(self.prefs, self._gpu_supported, self)
@@ -477,6 +520,27 @@ class MainWindow(QMainWindow):
     def _on_welcome_model_chosen(self, path: str) -> None:
         self.load_model(Path(path))
 
+    @Slot(str)
+    def _on_models_dialog_load_requested(self, path: str) -> None:
+        assert self._models_dialog is not None
+        if not self.presenter.writable:
+            # As for File → Open model file: not while a reply is made.
+            self._models_dialog.show_error(
+                "A reply is being generated: stop it (Esc) or wait, then load "
+                "the model."
+            )
+            return
+        self._models_dialog.hide()
+        self.activateWindow()  # the chat is where the user goes next
+        self.load_model(Path(path))
+
+    @Slot(str)
+    def _on_download_status_load_requested(self, path: str) -> None:
+        # The model offered on the welcome page is here. It loads unless the
+        # user chose another one meanwhile: that one stays.
+        if self.model_info is None and self.presenter.loading_model is None:
+            self.load_model(Path(path))
+
     def _show_transcript(self, node_id: int, follow: bool) -> None:
         """Show the path to ``node_id`` with the reasoning of its replies."""
         snapshot = self.presenter.snapshot
@@ -491,7 +555,9 @@ class MainWindow(QMainWindow):
     # --- closing ----------------------------------------------------------------------
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        # Stop the reply (the service keeps what was generated, marked
-        # "stopped"), free the model and end the engine thread before closing.
+        # Pause the downloads (their parts stay: the next start resumes them),
+        # stop the reply (the service keeps what was generated, marked
+        # "stopped"), free the model and end the threads before closing.
+        self.models.shut_down()
         self.engine.shut_down()
         super().closeEvent(event)

@@ -1,5 +1,6 @@
 """``ArborStatusBar``: model, layers, context use, last restore, speed, busy state,
-and a note when the model has no chat template of its own."""
+the download under way, and a note when the model has no chat template of its
+own."""
 
 from __future__ import annotations
 
@@ -109,6 +110,9 @@ class ArborStatusBar(QStatusBar):
         self.busy_bar.setTextVisible(False)
         self.busy_bar.hide()
         self.busy_label = QLabel()
+        # A download goes on with the Models dialog closed: it shows here.
+        self.download_label = self._label("StatusDownload", "")
+        self.download_label.hide()
         self.model_label = self._label("StatusModel", "No model loaded")
         self.layers_label = self._label("StatusLayers", "")
         self.context_label = self._label("StatusContext", "")
@@ -123,6 +127,7 @@ class ArborStatusBar(QStatusBar):
         self.chat_format_label.hide()
         self.addWidget(self.busy_bar)
         self.addWidget(self.busy_label)
+        self.addWidget(self.download_label)
         for label in (
             self.restore_label,
             self.speed_label,
@@ -143,6 +148,11 @@ class ArborStatusBar(QStatusBar):
         """Show the busy indicator with ``text``, or hide it (None)."""
         self.busy_bar.setVisible(text is not None)
         self.busy_label.setText(text or "")
+
+    def set_download(self, text: str | None) -> None:
+        """Show how the download under way goes, or nothing (None)."""
+        self.download_label.setVisible(text is not None)
+        self.download_label.setText(text or "")
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded model's name and where it runs."""

@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, assert_never
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -22,8 +21,6 @@ from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.context_sync import SyncStats
 from app.conversation.errors import USER_ERRORS
 from app.conversation.service import ConversationService, Reply
-from app.library.catalog import load_catalog
-from app.library.installed import note_model_used
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import save_preferences
 from app.workers import jobs
@@ -233,7 +230,6 @@ class EngineWorker(QObject):
         self._service = ConversationService(
             self._db, engine, CheckpointWriter(self._db)
         )
-        note_model_used(self._db.path.parent, Path(job.path), load_catalog())
         return JobResult(job, model=engine.info, n_ctx=engine.n_ctx)
 
     def _generate(

@@ -89,13 +89,19 @@ class WindowFactory:
         return db
 
     def __call__(
-        self, model: Path | bool | None = True, wait: bool = True
+        self,
+        model: Path | bool | None = True,
+        wait: bool = True,
+        hub_endpoint: str | None = None,
     ) -> MainWindow:
         """A shown window on the tiny model (``model=True``), a given one, or None:
-        the remembered or starter model."""
+        the remembered or starter model; ``hub_endpoint`` is a test Hub's."""
         db = self.open_db()
         window = build_window(
-            db, self.tiny_model if model is True else model or None, gpu_supported=False
+            db,
+            self.tiny_model if model is True else model or None,
+            gpu_supported=False,
+            hub_endpoint=hub_endpoint,
         )
         self._qtbot.addWidget(window)
         window.show()
