@@ -174,6 +174,10 @@ class View(Protocol):
     def focus_tree(self) -> None:
         """Show the tree and give it the keyboard."""
 
+    def offer_model_switch(self, made_with: str | None) -> None:
+        """The shown conversation was made with the model in ``made_with``, not
+        the loaded one: offer to switch back or go on (None: offer nothing)."""
+
     def preferences_changed(self, prefs: Preferences) -> None:
         """The preferences changed (e.g. the recent models)."""
 
@@ -205,8 +209,15 @@ class WindowPresenter:
         self.view = view
         self.read_only = db.read_only
         self.model_info: ModelInfo | None = None
+        # The loaded model's backend profile: the tree marks its checkpoints.
+        self.profile_id: int | None = None
         self.loading_model: str | None = None
         self.conversation_id: int | None = None
+        # The shown conversation as stored (which model it was made with).
+        self.shown_record: ConversationRecord | None = None
+        # Conversations the user chose to go on with the loaded model, though
+        # they were made with another.
+        self._keep_loaded: set[int] = set()
         self.active_id: int | None = None
         self.snapshot = TreeSnapshot.empty()
         # The shown conversation's stored reasoning choice (None: the default).
@@ -302,6 +313,7 @@ class WindowPresenter:
             self.view.show_error("Could not open the conversation", str(exc))
             return
         self.conversation_id = conversation_id
+        self.shown_record = record
         self.reasoning = record.reasoning
         self.view.conversation_shown(record)
         self.reload_tree()
@@ -318,13 +330,45 @@ class WindowPresenter:
         ``follow`` False leaves the transcript where the user scrolled to.
         """
         node_id = self._show_active(node_id, follow)
+        made_with = self.made_with_other_model()
+        self.view.offer_model_switch(made_with)
         if node_id is not None:
-            if restore and self.model_info is not None:
+            if restore and self.model_info is not None and made_with is None:
                 # Restoring also records the node as where to reopen.
                 self.engine.submit(jobs.Restore(node_id))
             elif not self.read_only:  # where to reopen: worth no error
+                # With another model's conversation nothing is restored until
+                # the user says which model: restoring under this one would
+                # tokenize its messages anew.
                 self.engine.submit(jobs.SetActiveNode(node_id))
         self.view.state_changed()
+
+    def made_with_other_model(self) -> str | None:
+        """The model file the shown conversation was made with, when another
+        model is loaded and the user has not chosen to go on with that one."""
+        record, info = self.shown_record, self.model_info
+        if (
+            record is None
+            or info is None
+            or not record.model_identity
+            or not record.model_path
+            or record.model_identity == info.identity
+            or record.id in self._keep_loaded
+        ):
+            return None
+        return record.model_path
+
+    def switch_to_made_with(self) -> None:
+        """Load the model the shown conversation was made with."""
+        made_with = self.made_with_other_model()
+        if made_with is not None and self.writable:
+            self.load_model(Path(made_with))
+
+    def keep_loaded_model(self) -> None:
+        """Go on with the loaded model in the shown conversation."""
+        if self.conversation_id is not None:
+            self._keep_loaded.add(self.conversation_id)
+            self.activate(self.active_id, follow=False)
 
     def reload_tree(self) -> None:
         """Read the shown conversation's tree again."""
@@ -332,7 +376,7 @@ class WindowPresenter:
             self._set_snapshot(TreeSnapshot.empty())
             return
         try:
-            nodes = repository.tree(self.db, self.conversation_id)
+            nodes = repository.tree(self.db, self.conversation_id, self.profile_id)
         except (StorageUnavailable, NotFound) as exc:
             self.view.show_error("Could not read the conversation", str(exc))
             return
@@ -397,6 +441,10 @@ class WindowPresenter:
         """
         if not self.can_reply or self.loading_model or self.active_id is None:
             return False
+        if self.made_with_other_model() is not None and self.conversation_id:
+            # Writing on is choosing the loaded model.
+            self._keep_loaded.add(self.conversation_id)
+            self.view.offer_model_switch(None)
         text = text.strip()
         budget = self.prefs.checkpoint_budget_bytes
         if editing is not None and editing in self.snapshot:
@@ -666,6 +714,8 @@ class WindowPresenter:
                 self.view.give_back_text(self.pending_text)
             target = self._stored_active_node()
         self.pending_text = None
+        # The reply recorded the loaded model on the conversation.
+        self.shown_record = self._stored_record(self.conversation_id)
         tree = result.tree
         if tree is not None and tree.conversation_id == self.conversation_id:
             self._set_snapshot(tree)  # read by the engine thread, not here
@@ -693,11 +743,14 @@ class WindowPresenter:
                 self.view.model_missing()
             return
         self.model_info = result.model
+        self.profile_id = result.profile_id
         self.view.model_loaded(result.model, result.n_ctx)
         if path is not None:
             self.save_preferences(self.prefs.with_model(path))
         if self.active_id is not None:
-            self.engine.submit(jobs.Restore(self.active_id))
+            # The tree's checkpoint marks are the new model's now.
+            self.reload_tree()
+            self.activate(self.active_id, follow=False)
 
     def _stored_record(self, conversation_id: int | None) -> ConversationRecord | None:
         """The conversation as stored, or None (none shown, or unreadable now)."""

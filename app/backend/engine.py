@@ -203,6 +203,7 @@ class LlamaEngine:
         has_gpu = gpu_offload_supported()
         self.info = ModelInfo(
             path=str(model_path),
+            identity=self._model_identity,
             name=self._meta("general.name") or model_path.stem,
             size_bytes=model_path.stat().st_size,
             n_layer=int(llama_cpp.llama_model_n_layer(self._model)),

@@ -132,3 +132,6 @@ class ModelInfo:
     reasoning_choices: tuple[str, ...] = ()  # the template's reasoning switch
     reasoning_default: str | None = None
     context_note: str = ""  # why n_ctx is not the size asked for, when it is not
+    # The file's content identity (``model_file.content_identity``): which
+    # model a conversation was made with, whatever the file is called.
+    identity: str = ""

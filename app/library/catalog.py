@@ -3,12 +3,14 @@ data in ``resources/models/catalog.json`` and read here."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from app.assets import get_asset
+from app.library import names
 
 CATALOG_ASSET = "models/catalog.json"
 
@@ -62,6 +64,14 @@ class Catalog:
                 return entry
         return None
 
+    def name_for(self, path: str) -> str:
+        """How to call the model in ``path``: its catalog name, else a name
+        made from the file name (never the file's own ``general.name``,
+        which is often a build label like "Smollm2 135M 8k Lc100K Mix1")."""
+        filename = Path(path).name
+        entry = self.for_file(None, filename)
+        return entry.name if entry is not None else names.display_name(filename)
+
     def welcome_order(self) -> list[CatalogEntry]:
         """The entries the first start may offer, best first."""
         ranked = [e for e in self.entries if e.welcome_rank is not None]
@@ -74,6 +84,12 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "int | None": (int, type(None)),
 }
+
+
+@functools.cache
+def shipped_catalog() -> Catalog:
+    """The catalog Arbor ships, read once."""
+    return load_catalog()
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

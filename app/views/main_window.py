@@ -96,6 +96,7 @@ class MainWindow(QMainWindow):
         self.sidebar, self.transcript = widgets.sidebar, widgets.transcript
         self.composer, self.tree_panel = widgets.composer, widgets.tree_panel
         self.welcome, self.read_only_banner = widgets.welcome, widgets.read_only_banner
+        self.model_offer = widgets.model_offer
         self.center, self.chat_page = widgets.center, widgets.chat_page
         self.splitter, self.status = widgets.splitter, widgets.status
         self.actions_by_name, self.recent_menu = build_actions(self)
@@ -133,6 +134,8 @@ class MainWindow(QMainWindow):
         self.composer.reasoning_changed.connect(presenter.set_reasoning)
         self.welcome.model_chosen.connect(self._on_welcome_model_chosen)
         self.welcome.browse_requested.connect(self.open_models)
+        self.model_offer.switch_requested.connect(presenter.switch_to_made_with)
+        self.model_offer.keep_requested.connect(presenter.keep_loaded_model)
         self.download_status.load_requested.connect(
             self._on_download_status_load_requested
         )
@@ -299,6 +302,11 @@ class MainWindow(QMainWindow):
     def offer_ways_on(self, message: str, n_ctx: int, n_ctx_train: int) -> None:
         """The branch filled the context: ask how to go on (without blocking)."""
         offer_ways_on(self, message, n_ctx, n_ctx_train, self.presenter.way_on_chosen)
+
+    def offer_model_switch(self, made_with: str | None) -> None:
+        """Offer the model the conversation was made with (None: hide)."""
+        info = self.model_info
+        self.model_offer.offer(made_with, info.path if info is not None else None)
 
     def focus_tree(self) -> None:
         """Show the tree and give it the keyboard."""

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
+from app.library.catalog import shipped_catalog
+
 if TYPE_CHECKING:
     from app.values import ModelInfo
 
@@ -51,15 +53,18 @@ def describe_sync(stats: SyncFigures) -> str:
 
 
 CHATML_NOTE = "No usable chat template — using ChatML"
+GUESSED_NOTE = "No usable chat template — a guessed format"
 CHATML_EXPLANATION = (
-    "Arbor writes the conversation in ChatML, a common format. If the model "
-    "was trained on another format its replies may be worse; a GGUF of the "
-    "same model with its chat template built in avoids this."
+    "Arbor writes the conversation in a format guessed from the model's "
+    "architecture or vocabulary (ChatML when nothing tells). If the model was "
+    "trained on another format its replies may be worse; a base model is not "
+    "trained to chat at all. A GGUF of an instruct model with its chat "
+    "template built in avoids this."
 )
 
 
 def describe_chat_format(info: ModelInfo) -> str:
-    """Why ChatML is used, for the note's tooltip."""
+    """Which format is used instead of a template, and why, for the tooltip."""
     note = info.chat_format_note or "the model has no usable chat template"
     return f"{note[:1].upper()}{note[1:]}.\n\n{CHATML_EXPLANATION}"
 
@@ -156,15 +161,18 @@ class ArborStatusBar(QStatusBar):
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded model's name and where it runs."""
-        chatml = info is not None and info.chat_format == "chatml"
-        self.chat_format_label.setVisible(chatml)
-        if info is not None and chatml:
+        fallback = info is not None and info.chat_format != "gguf"
+        self.chat_format_label.setVisible(fallback)
+        if info is not None and fallback:
+            self.chat_format_label.setText(
+                CHATML_NOTE if info.chat_format == "chatml" else GUESSED_NOTE
+            )
             self.chat_format_label.setToolTip(describe_chat_format(info))
         if info is None:
             self.model_label.setText("No model loaded")
             self.layers_label.setText("")
             return
-        self.model_label.setText(info.name)
+        self.model_label.setText(shipped_catalog().name_for(info.path))
         self.model_label.setToolTip(
             f"{info.path}\nstate: {info.state_kind} — {info.state_note}"
         )

@@ -24,6 +24,7 @@ from app.models.conversation_list import ConversationListModel
 from app.models.conversation_tree import ConversationTreeModel
 from app.preferences import Preferences
 from app.views.composer import Composer
+from app.views.model_offer import ModelOfferBar
 from app.views.sidebar import Sidebar
 from app.views.status_bar import ArborStatusBar
 from app.views.transcript import TranscriptView
@@ -42,6 +43,7 @@ class WindowWidgets:
     tree_panel: TreePanel
     welcome: WelcomePage
     read_only_banner: QLabel
+    model_offer: ModelOfferBar
     center: QStackedWidget  # the welcome page or the chat page
     chat_page: QWidget
     splitter: QSplitter
@@ -75,6 +77,8 @@ def build_layout(
     banner.setVisible(db.read_only)
     chat_layout.addWidget(banner)
     chat_layout.addWidget(transcript, 1)
+    model_offer = ModelOfferBar()
+    chat_layout.addWidget(model_offer)
     chat_layout.addWidget(composer)
     center = QStackedWidget()
     center.addWidget(welcome)
@@ -97,6 +101,7 @@ def build_layout(
         tree_panel,
         welcome,
         banner,
+        model_offer,
         center,
         chat,
         splitter,

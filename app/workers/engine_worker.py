@@ -203,7 +203,7 @@ class EngineWorker(QObject):
         if result.conversation_id is None:
             return result
         try:
-            nodes = repository.tree(self._db, result.conversation_id)
+            nodes = self._service.tree(result.conversation_id)
         except (StorageUnavailable, NotFound) as exc:
             log.info("the tree after a reply was not read here: %s", exc)
             return result
@@ -230,7 +230,12 @@ class EngineWorker(QObject):
         self._service = ConversationService(
             self._db, engine, CheckpointWriter(self._db)
         )
-        return JobResult(job, model=engine.info, n_ctx=engine.n_ctx)
+        return JobResult(
+            job,
+            model=engine.info,
+            n_ctx=engine.n_ctx,
+            profile_id=self._service.profile_id,
+        )
 
     def _generate(
         self, job: jobs.Send | jobs.Edit | jobs.Regenerate | jobs.GenerateReply

@@ -221,6 +221,8 @@ class JobResult:
     replies: tuple[Reply, ...] = ()
     sync: SyncStats | None = None
     model: ModelInfo | None = None
+    # The loaded model's backend profile: whose checkpoints the tree counts.
+    profile_id: int | None = None
     context_tokens: int = 0
     n_ctx: int = 0
     # Checkpoint bytes the job deleted: eviction beyond the budget after a

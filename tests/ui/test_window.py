@@ -118,7 +118,8 @@ def test_first_run_without_a_model_asks_for_one_and_remembers_it(
     assert "Loading" in window.status.busy_label.text()
     wait_idle(qtbot, window)
     assert window.center.currentWidget() is window.chat_page
-    assert window.status.model_label.text() == "arbor-tiny-test"
+    # The file's name, cleaned, not its general.name ("arbor-tiny-test").
+    assert window.status.model_label.text() == "tiny"
     assert window.status.layers_label.text() == "CPU"
     prefs = load_preferences(window.db)
     assert prefs.model_path == str(make_window.tiny_model)
