@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from app.version import __version__
+from tests.fake_hub import FakeHub, HubServer
 from tests.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.packaging
@@ -140,6 +141,33 @@ def test_bundle_holds_only_the_qt_it_uses(bundle: Path) -> None:
     assert (lib / "libllama.so").is_file() and (lib / "libggml.so").is_file()
     assert (internal / "resources" / "icons" / "arbor.svg").is_file()
     assert (internal / "resources" / "styles" / "arbor.qss").is_file()
+    assert (internal / "resources" / "models" / "catalog.json").is_file()
+
+
+def test_the_bundle_searches_and_downloads_models(
+    bundle: Path, clean_env: dict[str, str], model: Path, tmp_path: Path
+) -> None:
+    # huggingface_hub and its HTTP client travel in the bundle: a search and
+    # a pull against a Hub on 127.0.0.1, then the model loads.
+    hub = FakeHub()
+    hub.add("arbor-test/Tiny-GGUF", {"Tiny-Q8_0.gguf": model})
+    data = tmp_path / "data"
+    with HubServer(hub) as server:
+        env = {**clean_env, "HF_ENDPOINT": server.url}
+        found = run_bundled(bundle, env, "--data-dir", data, "models", "search", "tiny")
+        assert found.returncode == 0, found.stderr
+        repos = json.loads(found.stdout)["repositories"]
+        assert repos[0]["files"][0]["file"] == "Tiny-Q8_0.gguf"
+        pulled = run_bundled(
+            bundle, env, "--data-dir", data, "models", "pull", "arbor-test/Tiny-GGUF"
+        )
+        assert pulled.returncode == 0, pulled.stderr
+    path = json.loads(pulled.stdout)["path"]
+    info = run_bundled(bundle, clean_env, "--data-dir", data, "--model", path, "info")
+    assert info.returncode == 0, info.stderr
+    catalog = run_bundled(bundle, clean_env, "--data-dir", data, "models", "catalog")
+    assert catalog.returncode == 0, catalog.stderr
+    assert json.loads(catalog.stdout)["models"]
 
 
 def test_version(bundle: Path, clean_env: dict[str, str]) -> None:

@@ -1,9 +1,12 @@
 """``DownloadStatus``: downloads where the Models dialog is not — a line in the
-status bar, and the welcome page's offer of a recommended model.
+status bar, and the offer of a recommended model on the welcome page and,
+while only the starter model is there, in a bar above the conversation.
 
-The welcome page offers the best recommended model that fits this computer
-(``welcome_offer``); a click downloads it (or loads it, if it is here), the
-page shows the progress, and ``load_requested`` says when the model is ready.
+Both offer the best recommended model that fits this computer
+(``welcome_offer``); a click downloads it (or uses it, if it is here), the
+offer shows the progress. The welcome page's model loads when it is ready
+(``load_requested``); the bar's waits for "Use …" (``switch_requested``),
+since a chat with the starter may be going on.
 The status bar says how the download under way goes, e.g. "Downloading
 Qwen3 4B — 43%, 12 MB/s, 1 min left", while the dialog is closed too.
 """
@@ -17,6 +20,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.library import names
 from app.library.fit import format_bytes
 from app.views.downloads import describe_download, status_text
+from app.views.starter_offer import StarterOfferBar
 from app.views.status_bar import ArborStatusBar
 from app.views.welcome import WelcomePage, welcome_offer
 from app.workers.download_worker import DONE, PAUSED, DownloadState
@@ -44,14 +48,18 @@ class DownloadStatus(QObject):
     -------
     load_requested(str)
         The offered model is here (downloaded now, or earlier): its path.
+    switch_requested(str)
+        The bar's "Use …" was clicked: load this model instead of the starter.
     """
 
     load_requested = Signal(str)
+    switch_requested = Signal(str)
 
     def __init__(
         self,
         models: ModelServices,
         welcome: WelcomePage,
+        starter_bar: StarterOfferBar,
         status: ArborStatusBar,
         n_ctx: int,
         parent: QObject | None = None,
@@ -59,11 +67,16 @@ class DownloadStatus(QObject):
         super().__init__(parent)
         self._models = models
         self._welcome = welcome
+        self._bar = starter_bar
         self._status = status
         self._n_ctx = n_ctx
         # The download the welcome page started: its model loads when done.
         self.welcome_download: str | None = None
+        # The download the starter bar started: "Use …" when done.
+        self.bar_download: str | None = None
+        self.starter_loaded = False
         welcome.offer_accepted.connect(self._on_welcome_offer_accepted)
+        starter_bar.offer_accepted.connect(self._on_starter_bar_offer_accepted)
         downloads = models.downloads
         downloads.download_queued.connect(self._on_downloads_download_queued)
         downloads.download_started.connect(self._on_downloads_download_started)
@@ -78,21 +91,33 @@ class DownloadStatus(QObject):
         self._n_ctx = n_ctx
         self.offer()
 
+    def set_starter_loaded(self, starter: bool) -> None:
+        """Whether the loaded model is the starter (the bar offers only then)."""
+        self.starter_loaded = starter
+        self.offer()
+
     def offer(self) -> None:
         """Offer the best recommended model that fits (or "Use" it, if here)."""
-        if self.welcome_download is not None:
-            return  # its progress shows there until it is done
         entry = welcome_offer(self._models.library.catalog, self._n_ctx)
-        if entry is None:
-            self._welcome.set_offer(None, "")
-        elif self._installed(entry.id) is not None:
-            self._welcome.set_offer(f"Use {entry.name}", entry.description)
-        else:
-            size = format_bytes(entry.size_bytes)
-            self._welcome.set_offer(
-                f"Download {entry.name} ({size})",
-                f"{entry.description} From {entry.repo}, {entry.license}.",
-            )
+        button, description, installed = None, "", False
+        if entry is not None:
+            installed = self._installed(entry.id) is not None
+            if installed:
+                button, description = f"Use {entry.name}", entry.description
+            else:
+                size = format_bytes(entry.size_bytes)
+                button = f"Download {entry.name} ({size})"
+                description = f"{entry.description} From {entry.repo}, {entry.license}."
+        if self.welcome_download is None:  # else its progress shows there
+            self._welcome.set_offer(button, description)
+        if self.bar_download is None:
+            # Beside the starter only: someone with models of their own knows
+            # where to find more.
+            models = self._models.library.models(self._models.starter)
+            alone = not any(m.source != "starter" and m.present for m in models)
+            wanted = self.starter_loaded and (installed or alone)
+            fits = f"{entry.name} fits this computer. " if entry is not None else ""
+            self._bar.set_offer(button if wanted else None, fits + description)
 
     def _installed(self, catalog_id: str) -> str | None:
         for model in self._models.library.models():
@@ -116,6 +141,33 @@ class DownloadStatus(QObject):
             self._welcome.show_download(
                 state.fraction, _welcome_text(state), state.active
             )
+        key = self.bar_download
+        state = downloads.state(key) if key is not None else None
+        if key is not None and state is None:
+            self.bar_download = None
+            self.offer()
+        elif state is not None:
+            self._bar.show_download(state.fraction, _welcome_text(state), state.active)
+
+    def _start_offered_download(self) -> str | None:
+        """Download the offered model; its key (None: nothing is offered)."""
+        entry = welcome_offer(self._models.library.catalog, self._n_ctx)
+        if entry is None:
+            return None
+        parts = tuple(names.split_siblings(entry.file))
+        return self._models.downloads.download(
+            entry.repo, parts, entry.name, entry.size_bytes
+        )
+
+    @Slot()
+    def _on_starter_bar_offer_accepted(self) -> None:
+        entry = welcome_offer(self._models.library.catalog, self._n_ctx)
+        path = self._installed(entry.id) if entry is not None else None
+        if path is not None:
+            self.switch_requested.emit(path)
+            return
+        self.bar_download = self._start_offered_download()
+        self._show()
 
     @Slot()
     def _on_welcome_offer_accepted(self) -> None:
@@ -126,10 +178,7 @@ class DownloadStatus(QObject):
         if path is not None:
             self.load_requested.emit(path)
             return
-        parts = tuple(names.split_siblings(entry.file))
-        self.welcome_download = self._models.downloads.download(
-            entry.repo, parts, entry.name, entry.size_bytes
-        )
+        self.welcome_download = self._start_offered_download()
         self._show()
 
     @Slot(str)
@@ -152,6 +201,10 @@ class DownloadStatus(QObject):
         if key == self.welcome_download:
             self.welcome_download = None
             self.load_requested.emit(path)
+            return
+        if key == self.bar_download:
+            self.bar_download = None
+            self.offer()  # "Use" it now
             return
         state = self._models.downloads.state(key)
         name = state.name if state is not None else Path(path).name

@@ -97,11 +97,17 @@ class MainWindow(QMainWindow):
         self.composer, self.tree_panel = widgets.composer, widgets.tree_panel
         self.welcome, self.read_only_banner = widgets.welcome, widgets.read_only_banner
         self.model_offer = widgets.model_offer
+        self.starter_offer = widgets.starter_offer
         self.center, self.chat_page = widgets.center, widgets.chat_page
         self.splitter, self.status = widgets.splitter, widgets.status
         self.actions_by_name, self.recent_menu = build_actions(self)
         self.download_status = DownloadStatus(
-            models, self.welcome, self.status, prefs.backend.n_ctx, self
+            models,
+            self.welcome,
+            self.starter_offer,
+            self.status,
+            prefs.backend.n_ctx,
+            self,
         )
         self.preferences_changed(prefs)
         self._connect()
@@ -134,6 +140,10 @@ class MainWindow(QMainWindow):
         self.composer.reasoning_changed.connect(presenter.set_reasoning)
         self.welcome.model_chosen.connect(self._on_welcome_model_chosen)
         self.welcome.browse_requested.connect(self.open_models)
+        self.starter_offer.browse_requested.connect(self.open_models)
+        self.download_status.switch_requested.connect(
+            self._on_download_status_switch_requested
+        )
         self.model_offer.switch_requested.connect(presenter.switch_to_made_with)
         self.model_offer.keep_requested.connect(presenter.keep_loaded_model)
         self.download_status.load_requested.connect(
@@ -277,6 +287,9 @@ class MainWindow(QMainWindow):
         self.composer.edit.setFocus()
         # "Last used" in the Models dialog; a file opened by path joins the list.
         self.models.tasks.touch(Path(info.path))
+        self.download_status.set_starter_loaded(
+            self.models.starter is not None and Path(info.path) == self.models.starter
+        )
 
     def model_missing(self) -> None:
         """No model could be loaded: the welcome page asks for another."""
@@ -540,6 +553,16 @@ class MainWindow(QMainWindow):
             return
         self._models_dialog.hide()
         self.activateWindow()  # the chat is where the user goes next
+        self.load_model(Path(path))
+
+    @Slot(str)
+    def _on_download_status_switch_requested(self, path: str) -> None:
+        if not self.presenter.writable:
+            self.status.showMessage(
+                "A reply is being generated: stop it (Esc) or wait, then switch.",
+                8000,
+            )
+            return
         self.load_model(Path(path))
 
     @Slot(str)

@@ -26,6 +26,7 @@ from app.preferences import Preferences
 from app.views.composer import Composer
 from app.views.model_offer import ModelOfferBar
 from app.views.sidebar import Sidebar
+from app.views.starter_offer import StarterOfferBar
 from app.views.status_bar import ArborStatusBar
 from app.views.transcript import TranscriptView
 from app.views.tree_panel import TreePanel
@@ -44,6 +45,7 @@ class WindowWidgets:
     welcome: WelcomePage
     read_only_banner: QLabel
     model_offer: ModelOfferBar
+    starter_offer: StarterOfferBar
     center: QStackedWidget  # the welcome page or the chat page
     chat_page: QWidget
     splitter: QSplitter
@@ -76,6 +78,8 @@ def build_layout(
     banner.setWordWrap(True)
     banner.setVisible(db.read_only)
     chat_layout.addWidget(banner)
+    starter_offer = StarterOfferBar()
+    chat_layout.addWidget(starter_offer)
     chat_layout.addWidget(transcript, 1)
     model_offer = ModelOfferBar()
     chat_layout.addWidget(model_offer)
@@ -102,6 +106,7 @@ def build_layout(
         welcome,
         banner,
         model_offer,
+        starter_offer,
         center,
         chat,
         splitter,
