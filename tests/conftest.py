@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests import gemma, template_corpus
+from tests import gemma, real_vocab, template_corpus
 from tests.tiny_model import (
     write_tiny_model,
     write_tiny_recurrent_model,
@@ -33,6 +33,12 @@ def other_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_model(
         tmp_path_factory.mktemp("models2") / "tiny-other.gguf", seed=99
     )
+
+
+@pytest.fixture(scope="session")
+def real_vocabs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """llama.cpp's vocab-only GGUFs and tokenizer tests, extracted once a session."""
+    return real_vocab.extract_vocabs(tmp_path_factory.mktemp("real-vocabs"))
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.backend.chat_format import CHATML_TEMPLATE, ChatFormat, Message, load
+from tests import template_corpus
 from tests.tiny_model import CHATML_TEMPLATE as TEMPLATE_WITH_DEFAULT_SYSTEM
 
 LLAMA3 = (
@@ -66,3 +67,58 @@ def test_unusable_or_missing_templates_fall_back_to_chatml(template, reason):
     assert fmt.kind == "chatml"
     assert reason in fmt.note
     assert fmt.prompt(None, TURNS)[1].endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("eos", ["<|endoftext|>", "</s>"])
+def test_footer_is_what_the_next_turn_reads_after_a_reply(eos):
+    # Phi-3.5 ends a conversation with eos_token; one that goes on never
+    # holds it after the reply, so the footer leaves it out (else every next
+    # turn would decode the reply again).
+    fmt = ChatFormat(
+        template_corpus.reference_templates()["microsoft-Phi-3.5-mini-instruct"],
+        "<s>",
+        eos,
+    )
+    one_round = TURNS[:2]
+    assert fmt.history(None, one_round).endswith("Hello!<|end|>\n" + eos)
+    assert fmt.footer == "<|end|>\n"
+    # A reply rendered again (for another model) is closed the same way.
+    again = fmt.reply_history(None, one_round)
+    assert again == "<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+    assert fmt.render(TURNS).startswith(again)
+
+
+# The reference templates whose ending after a last reply is not what a
+# continued conversation holds there: Phi-3.5 appends eos_token; the others
+# append a generation prompt or a tool-use preamble after the last turn, and
+# the footer is what that shares with the next user turn, up to a marker
+# (the turn's opening marker, where both begin with it: the next span holds
+# the rest of that turn).
+CHANGED_FOOTERS = {
+    "microsoft-Phi-3.5-mini-instruct": "<|end|>\n",
+    "fireworks-ai-llama-3-firefunction-v2": "<|eot_id|><|start_header_id|>",
+    "CohereForAI-c4ai-command-r-plus-tool_use": (
+        "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|>"
+    ),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": (
+        "<|END_RESPONSE|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|>"
+    ),
+}
+
+
+def test_footers_of_the_reference_templates():
+    one_round = TURNS[:2]
+    for name, source in sorted(template_corpus.reference_templates().items()):
+        fmt = ChatFormat(source, "<s>", "</s>")
+        ending = fmt.history(None, one_round).rsplit("Hello!", 1)[1]
+        continued = fmt.render(TURNS).split("Hello!", 1)[1]
+        if name in CHANGED_FOOTERS:
+            assert not continued.startswith(ending), name
+            assert fmt.footer == CHANGED_FOOTERS[name], name
+            assert continued.startswith(fmt.footer), name
+            assert fmt.render(TURNS).startswith(fmt.reply_history(None, one_round))
+        else:
+            # Everywhere else the ending is what goes on (or, gpt-oss, what
+            # the next turn shares nothing with): the footer, as before.
+            assert fmt.footer == ending, name
+            assert fmt.reply_history(None, one_round) == fmt.history(None, one_round)

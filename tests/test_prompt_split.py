@@ -8,7 +8,9 @@ user span end inside the ``<|assistant|>`` marker. These tests run Phi-3.5
 and Phi-3-small (llama.cpp's reference templates) on a tiny model whose
 vocabulary has Phi's markers as control tokens, through the real backend and
 the real conversation service; and check that the split falls where the
-pieces tokenize as the joined text does.
+pieces tokenize as the joined text does. Phi-3.5 also runs on Phi-3's real
+vocabulary (``tests/real_vocab.py``), where llama.cpp's markers swallow the
+whitespace after them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from app.conversation.service import ConversationService
 from app.conversation.spans import span_tokens, turns_of
 from storage.db import open_database
 from storage.repository import NodeRecord
-from tests import template_corpus
+from storage.values import Role
+from tests import real_vocab, template_corpus
 from tests.tiny_model import write_tiny_model
 
 PARAMS = SamplingParams(temperature=0, max_tokens=200)
@@ -174,3 +177,84 @@ def test_split_is_where_the_pieces_tokenize_as_the_whole(tmp_path, open_service)
         assert list(user.tokens) + header == engine.tokenize(joined)
         assert _held_context(path) == _rendered(engine, None, path)
         node = reply.assistant_node
+
+
+@pytest.mark.parametrize("system", [None, "Answer briefly."])
+def test_phi_on_its_real_vocabulary(real_vocabs, tmp_path, open_service, system):
+    model = real_vocab.real_vocab_model(
+        tmp_path,
+        real_vocab.vocab_file(real_vocabs, "phi-3"),
+        _template("microsoft-Phi-3.5-mini-instruct"),
+    )
+    service = open_service(model)
+    engine = service.engine
+    assert engine.info.chat_format == "gguf", engine.info.chat_format_note
+    (assistant,) = engine.tokenize("<|assistant|>")
+    (end,) = engine.tokenize("<|end|>")
+    (user,) = engine.tokenize("<|user|>")
+    assert engine.is_special(assistant) and engine.is_end_of_generation(end)
+    # Guard: this is Phi-3's tokenizer, whose markers eat the newline after
+    # them (the tiny byte-level vocabulary keeps it as a token).
+    assert engine.tokenize("<|end|>\n<|user|>\n") == [end, user]
+
+    _conv, node = service.new_conversation(system)
+    redecoded = []
+    for question, answer in [*ROUNDS, ("And a third one", "Done.\n")]:
+        engine.script = [*engine.tokenize(answer), end]
+        parent_end = service.path(node)[-1].end_pos
+        reply = service.send(node, question, PARAMS)
+        path = service.path(reply.assistant_node)
+        if redecoded:  # the first reply decodes the new root once
+            assert reply.stats.reprocessed_tokens == 0
+        for span in path[1:]:
+            assert not span.span_text.endswith(("<", "<|")), (span.role, span.span_text)
+        replies = [n for n in path if n.role == Role.ASSISTANT]
+        assert [n.tokens[0] for n in replies] == [assistant] * len(replies)
+        assert _held_context(path) == _rendered(engine, system, path)
+        redecoded.append(parent_end - path[-2].start_pos)
+        node = reply.assistant_node
+    print(f"\nPhi-3.5, real vocabulary: tokens decoded again per turn {redecoded}")
+    # A reply is closed as the next turn reads it (<|end|>\n, not the
+    # conversation's final <|endoftext|>), with <|end|> eating the newline as
+    # in llama.cpp's tokens of the whole render: no turn decodes one again.
+    reply = service.path(node)[-1]
+    assert reply.span_text.endswith("Done.\n<|end|>\n")
+    assert reply.tokens[-1] == end
+    assert redecoded == [0, 0, 0]
+
+
+def test_a_reply_rendered_again_is_closed_as_the_next_turn_reads_it(
+    real_vocabs, tmp_path, open_service
+):
+    # A conversation goes on with another model (another vocabulary): its
+    # spans are rendered again, and a reply's ends as a reply just generated
+    # does, without the <|endoftext|> that only ends a whole conversation.
+    template = _template("microsoft-Phi-3.5-mini-instruct")
+    first = open_service(
+        real_vocab.real_vocab_model(
+            tmp_path, real_vocab.vocab_file(real_vocabs, "phi-3"), template
+        )
+    )
+    _conv, root = first.new_conversation(None)
+    (first_end,) = first.engine.tokenize("<|end|>")
+    first.engine.script = [*first.engine.tokenize("Hello!"), first_end]
+    answered = first.send(root, "Hi there", PARAMS)
+
+    other = write_tiny_model(
+        tmp_path / "phi-tiny.gguf",
+        chat_template=template,
+        extra_tokens=PHI_TOKENS,
+        eos_token="<|endoftext|>",
+        eot_token="<|end|>",
+    )
+    second = open_service(other)
+    (end,) = second.engine.tokenize("<|end|>")
+    second.engine.script = [*second.engine.tokenize("Bye."), end]
+    reply = second.send(answered.assistant_node, "Next", PARAMS)
+    path = second.path(reply.assistant_node)
+    again, user = path[-3], path[-2]
+    assert again.vocab_id == second.engine.vocab_id
+    assert again.span_text.startswith("<|assistant|>\n")
+    assert again.span_text.endswith("Hello!<|end|>\n")
+    assert user.start_pos == again.end_pos  # nothing decoded again
+    assert _held_context(path) == _rendered(second.engine, None, path)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from app.backend.chat_format import Message
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
@@ -22,7 +23,7 @@ from app.conversation import folding
 from app.conversation.service import ConversationService
 from app.conversation.spans import span_tokens, system_of, turns_of
 from storage.db import open_database
-from tests import template_corpus
+from tests import real_vocab, template_corpus
 from tests.conftest import run_cli
 from tests.tiny_model import write_tiny_model
 
@@ -234,3 +235,55 @@ def test_reasoning_choice_from_the_command_line(tmp_path, data_dir):
     # Thinking off: Qwen3's template opens and closes an empty thinking block,
     # so the whole reply is answer.
     assert "thinking" not in reply
+
+
+def _reference_case_template(name: str) -> str:
+    return next(
+        c.template_str for c in template_corpus.reference_cases() if c.name == name
+    )
+
+
+# Real vocabularies (tests/real_vocab.py), where the seams between spans
+# matter: Mistral 7B's markers are plain text in its SentencePiece vocabulary
+# (a span that continues a line must not get SentencePiece's space prefix),
+# Llama 3's BPE merges across text.
+REAL_VOCAB_CASES = {
+    "mistral-v1": (
+        "llama-spm",
+        "mistralai/Mistral-7B-Instruct-v0.2 (mistralai 'v1' template with a "
+        "system prompt)",
+    ),
+    "llama-3.1": ("llama-bpe", "meta-llama-Llama-3.1-8B-Instruct"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REAL_VOCAB_CASES))
+def test_context_is_llama_cpps_tokens_of_the_render_on_real_vocabularies(
+    real_vocabs, tmp_path, open_service, case
+):
+    vocab, template_name = REAL_VOCAB_CASES[case]
+    templates = template_corpus.reference_templates()
+    template = templates.get(template_name) or _reference_case_template(template_name)
+    model = real_vocab.real_vocab_model(
+        tmp_path, real_vocab.vocab_file(real_vocabs, vocab), template
+    )
+    service = open_service(model)
+    engine = service.engine
+    end = engine.tokenize(engine.chat_format.footer)[0]
+    assert engine.is_end_of_generation(end)
+    _conv, node = service.new_conversation("Answer briefly.")
+    for question, written in zip(
+        QUESTIONS, ["Hello!", "  Schön 🌳  \n", "Done."], strict=True
+    ):
+        path = service.path(node)
+        _through, prompt = engine.chat_format.prompt(
+            system_of(path), [*turns_of(path), Message("user", question)]
+        )
+        engine.script = [*real_vocab.written_tokens(engine, prompt, written), end]
+        reply = service.send(node, question, PARAMS)
+        assert _held_context(service, reply.assistant_node) == _expected_context(
+            service, reply.user_node
+        )
+        if node != path[0].id:  # the first reply decodes the new root once
+            assert reply.stats.reprocessed_tokens == 0
+        node = reply.assistant_node

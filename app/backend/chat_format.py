@@ -88,7 +88,9 @@ class ChatFormat:
         self.kind = kind
         self.note = note
         self.markers = markers
-        self.footer = self._probe_footer()
+        # What a render ending with a reply has after the reply's content;
+        # the footer is its start, or all of it.
+        self._ending, self.footer = self._probe_footer()
 
     def render(
         self,
@@ -173,6 +175,25 @@ class ChatFormat:
         messages = [*([Message("system", system)] if system else []), *turns]
         return self.render(messages, False, variables)
 
+    def reply_history(
+        self,
+        system: str | None,
+        turns: Sequence[Message],
+        variables: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Render a conversation ending with a reply, as the next turn reads it.
+
+        That is ``history`` with the last reply closed by the ``footer``:
+        what a template writes only at the very end of a conversation
+        (Phi-3's ``eos_token``) is left off, as it is from the span of a
+        reply just generated.
+        """
+        text = self.history(system, turns, variables)
+        rest = self._ending[len(self.footer) :]
+        if rest and self._ending.startswith(self.footer) and text.endswith(rest):
+            return text[: -len(rest)]
+        return text
+
     def _render_or_empty(
         self, messages: Sequence[Message], variables: Mapping[str, Any] | None
     ) -> str:
@@ -182,14 +203,45 @@ class ChatFormat:
         except TemplateError:
             return ""
 
-    def _probe_footer(self) -> str:
-        # What the template writes after a reply's content when the reply ends
-        # the conversation (e.g. "<|im_end|>\n"). A template that does not
-        # render a last reply (YandexGPT) gets no footer: the next turn's
-        # rendering of the reply replaces it anyway (see folding).
+    def _probe_footer(self) -> tuple[str, str]:
+        """What follows a reply's content: at the end, and as the next turn reads it.
+
+        Returns ``(ending, footer)``: the text after the last reply's content
+        in a render that ends with it, and the footer that closes a reply.
+
+        A reply's span is only ever followed by the next user turn, so the
+        footer is what the template writes after the reply's content when the
+        conversation goes on (e.g. ``"<|im_end|>\\n"``), not what it writes
+        when the reply ends the conversation: Phi-3 ends a whole conversation
+        with ``eos_token`` (``<|end|>\\n<|endoftext|>``) that a continued one
+        never holds, and a footer with it would have every next turn decode
+        the reply again. The two renders are compared after the reply's
+        content: their shared start, cut back after its last newline or
+        marker (``_cut_at_line``), is the footer. (Where the template appends
+        a turn after the last one, a generation prompt or Command-R's tool
+        preamble, that turn's opening marker is shared too and ends the
+        footer; the next span holds the rest of the turn.) Where they share
+        nothing (gpt-oss closes a last reply with ``<|return|>``, an earlier
+        one with ``<|end|>``) the conversation's own ending is kept, as it is
+        when a template cannot render a next turn. A template that does not
+        render a last reply (YandexGPT) gets no footer: the next turn's
+        rendering of the reply replaces it anyway (see folding).
+        """
         history = [Message("user", "hi"), Message("assistant", _PROBE)]
         closed = self.render(history)
-        return closed.rsplit(_PROBE, 1)[1] if _PROBE in closed else ""
+        if _PROBE not in closed:
+            return "", ""
+        ending = closed.rsplit(_PROBE, 1)[1]
+        try:
+            continued = self.render([*history, Message("user", _OTHER_PROBE)])
+        except TemplateError:
+            return ending, ending
+        if _PROBE not in continued:
+            return ending, ending
+        shared = _common_prefix(ending, continued.split(_PROBE, 1)[1])
+        if shared == len(ending):
+            return ending, ending
+        return ending, _cut_at_line(ending[:shared]) or ending
 
 
 def load(

@@ -1231,7 +1231,8 @@ class ConversationService:
         ended_by_model = bool(pending) and engine.is_end_of_generation(pending[-1])
         if ended_by_model:
             footer_text = footer_text[len(engine.token_text(pending[-1])) :]
-        closing = [*pending, *(engine.tokenize(footer_text) if footer_text else [])]
+        marker = pending[-1] if ended_by_model else None
+        closing = [*pending, *spans.closing_tokens(engine, marker, footer_text)]
         decoded = (
             sampled.tokens if ended_by_model or not pending else sampled.tokens[:-1]
         )

@@ -66,11 +66,63 @@ def span_tokens(engine: LlamaEngine, text: str, at_start: bool) -> list[int]:
     return tokens
 
 
+def closing_tokens(engine: LlamaEngine, marker: int | None, text: str) -> list[int]:
+    r"""Tokens of ``text``, the rest of a footer, as they follow ``marker``.
+
+    ``marker`` is the end-of-turn token the model wrote (None: the footer is
+    decoded whole). The tokens are those ``text`` has in context, after the
+    marker: a marker can swallow the whitespace after it (llama.cpp gives
+    Phi-3's markers rstrip, so ``<|end|>\n<|user|>`` is two tokens), where
+    ``"\n"`` tokenized alone would be two tokens of its own that no
+    rendering of the conversation holds.
+    """
+    if not text:
+        return []
+    if marker is not None:
+        joined = engine.tokenize(engine.token_text(marker) + text)
+        if joined[:1] == [marker]:
+            return joined[1:]
+    return engine.tokenize(text)
+
+
 def place(engine: LlamaEngine, path: Sequence[NodeRecord], target: str) -> Placement:
-    """Place a span so that the context after ``path`` reads ``target``."""
+    """Place a span so that the context after ``path`` reads ``target``.
+
+    The span follows the deepest node whose held text ``target`` starts with
+    (``folding.fold``) and whose span it joins cleanly (``_joins_cleanly``);
+    where it would not, it starts further up and holds that node's turn too,
+    so that the context stays what llama.cpp makes of the whole render.
+    """
     nodes = folding.effective(path)
     k, text = folding.fold(nodes, target)
+    while k >= 0 and not _joins_cleanly(engine, nodes[k], text):
+        k, text = folding.fold(nodes[:k], target)
     return Placement(nodes[: k + 1], text, span_tokens(engine, text, k < 0))
+
+
+# How much text on each side of a seam ``_joins_cleanly`` tokenizes.
+_SEAM_CHARS = 256
+
+
+def _joins_cleanly(engine: LlamaEngine, node: NodeRecord, text: str) -> bool:
+    r"""Whether a span of ``text`` can follow ``node``'s span as tokenized apart.
+
+    It can when the two texts tokenize apart into the tokens of their joined
+    text, as they mostly do where a marker token ends the node (a reply's
+    ``<|im_end|>\n``). Where the template's markers are plain text in the
+    vocabulary, a merge can span the seam (``\n`` ``<`` apart, ``\n<``
+    joined), or SentencePiece writes its space prefix before a span that
+    continues a line; a span placed there would hold tokens that no
+    rendering of the conversation has. (``_clean_cut`` solves the same
+    problem between a user turn and the reply's opening, where the cut is
+    free to move; here the node's tokens are stored, so the span moves up.)
+    """
+    if not node.span_text or not text:
+        return True
+    # A seam's merges are local: the texts near it decide, however long the
+    # spans (a re-rendered span can hold many turns).
+    held, head = node.span_text[-_SEAM_CHARS:], text[:_SEAM_CHARS]
+    return engine.tokenize(held) + engine.tokenize(head) == engine.tokenize(held + head)
 
 
 def place_user(
@@ -220,7 +272,7 @@ def _rerender(
     elif node.role == Role.USER:
         placement, _prompt = place_user(engine, above, node.text, variables)
     else:
-        target = engine.chat_format.history(
+        target = engine.chat_format.reply_history(
             system_of(above), [*turns_of(above), *turns_of([node])], variables
         )
         placement = place(engine, above, target)
