@@ -29,6 +29,7 @@ from storage import checkpoint_reader, deferred, repository
 from storage import db as storage_db
 from storage.db import PAGE_SIZE, open_database
 from storage.errors import NotFound
+from tests.replay import replayed_digest
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12)
 # Spans of a path, one batch each, as replies and messages are decoded.
@@ -292,27 +293,10 @@ def test_switching_after_each_kind_of_write_stays_exact(service, tiny_model):
     # The same question again, after all that: the logits of a fresh decode
     # of what is stored (tokens, and the batch sizes recorded for them).
     again = service.send(second, "Why?", GREEDY)
-    assert again.stats.logits_digest == _replayed_digest(
+    assert again.stats.logits_digest == replayed_digest(
         tiny_model, service.path(again.assistant_node)
     )
     assert fork in [n.id for n in service.path(second)]
-
-
-def _replayed_digest(model: Path, path: list) -> str:
-    """The logits digest of a reply at the end of ``path``, computed afresh:
-    every span above it decoded in its recorded batch sizes, then the reply's
-    opening in one batch, as the service generates."""
-    import hashlib
-
-    from app.conversation import folding
-
-    reply = path[-1]
-    with LlamaEngine(model, BackendSettings(n_ctx=1024, n_threads=1)) as fresh:
-        for node in folding.effective(path[:-1]):
-            fresh.decode(node.tokens, node.chunks or None)
-        opening = list(reply.tokens[: reply.chunks[0]])
-        fresh.decode(opening, [len(opening)])
-        return hashlib.sha256(fresh.logits().tobytes()).hexdigest()
 
 
 def test_reprocessing_is_exact_where_checkpoints_below_rely_on_it(service, tiny_model):
@@ -341,7 +325,7 @@ def test_reprocessing_is_exact_where_checkpoints_below_rely_on_it(service, tiny_
     service.restore(other)
     again = service.send(second, "Why?", GREEDY)
     assert again.stats.reprocessed_tokens == 0
-    assert again.stats.logits_digest == _replayed_digest(
+    assert again.stats.logits_digest == replayed_digest(
         tiny_model, service.path(again.assistant_node)
     )
 
