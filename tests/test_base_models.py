@@ -188,3 +188,43 @@ def test_the_guess_names_its_reason(architecture, tokens, kind, reason):
     assert fmt.note.startswith("base model — no chat template; using ")
     assert reason in fmt.note
     assert fmt.markers  # every fallback ends a turn at its markers
+
+
+@pytest.mark.parametrize("how", ["max_tokens", "stopped"])
+def test_a_reply_cut_inside_a_character_ends_before_it(tmp_path, open_service, how):
+    # "é" is two byte tokens in this vocabulary; the reply is cut between
+    # them. Nothing of the half character is shown, stored or kept in the
+    # context: the next turn's context is the render of the stored text.
+    model = write_tiny_model(tmp_path / "bytes.gguf")
+    service = open_service(model)
+    engine = service.engine
+    lead, tail = engine.tokenize("é")
+    _conv, node = service.new_conversation(None)
+    shown: list[str] = []
+    written: list[int] = []
+
+    def stop() -> bool:
+        return how == "stopped" and lead in written
+
+    class Watching(list):
+        def pop(self, index=-1):
+            token = super().pop(index)
+            written.append(token)
+            return token
+
+    engine.script = Watching(
+        [*engine.tokenize("Caf"), lead, tail, *engine.tokenize("!")]
+    )
+    params = SamplingParams(temperature=0, max_tokens=4 if how == "max_tokens" else 40)
+    reply = service.send(node, "Hello", params, on_token=shown.append, should_stop=stop)
+    assert reply.text == "Caf" == "".join(shown)
+    assert "\ufffd" not in reply.text
+    opening = service.path(reply.assistant_node)[-1]
+    assert lead not in opening.tokens
+    assert opening.span_text.endswith("Caf<|im_end|>\n")
+
+    eos = engine.tokenize("<|im_end|>")[0]
+    engine.script = [*engine.tokenize("Yes"), eos]
+    again = service.send(reply.assistant_node, "More?", PARAMS)
+    path = service.path(again.assistant_node)
+    assert _held_context(path) == _rendered(engine, None, path)

@@ -686,7 +686,15 @@ class ConversationService:
         engine.end_fork()
         for alternative in alternatives:
             assert alternative.text is not None
-            alternative.text.finish()
+            cut = alternative.text.finish()
+            sampled = alternative.sampled
+            if cut is not None and cut < len(sampled.tokens):
+                # A reply cut inside a character ends before it (the forks
+                # are gone; each reply is decoded alone after this).
+                del sampled.tokens[cut:]
+                sampled.pending = [
+                    t for t in sampled.pending if engine.is_end_of_generation(t)
+                ]
             alternative.sampled.text = alternative.splitter.answer
             alternative.sampled.thinking = alternative.splitter.thinking
 
@@ -1161,7 +1169,8 @@ class ConversationService:
                     engine.token_bytes(token, special=True), engine.is_special(token)
                 )
                 if cut is not None:
-                    self._cut_at_marker(result, first, cut)
+                    self._drop_from(result, first, cut)
+                    result.stop_reason = "end_of_turn"
                     break
                 if len(result.tokens) >= params.max_tokens:
                     result.stop_reason = "max_tokens"
@@ -1179,25 +1188,33 @@ class ConversationService:
                         chunks=[len(header)] + [1] * len(result.tokens),
                         span_text=header_text + engine.detokenize(result.tokens),
                     )
-        text.finish()
+        cut = text.finish()
+        if cut is not None:
+            self._drop_from(result, first, cut)
         result.text = splitter.answer
         result.thinking = splitter.thinking
         return result
 
-    def _cut_at_marker(self, result: _SampledReply, first: int, cut: int) -> None:
-        """End the reply before the turn marker the model wrote at token ``cut``.
+    def _drop_from(self, result: _SampledReply, first: int, cut: int) -> None:
+        """Drop the reply's tokens from ``cut`` on, from the reply and the context.
 
-        The marker's tokens leave the reply and the context, so the turn is
-        closed by the format's own footer, and the turns a base model goes on
-        to invent are never kept. Recurrent state cannot be cut back: there
-        only the token not decoded yet goes.
+        For a turn marker the model wrote (the format's own footer closes the
+        turn instead, and the turns a base model goes on to invent are never
+        kept), and for a character the reply was cut inside of (the span
+        then holds the bytes of the stored text, no more). ``first`` is the
+        position of the first sampled token. Recurrent state cannot be cut
+        back: there only what is not decoded yet goes.
         """
         engine = self._require_engine()
         if engine.state_kind is StateKind.FULL:
-            cut = max(cut, len(result.tokens) - 1)
+            cut = max(cut, engine.n_past - first)
+        if cut < len(result.tokens):
+            # The token kept undecoded at max_tokens goes with the rest.
+            result.pending = [
+                t for t in result.pending if engine.is_end_of_generation(t)
+            ]
         del result.tokens[cut:]
         engine.truncate(first + cut)
-        result.stop_reason = "end_of_turn"
 
     def _close_turn(
         self, header: list[int], sampled: _SampledReply

@@ -14,6 +14,13 @@ after it, from the reply and from the context, and closes the turn itself.
 Held tokens that turn out not to be a marker are released, in order. With
 no markers (a model's own template, whose end is a token) every token is
 released at once and nothing changes.
+
+A reply cut short (its token limit, Stop, a full context) can end inside a
+character: a byte-level token holds the first byte of a three-byte
+character. Shown, that is U+FFFD; kept, the span would hold bytes that no
+rendering of the stored text has. ``finish`` returns the index of the token
+where that incomplete character starts, for the caller to drop like a
+marker, and shows nothing of it.
 """
 
 from __future__ import annotations
@@ -81,11 +88,41 @@ class ReplyText:
         self._release(self._token_at(self._marker_start()))
         return None
 
-    def finish(self) -> None:
-        """The reply ended: show what was held, and the last pieces."""
-        self._release(len(self._ends))
-        self._emit(self.splitter.push(self._stream.flush()))
+    def finish(self) -> int | None:
+        """The reply ended: show what was held, and the last pieces.
+
+        Returns the index of the first token of a character the reply ends
+        inside of (to be dropped), or None.
+        """
+        cut = self._incomplete_tail()
+        if cut is None:
+            self._release(len(self._ends))
+            self._emit(self.splitter.push(self._stream.flush()))
+        else:
+            # Only whole characters go out; the incomplete one's bytes stay
+            # in the stream, which is dropped with them.
+            self._release(cut)
+            self._held.clear()
         self._emit(self.splitter.flush())
+        return cut
+
+    def _incomplete_tail(self) -> int | None:
+        # The token holding the lead byte of a last character that lacks
+        # bytes (None when the text ends on a whole character).
+        raw = self._raw
+        lead = len(raw) - 1
+        while lead >= 0 and len(raw) - lead < 4 and raw[lead] & 0xC0 == 0x80:
+            lead -= 1
+        if lead < 0:
+            return None
+        first = raw[lead]
+        needed = (
+            2 if first >> 5 == 0b110 else 3 if first >> 4 == 0b1110 else 4
+            if first >> 3 == 0b11110 else 1
+        )  # fmt: skip
+        if len(raw) - lead >= needed:
+            return None
+        return next(i for i, end in enumerate(self._ends) if end > lead)
 
     def _marker_start(self) -> int:
         # Where the longest end of the text that begins some marker starts
