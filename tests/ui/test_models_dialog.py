@@ -457,3 +457,27 @@ def test_welcome_offers_the_best_model_that_fits_and_loads_it_when_downloaded(
     assert window.model_info.path == str(path)
     assert window.center.currentWidget() is window.chat_page
     assert load_preferences(window.db).model_path == str(path)
+
+
+def test_a_recommended_models_status_follows_its_download(qtbot, make_window, big_file):
+    # The catalog's row says "downloading" while it runs, not "queued".
+    entry = load_catalog().entries[0]
+    fake = FakeHub(rate=SLOW)
+    fake.add(entry.repo, {entry.file: big_file})
+    with HubServer(fake) as server:
+        window = make_window(hub_endpoint=server.url)
+        dialog = _open_models(qtbot, window)
+        dialog.catalog_table.selectRow(0)
+        qtbot.mouseClick(dialog.catalog_download_button, LEFT)
+        status = dialog.catalog_table.columnCount() - 1
+        qtbot.waitUntil(
+            lambda: dialog.catalog_table.item(0, status).text() == "downloading",
+            timeout=WAIT_MS,
+        )
+        key = f"{entry.repo}/{entry.file}"
+        window.models.downloads.cancel(key)
+        qtbot.waitUntil(
+            lambda: dialog.catalog_table.item(0, status).text() == "",
+            timeout=WAIT_MS,
+        )
+        window.close()

@@ -182,6 +182,7 @@ class ModelsDialog(QDialog):
         tasks.library_changed.connect(self._on_tasks_library_changed)
         tasks.library_failed.connect(self._on_tasks_library_failed)
         downloads.download_queued.connect(self._on_downloads_download_queued)
+        downloads.download_started.connect(self._on_downloads_download_started)
         downloads.download_finished.connect(self._on_downloads_download_finished)
         downloads.download_failed.connect(self._on_downloads_download_failed)
         downloads.download_stopped.connect(self._on_downloads_download_stopped)
@@ -652,6 +653,10 @@ class ModelsDialog(QDialog):
     @Slot(str)
     def _on_downloads_download_queued(self, _key: str) -> None:
         self._fill_catalog()
+
+    @Slot(str)
+    def _on_downloads_download_started(self, _key: str) -> None:
+        self._fill_catalog()  # its status: from "queued" to "downloading"
 
     @Slot(str, str)
     def _on_downloads_download_finished(self, _key: str, _path: str) -> None:
