@@ -11,6 +11,7 @@ from typing import Any
 
 from app.assets import get_asset
 from app.library import names
+from app.library.fit import format_bytes
 
 CATALOG_ASSET = "models/catalog.json"
 
@@ -71,6 +72,24 @@ class Catalog:
         filename = Path(path).name
         entry = self.for_file(None, filename)
         return entry.name if entry is not None else names.display_name(filename)
+
+    def summary(self, path: str, n_ctx_train: int | None = None) -> str:
+        """One line about a model file: name, quantization, size, trained
+        context (from the catalog, or ``n_ctx_train`` when it is loaded)."""
+        filename = Path(path).name
+        entry = self.for_file(None, filename)
+        parts = [self.name_for(path)]
+        quantization = names.quantization(filename)
+        if quantization:
+            parts.append(quantization)
+        try:
+            parts.append(format_bytes(Path(path).stat().st_size))
+        except OSError:
+            parts.append("the file is not there")
+        trained = n_ctx_train or (entry.context_length if entry else None)
+        if trained:
+            parts.append(f"trained for {trained:,} tokens")
+        return " · ".join(parts)
 
     def welcome_order(self) -> list[CatalogEntry]:
         """The entries the first start may offer, best first."""

@@ -43,7 +43,7 @@ from app.views.dialogs.storage import StorageDialog
 from app.views.download_status import DownloadStatus
 from app.views.status_bar import ReplyFigures, SyncFigures
 from app.views.theme import app_icon
-from app.views.welcome import choose_model_file
+from app.views.welcome import choose_model_file, start_folder
 from app.views.window_actions import build_actions, fill_recent_menu
 from app.views.window_layout import build_layout
 from app.workers.engine_thread import EngineController
@@ -479,8 +479,7 @@ class MainWindow(QMainWindow):
 
     def ask_model_file(self) -> None:
         """Ask for a model file and load it."""
-        model = self.prefs.model_path
-        path = choose_model_file(self, str(Path(model).parent) if model else "")
+        path = choose_model_file(self, self._model_folder(self.prefs.model_path))
         if path is not None:
             self.load_model(path)
 
@@ -501,9 +500,21 @@ class MainWindow(QMainWindow):
         self._models_dialog.raise_()
         self._models_dialog.activateWindow()
 
+    def _model_folder(self, current: str | None) -> str:
+        """Where a model file dialog opens (see ``start_folder``)."""
+        return start_folder(
+            current, self.models.starter, self.models.library.models_dir
+        )
+
     def open_settings(self) -> None:
         """Edit the preferences."""
-        dialog = SettingsDialog(self.prefs, self._gpu_supported, self)
+        dialog = SettingsDialog(
+            self.prefs,
+            self._gpu_supported,
+            self,
+            folder_for=self._model_folder,
+            loaded=self.model_info,
+        )
         if dialog.exec() == SettingsDialog.DialogCode.Accepted:
             self.apply_preferences(dialog.preferences())
 

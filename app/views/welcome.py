@@ -32,6 +32,17 @@ GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 TEXT_WIDTH = 500
 
 
+def start_folder(current: str | None, starter: Path | None, models_dir: Path) -> str:
+    """Where a model file dialog opens: beside the current model, unless that
+    is the starter (deep in an installed package); then the models folder,
+    or the home folder before anything was downloaded."""
+    if current and (starter is None or Path(current) != starter):
+        folder = Path(current).parent
+        if folder.is_dir():
+            return str(folder)
+    return str(models_dir if models_dir.is_dir() else Path.home())
+
+
 def choose_model_file(parent: QWidget | None, start: str = "") -> Path | None:
     """Ask for a GGUF file; None if cancelled."""
     path, _ = QFileDialog.getOpenFileName(

@@ -7,6 +7,7 @@ the model when the model or its settings changed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,8 +29,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.library.catalog import shipped_catalog
 from app.preferences import Preferences
-from app.values import KV_CACHE_TYPES, BackendSettings, InvalidSetting, SamplingParams
+from app.values import (
+    KV_CACHE_TYPES,
+    BackendSettings,
+    InvalidSetting,
+    ModelInfo,
+    SamplingParams,
+)
 from app.views.welcome import choose_model_file
 
 NO_GPU_EXPLANATION = (
@@ -49,12 +57,25 @@ class SettingsDialog(QDialog):
         Whether this llama.cpp build can offload layers to a GPU.
     parent
         The Qt parent.
+    folder_for
+        Where Browse… opens, given the model file shown (``start_folder``).
+    loaded
+        The loaded model, whose trained context the model line tells.
     """
 
     def __init__(
-        self, prefs: Preferences, gpu_supported: bool, parent: QWidget | None = None
+        self,
+        prefs: Preferences,
+        gpu_supported: bool,
+        parent: QWidget | None = None,
+        folder_for: Callable[[str], str] | None = None,
+        loaded: ModelInfo | None = None,
     ) -> None:
         super().__init__(parent)
+        self._folder_for = folder_for or (
+            lambda current: str(Path(current).parent) if current else ""
+        )
+        self._loaded = loaded
         self.setObjectName("SettingsDialog")
         self.setWindowTitle("Settings")
         self.setMinimumWidth(520)
@@ -97,6 +118,14 @@ class SettingsDialog(QDialog):
         row.addWidget(self.model_combo, 1)
         row.addWidget(browse)
         form.addRow("Model file", row)
+        # The file's name, quantization, size and trained context: a path in
+        # an installed package says none of that.
+        self.model_summary = QLabel()
+        self.model_summary.setObjectName("ModelSummary")
+        self.model_summary.setWordWrap(True)
+        form.addRow("", self.model_summary)
+        self.model_combo.currentTextChanged.connect(self._on_model_combo_text_changed)
+        self._on_model_combo_text_changed(self.model_combo.currentText())
 
         backend = prefs.backend
         self.gpu_layers = QSpinBox()
@@ -233,9 +262,19 @@ class SettingsDialog(QDialog):
             return
         self.accept()
 
+    @Slot(str)
+    def _on_model_combo_text_changed(self, text: str) -> None:
+        path = text.strip()
+        if not path:
+            self.model_summary.setText("")
+            return
+        loaded = self._loaded
+        trained = loaded.n_ctx_train if loaded and loaded.path == path else None
+        self.model_summary.setText(shipped_catalog().summary(path, trained))
+
     @Slot()
     def _on_browse_button_clicked(self) -> None:
-        current = self.model_combo.currentText()
-        path = choose_model_file(self, str(Path(current).parent) if current else "")
+        current = self.model_combo.currentText().strip()
+        path = choose_model_file(self, self._folder_for(current))
         if path is not None:
             self.model_combo.setCurrentText(str(path))

@@ -1,0 +1,42 @@
+"""The model in Settings and the model file dialogs: a name, quantization,
+size and trained context instead of a bare path, and a start folder that is
+not the starter model's package folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.starter_model import starter_model_path
+from app.views.dialogs.settings import SettingsDialog
+from app.views.welcome import start_folder
+from tests.ui.conftest import wait_idle
+
+
+def test_settings_tell_what_the_model_is(qtbot, make_window, tiny_model):
+    window = make_window()
+    wait_idle(qtbot, window)
+    dialog = SettingsDialog(window.prefs, False, window, loaded=window.model_info)
+    qtbot.addWidget(dialog)
+    dialog.model_combo.setCurrentText(str(tiny_model))
+    summary = dialog.model_summary.text()
+    # tiny.gguf, as the file is named; its size; its trained context.
+    assert summary.startswith("tiny · ")
+    assert "kB" in summary or "MB" in summary
+    assert "trained for 32,768 tokens" in summary
+    dialog.model_combo.setCurrentText(str(tiny_model.parent / "gone-Q4_K_M.gguf"))
+    assert dialog.model_summary.text() == "gone · Q4_K_M · the file is not there"
+
+
+def test_file_dialogs_start_beside_the_model_not_in_the_starter_package(tmp_path):
+    models = tmp_path / "models"
+    mine = tmp_path / "mine" / "m.gguf"
+    mine.parent.mkdir()
+    mine.write_bytes(b"GGUF")
+    starter = starter_model_path()
+    assert start_folder(str(mine), starter, models) == str(mine.parent)
+    # The starter, or nothing yet: the home folder until the models folder
+    # exists, then that.
+    assert start_folder(str(starter), starter, models) == str(Path.home())
+    assert start_folder(None, starter, models) == str(Path.home())
+    models.mkdir()
+    assert start_folder(str(starter), starter, models) == str(models)
