@@ -142,6 +142,7 @@ def test_bundle_holds_only_the_qt_it_uses(bundle: Path) -> None:
     assert (internal / "resources" / "icons" / "arbor.svg").is_file()
     assert (internal / "resources" / "styles" / "arbor.qss").is_file()
     assert (internal / "resources" / "models" / "catalog.json").is_file()
+    assert not (internal / "hf_xet").exists()  # downloads use plain HTTP
 
 
 def test_the_bundle_searches_and_downloads_models(
