@@ -22,8 +22,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import paths
 from app.library.catalog import load_catalog
-from app.library.commands import MODELS_DIR_ENV
-from app.library.installed import ModelLibrary
+from app.library.installed import ModelLibrary, models_dir_for
 from app.preferences import load_preferences
 from app.single_instance import Claim, SingleInstance
 from app.smoke import ENV_VAR as SMOKE_ENV_VAR
@@ -114,10 +113,9 @@ def build_window(
     repository.mark_interrupted_generations(db)
     prefs = load_preferences(db)
     engine = EngineController(db)
-    # The models live beside the database, as for ``arbor models`` (which
-    # also honours ARBOR_MODELS_DIR).
-    env_dir = os.environ.get(MODELS_DIR_ENV)
-    models_dir = Path(env_dir).expanduser().resolve() if env_dir else None
+    # The models go where ``arbor models`` puts them (ARBOR_MODELS_DIR, the
+    # folder chosen in Settings, or beside the database).
+    models_dir = models_dir_for(db.path.parent, prefs.models_dir)
     library = ModelLibrary(db.path.parent, models_dir, load_catalog())
     models = ModelServices.create(library, starter_model_path(), hub_endpoint)
     window = MainWindow(db, engine, prefs, gpu_supported, models)

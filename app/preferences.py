@@ -28,6 +28,8 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint_budget_mb": 2048,
     # How the tree panel shows the conversation: "list" or "graph".
     "tree_view": "list",
+    # Where downloaded models go; None: the models folder of the data folder.
+    "models_dir": None,
 }
 TREE_VIEWS = ("list", "graph")
 
@@ -43,6 +45,7 @@ class Preferences:
     system_prompt: str
     checkpoint_budget_mb: int
     tree_view: str = "list"
+    models_dir: str | None = None
 
     @property
     def checkpoint_budget_bytes(self) -> int | None:
@@ -87,6 +90,7 @@ def load_preferences(db: Database) -> Preferences:
         system_prompt=str(values["system_prompt"] or ""),
         checkpoint_budget_mb=max(0, int(values["checkpoint_budget_mb"] or 0)),
         tree_view=values["tree_view"] if values["tree_view"] in TREE_VIEWS else "list",
+        models_dir=str(values["models_dir"]) if values["models_dir"] else None,
     )
 
 
@@ -99,3 +103,4 @@ def save_preferences(db: Database, prefs: Preferences) -> None:
     repository.set_setting(db, "system_prompt", prefs.system_prompt)
     repository.set_setting(db, "checkpoint_budget_mb", prefs.checkpoint_budget_mb)
     repository.set_setting(db, "tree_view", prefs.tree_view)
+    repository.set_setting(db, "models_dir", prefs.models_dir)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -344,3 +345,33 @@ def test_fit_counts_the_file_and_the_kv_cache():
     too_big = assess(20 * gib, 4096, None, have_bytes=16 * gib)
     assert too_big.verdict == "too big" and too_big.estimated
     assert not too_big.fits
+
+
+def test_the_cli_uses_the_models_folder_chosen_in_settings(hub, data_dir, tmp_path):
+    from app.preferences import load_preferences, save_preferences
+    from storage.db import open_database
+
+    chosen = tmp_path / "chosen"
+    db = open_database(data_dir / "arbor.sqlite3")
+    save_preferences(db, replace(load_preferences(db), models_dir=str(chosen)))
+    db.close()
+    pulled = models_cli(hub.url, data_dir, "pull", REPO, FILE).json
+    assert Path(pulled["path"]).is_relative_to(chosen)
+    assert models_cli(hub.url, data_dir, "list").json["models_dir"] == str(chosen)
+    # ARBOR_MODELS_DIR comes first, --models-dir before both.
+    env = tmp_path / "from-env"
+    listed = models_cli(hub.url, data_dir, "list", env={"ARBOR_MODELS_DIR": str(env)})
+    assert listed.json["models_dir"] == str(env)
+    flag = tmp_path / "from-flag"
+    command = [sys.executable, "-m", "app", "--data-dir", data_dir, "models"]
+    result = CliResult(
+        subprocess.run(
+            [*command, "--models-dir", flag, "list"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env=_env(hub.url, {"ARBOR_MODELS_DIR": str(env)}),
+        )
+    )
+    assert result.json["models_dir"] == str(flag)

@@ -21,10 +21,13 @@ from app.library.catalog import CatalogEntry, load_catalog
 from app.library.download import DownloadStopped, Progress, pull
 from app.library.fit import assess, format_bytes, machine_memory
 from app.library.hub import HubError, RemoteFile, list_files, search
-from app.library.installed import InstalledModel, ModelLibrary
+from app.library.installed import (
+    MODELS_DIR_ENV,
+    InstalledModel,
+    ModelLibrary,
+    models_dir_for,
+)
 from app.starter_model import starter_model_path
-
-MODELS_DIR_ENV = "ARBOR_MODELS_DIR"
 
 
 def add_parser(sub: Any, parser_class: Any, path_type: Any, text_type: Any) -> None:
@@ -67,7 +70,7 @@ def add_parser(sub: Any, parser_class: Any, path_type: Any, text_type: Any) -> N
 
 def run(args: argparse.Namespace, data_dir: Path) -> Any:
     """Run one ``models`` command; return what to print as JSON."""
-    library = ModelLibrary(data_dir, _models_dir(args), load_catalog())
+    library = ModelLibrary(data_dir, _models_dir(args, data_dir), load_catalog())
     command = args.models_command
     if command == "list":
         return _list(library)
@@ -86,11 +89,21 @@ def run(args: argparse.Namespace, data_dir: Path) -> Any:
     raise HubError("name a models command: list, catalog, search, pull, add or rm")
 
 
-def _models_dir(args: argparse.Namespace) -> Path | None:
+def _models_dir(args: argparse.Namespace, data_dir: Path) -> Path:
+    # --models-dir, else ARBOR_MODELS_DIR, else the window's Settings.
     if args.models_dir is not None:
         return Path(args.models_dir)
-    env = os.environ.get(MODELS_DIR_ENV)
-    return Path(env).expanduser().resolve() if env else None
+    if os.environ.get(MODELS_DIR_ENV):
+        return models_dir_for(data_dir, None)
+    from app.paths import database_path
+    from app.preferences import load_preferences
+    from storage.db import open_database
+
+    db = open_database(database_path(data_dir))
+    try:
+        return models_dir_for(data_dir, load_preferences(db).models_dir)
+    finally:
+        db.close()
 
 
 def _list(library: ModelLibrary) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from app.library.download import PulledFile
 
 MANIFEST_FILENAME = "models.json"
 MODELS_DIRNAME = "models"
+# Where downloads go, for this process: above the user's choice in Settings.
+MODELS_DIR_ENV = "ARBOR_MODELS_DIR"
 
 _log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ class ModelLibrary:
     def __init__(
         self, data_dir: Path, models_dir: Path | None, catalog: Catalog
     ) -> None:
+        self.data_dir = data_dir
         self.manifest_path = data_dir / MANIFEST_FILENAME
         self.models_dir = models_dir or data_dir / MODELS_DIRNAME
         self.catalog = catalog
@@ -248,6 +251,15 @@ class ModelLibrary:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def models_dir_for(data_dir: Path, chosen: str | None) -> Path:
+    """Where downloads go: ``ARBOR_MODELS_DIR``, else the folder the user
+    chose in Settings (``chosen``), else the data folder's ``models``."""
+    folder = os.environ.get(MODELS_DIR_ENV) or chosen
+    if folder:
+        return Path(folder).expanduser().resolve()
+    return data_dir / MODELS_DIRNAME
 
 
 def note_model_used(data_dir: Path, path: Path, catalog: Catalog) -> None:

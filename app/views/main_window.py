@@ -25,6 +25,7 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QInputDialog, QMainWindow, QMessageBox, QWidget
 
 from app.actions import SHORTCUTS_HELP
+from app.library.installed import models_dir_for
 from app.models.conversation_list import ConversationListModel
 from app.models.conversation_tree import ConversationTreeModel
 from app.models.tree_snapshot import TreeSnapshot
@@ -206,6 +207,9 @@ class MainWindow(QMainWindow):
 
     def apply_preferences(self, prefs: Preferences) -> None:
         """Save new preferences; reload the model if it or its settings changed."""
+        library = self.models.library
+        # New downloads go to the chosen folder; those made go on where they are.
+        library.models_dir = models_dir_for(library.data_dir, prefs.models_dir)
         self.presenter.apply_preferences(prefs)
 
     # --- View: what the presenter shows ------------------------------------------
@@ -508,12 +512,14 @@ class MainWindow(QMainWindow):
 
     def open_settings(self) -> None:
         """Edit the preferences."""
+        library = self.models.library
         dialog = SettingsDialog(
             self.prefs,
             self._gpu_supported,
             self,
             folder_for=self._model_folder,
             loaded=self.model_info,
+            default_models_dir=str(models_dir_for(library.data_dir, None)),
         )
         if dialog.exec() == SettingsDialog.DialogCode.Accepted:
             self.apply_preferences(dialog.preferences())

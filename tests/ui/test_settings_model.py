@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
+
 from app.starter_model import starter_model_path
 from app.views.dialogs.settings import SettingsDialog
 from app.views.welcome import start_folder
@@ -40,3 +42,27 @@ def test_file_dialogs_start_beside_the_model_not_in_the_starter_package(tmp_path
     assert start_folder(None, starter, models) == str(Path.home())
     models.mkdir()
     assert start_folder(str(starter), starter, models) == str(models)
+
+
+def test_the_models_folder_is_chosen_in_settings(qtbot, make_window, tmp_path):
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.preferences import load_preferences
+
+    window = make_window()
+    wait_idle(qtbot, window)
+    default = window.models.library.models_dir
+    dialog = SettingsDialog(
+        window.prefs, False, window, default_models_dir=str(default)
+    )
+    qtbot.addWidget(dialog)
+    assert dialog.models_dir_edit.placeholderText() == str(default)
+    chosen = tmp_path / "my models"
+    dialog.models_dir_edit.setText(str(chosen))
+    ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+    qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+    assert dialog.result() == SettingsDialog.DialogCode.Accepted
+    window.apply_preferences(dialog.preferences())
+    wait_idle(qtbot, window)
+    assert window.models.library.models_dir == chosen
+    assert load_preferences(window.db).models_dir == str(chosen)

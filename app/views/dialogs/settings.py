@@ -18,9 +18,11 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -61,6 +63,8 @@ class SettingsDialog(QDialog):
         Where Browse… opens, given the model file shown (``start_folder``).
     loaded
         The loaded model, whose trained context the model line tells.
+    default_models_dir
+        Where downloads go unless a models folder is chosen (shown greyed).
     """
 
     def __init__(
@@ -70,8 +74,10 @@ class SettingsDialog(QDialog):
         parent: QWidget | None = None,
         folder_for: Callable[[str], str] | None = None,
         loaded: ModelInfo | None = None,
+        default_models_dir: str = "",
     ) -> None:
         super().__init__(parent)
+        self._default_models_dir = default_models_dir
         self._folder_for = folder_for or (
             lambda current: str(Path(current).parent) if current else ""
         )
@@ -126,6 +132,17 @@ class SettingsDialog(QDialog):
         form.addRow("", self.model_summary)
         self.model_combo.currentTextChanged.connect(self._on_model_combo_text_changed)
         self._on_model_combo_text_changed(self.model_combo.currentText())
+        folder_row = QHBoxLayout()
+        self.models_dir_edit = QLineEdit(prefs.models_dir or "")
+        self.models_dir_edit.setPlaceholderText(self._default_models_dir)
+        self.models_dir_edit.setToolTip(
+            "Where Models… downloads go. Models downloaded before stay where they are."
+        )
+        folder_browse = QPushButton("Browse…")
+        folder_browse.clicked.connect(self._on_folder_browse_button_clicked)
+        folder_row.addWidget(self.models_dir_edit, 1)
+        folder_row.addWidget(folder_browse)
+        form.addRow("Models folder", folder_row)
 
         backend = prefs.backend
         self.gpu_layers = QSpinBox()
@@ -244,10 +261,17 @@ class SettingsDialog(QDialog):
         model = self.model_combo.currentText().strip() or None
         if model is not None and not Path(model).is_file():
             raise InvalidSetting(f"There is no file at {model}.")
+        models_dir = self.models_dir_edit.text().strip() or None
+        if models_dir is not None:
+            folder = Path(models_dir).expanduser()
+            if folder.exists() and not folder.is_dir():
+                raise InvalidSetting(f"{models_dir} is a file, not a folder.")
+            models_dir = str(folder.resolve())
         prefs = replace(
             self._prefs,
             backend=backend,
             sampling=sampling,
+            models_dir=models_dir,
             system_prompt=self.system_prompt.toPlainText().strip(),
         )
         return prefs.with_model(model) if model else prefs
@@ -271,6 +295,13 @@ class SettingsDialog(QDialog):
         loaded = self._loaded
         trained = loaded.n_ctx_train if loaded and loaded.path == path else None
         self.model_summary.setText(shipped_catalog().summary(path, trained))
+
+    @Slot()
+    def _on_folder_browse_button_clicked(self) -> None:
+        start = self.models_dir_edit.text().strip() or self._default_models_dir
+        folder = QFileDialog.getExistingDirectory(self, "Models folder", start)
+        if folder:
+            self.models_dir_edit.setText(folder)
 
     @Slot()
     def _on_browse_button_clicked(self) -> None:
