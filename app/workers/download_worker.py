@@ -29,7 +29,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import names
 from app.library.download import (
@@ -41,6 +41,7 @@ from app.library.download import (
 )
 from app.library.hub import HubError
 from app.library.installed import LibraryError, ModelLibrary
+from app.workers.threads import end_thread, quit_current_thread, worker_thread
 
 log = logging.getLogger(__name__)
 
@@ -207,9 +208,7 @@ class DownloadWorker(QObject):
     def shut_down(self) -> None:
         """End the thread's event loop (runs on the thread, after every request
         queued before it: they stop at once, their flags being set)."""
-        thread = QThread.currentThread()
-        if thread is not None:
-            thread.quit()
+        quit_current_thread()
 
     def _stopped(self, request: DownloadRequest) -> None:
         cancelled = request.cancel.is_set()
@@ -270,10 +269,8 @@ class DownloadController(QObject):
         self.library = library
         self._states: dict[str, DownloadState] = {}
         self._requests: dict[str, DownloadRequest] = {}
-        self._thread = QThread()
-        self._thread.setObjectName("arbor-downloads")
         self._worker = DownloadWorker(library, endpoint)
-        self._worker.moveToThread(self._thread)
+        self._thread = worker_thread(self._worker, "arbor-downloads")
         self._run_requested.connect(self._worker.run)
         self._discard_requested.connect(self._worker.discard)
         self._shutdown_requested.connect(self._worker.shut_down)
@@ -365,15 +362,9 @@ class DownloadController(QObject):
     def shut_down(self) -> None:
         """Pause every download (parts stay for the next start) and end the
         thread (blocking)."""
-        if not self._thread.isRunning():
-            return
         for request in self._requests.values():
             request.stop.set()
-        self._shutdown_requested.emit()
-        if not self._thread.wait(SHUTDOWN_WAIT_MS):
-            log.error("the download thread did not stop within %d ms", SHUTDOWN_WAIT_MS)
-            self._thread.terminate()
-            self._thread.wait()
+        end_thread(self._thread, self._shutdown_requested, SHUTDOWN_WAIT_MS)
 
     # --- internals ----------------------------------------------------------------
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.workers import jobs
 from app.workers.engine_worker import EngineWorker
 from app.workers.jobs import JobResult
+from app.workers.threads import end_thread, worker_thread
 from storage.db import Database
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,8 @@ class EngineController(QObject):
 
     def __init__(self, db: Database, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._thread = QThread()
-        self._thread.setObjectName("arbor-engine")
         self._worker = EngineWorker(db)
-        self._worker.moveToThread(self._thread)
+        self._thread = worker_thread(self._worker, "arbor-engine")
         self._job_requested.connect(self._worker.run)
         self._shutdown_requested.connect(self._worker.shut_down)
         self._worker.started.connect(self.started)
@@ -85,14 +84,9 @@ class EngineController(QObject):
 
     def shut_down(self) -> None:
         """Stop any generation, free the model and end the thread (blocking)."""
-        if not self._thread.isRunning():
-            return
-        self.stop()
-        self._shutdown_requested.emit()
-        if not self._thread.wait(SHUTDOWN_WAIT_MS):
-            log.error("the engine thread did not stop within %d ms", SHUTDOWN_WAIT_MS)
-            self._thread.terminate()
-            self._thread.wait()
+        if self._thread.isRunning():
+            self.stop()
+        end_thread(self._thread, self._shutdown_requested, SHUTDOWN_WAIT_MS)
 
     @Slot(object)
     def _on_worker_finished(self, result: JobResult) -> None:

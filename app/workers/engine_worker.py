@@ -13,7 +13,7 @@ import threading
 from dataclasses import replace
 from typing import Any, assert_never
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.backend.errors import ContextFullError
 from app.backend.settings import BackendSettings
@@ -25,6 +25,7 @@ from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import save_preferences
 from app.workers import jobs
 from app.workers.jobs import JobResult
+from app.workers.threads import quit_current_thread
 from storage import repository
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
@@ -125,9 +126,7 @@ class EngineWorker(QObject):
             self.close()
         except StorageUnavailable as exc:  # nobody is left to tell
             log.error("checkpoints not written at shutdown: %s", exc)
-        thread = QThread.currentThread()
-        if thread is not None:
-            thread.quit()
+        quit_current_thread()
 
     # --- jobs -------------------------------------------------------------------
 

@@ -20,12 +20,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library.fit import format_bytes
 from app.library.hub import HubError, list_files, search
 from app.library.installed import InstalledModel, LibraryError, ModelLibrary
 from app.workers.download_worker import DownloadController
+from app.workers.threads import end_thread, quit_current_thread, worker_thread
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,7 @@ class LibraryWorker(QObject):
     @Slot()
     def shut_down(self) -> None:
         """End the thread's event loop (runs on the thread)."""
-        thread = QThread.currentThread()
-        if thread is not None:
-            thread.quit()
+        quit_current_thread()
 
 
 class LibraryController(QObject):
@@ -173,10 +172,8 @@ class LibraryController(QObject):
     ) -> None:
         super().__init__(parent)
         self._ids = itertools.count(1)
-        self._thread = QThread()
-        self._thread.setObjectName("arbor-library")
         self._worker = LibraryWorker(library, endpoint)
-        self._worker.moveToThread(self._thread)
+        self._thread = worker_thread(self._worker, "arbor-library")
         self._search_requested.connect(self._worker.search)
         self._listing_requested.connect(self._worker.list_files)
         self._add_requested.connect(self._worker.add_file)
@@ -217,13 +214,7 @@ class LibraryController(QObject):
 
     def shut_down(self) -> None:
         """End the library thread (blocking; a search under way ends first)."""
-        if not self._thread.isRunning():
-            return
-        self._shutdown_requested.emit()
-        if not self._thread.wait(SHUTDOWN_WAIT_MS):
-            log.error("the library thread did not stop within %d ms", SHUTDOWN_WAIT_MS)
-            self._thread.terminate()
-            self._thread.wait()
+        end_thread(self._thread, self._shutdown_requested, SHUTDOWN_WAIT_MS)
 
 
 @dataclass(frozen=True)
