@@ -472,11 +472,11 @@ def _generating(
 def _note_model_used(service: ConversationService) -> None:
     # "Last used" in the model library means chatted with: commands that
     # only read (info, restore, show) leave the data folder as it was.
-    from app.library.catalog import load_catalog
+    from app.library.catalog import shipped_catalog
     from app.library.installed import note_model_used
 
     assert service.engine is not None
-    note_model_used(service.db.path.parent, service.engine.path, load_catalog())
+    note_model_used(service.db.path.parent, service.engine.path, shipped_catalog())
 
 
 def _cmd_send(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import paths
-from app.library.catalog import load_catalog
+from app.library.catalog import shipped_catalog
 from app.library.installed import ModelLibrary, models_dir_for
 from app.preferences import load_preferences
 from app.single_instance import Claim, SingleInstance
@@ -116,7 +116,7 @@ def build_window(
     # The models go where ``arbor models`` puts them (ARBOR_MODELS_DIR, the
     # folder chosen in Settings, or beside the database).
     models_dir = models_dir_for(db.path.parent, prefs.models_dir)
-    library = ModelLibrary(db.path.parent, models_dir, load_catalog())
+    library = ModelLibrary(db.path.parent, models_dir, shipped_catalog())
     models = ModelServices.create(library, starter_model_path(), hub_endpoint)
     window = MainWindow(db, engine, prefs, gpu_supported, models)
     window.start(model or remembered_or_starter_model(prefs.model_path))

@@ -126,6 +126,14 @@ class _SampledReply:
     thinking: str = ""  # the reasoning, where the model's format separates it
     stop_reason: str = "max_tokens"
 
+    def drop_from(self, cut: int, is_end_of_turn: Callable[[int], bool]) -> None:
+        """Forget the tokens from ``cut`` on (a turn marker the model wrote, a
+        character cut short), with the one kept undecoded at ``max_tokens``;
+        a turn's end marker still closes the turn."""
+        if cut < len(self.tokens):
+            self.pending = [t for t in self.pending if is_end_of_turn(t)]
+        del self.tokens[cut:]
+
 
 @dataclass
 class _Alternative:
@@ -688,13 +696,10 @@ class ConversationService:
             assert alternative.text is not None
             cut = alternative.text.finish()
             sampled = alternative.sampled
-            if cut is not None and cut < len(sampled.tokens):
+            if cut is not None:
                 # A reply cut inside a character ends before it (the forks
                 # are gone; each reply is decoded alone after this).
-                del sampled.tokens[cut:]
-                sampled.pending = [
-                    t for t in sampled.pending if engine.is_end_of_generation(t)
-                ]
+                sampled.drop_from(cut, engine.is_end_of_generation)
             alternative.sampled.text = alternative.splitter.answer
             alternative.sampled.thinking = alternative.splitter.thinking
 
@@ -737,7 +742,7 @@ class ConversationService:
         if cut is not None:
             # The model wrote a turn marker: the reply ends before it. (Forks
             # serve sampling only, so their cells need no cutting.)
-            del sampled.tokens[cut:]
+            sampled.drop_from(cut, engine.is_end_of_generation)
             alternative.stop("end_of_turn")
             return None
         if len(sampled.tokens) >= alternative.params.max_tokens:
@@ -1208,12 +1213,7 @@ class ConversationService:
         engine = self._require_engine()
         if engine.state_kind is StateKind.FULL:
             cut = max(cut, engine.n_past - first)
-        if cut < len(result.tokens):
-            # The token kept undecoded at max_tokens goes with the rest.
-            result.pending = [
-                t for t in result.pending if engine.is_end_of_generation(t)
-            ]
-        del result.tokens[cut:]
+        result.drop_from(cut, engine.is_end_of_generation)
         engine.truncate(first + cut)
 
     def _close_turn(

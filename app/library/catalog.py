@@ -11,7 +11,7 @@ from typing import Any
 
 from app.assets import get_asset
 from app.library import names
-from app.library.fit import format_bytes
+from app.library.units import format_bytes
 
 CATALOG_ASSET = "models/catalog.json"
 

@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.interrupt import StopRequest
 from app.library import names
-from app.library.catalog import CatalogEntry, load_catalog
+from app.library.catalog import CatalogEntry, shipped_catalog
 from app.library.download import DownloadStopped, Progress, pull
-from app.library.fit import assess, format_bytes, machine_memory
+from app.library.fit import assess, machine_memory
 from app.library.hub import HubError, RemoteFile, list_files, search
 from app.library.installed import (
     MODELS_DIR_ENV,
@@ -27,6 +28,7 @@ from app.library.installed import (
     ModelLibrary,
     models_dir_for,
 )
+from app.library.units import format_bytes, format_duration
 from app.starter_model import starter_model_path
 
 
@@ -70,7 +72,7 @@ def add_parser(sub: Any, parser_class: Any, path_type: Any, text_type: Any) -> N
 
 def run(args: argparse.Namespace, data_dir: Path) -> Any:
     """Run one ``models`` command; return what to print as JSON."""
-    library = ModelLibrary(data_dir, _models_dir(args, data_dir), load_catalog())
+    library = ModelLibrary(data_dir, _models_dir(args, data_dir), shipped_catalog())
     command = args.models_command
     if command == "list":
         return _list(library)
@@ -204,12 +206,9 @@ def _file_json(file: RemoteFile, n_ctx: int) -> dict[str, Any]:
 def _pull(library: ModelLibrary, args: argparse.Namespace) -> dict[str, Any]:
     repo, filename = _what_to_pull(library, args.repo, args.file, args.revision)
     parts = names.split_siblings(filename)
-    stopping = {"stop": False}
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        stopping["stop"] = True
-
-    signal.signal(signal.SIGINT, on_signal)
+    # Ctrl+C pauses: the part stays, and the same command resumes it.
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop.request)
     bar = _StderrProgress()
     try:
         pulled = pull(
@@ -218,7 +217,7 @@ def _pull(library: ModelLibrary, args: argparse.Namespace) -> dict[str, Any]:
             library.models_dir,
             revision=args.revision,
             on_progress=bar.show,
-            should_stop=lambda: stopping["stop"],
+            should_stop=stop,
         )
     except DownloadStopped:
         bar.close()
@@ -314,13 +313,3 @@ def describe_progress(progress: Progress) -> str:
     if eta is not None:
         parts.append(f"{format_duration(eta)} left")
     return ", ".join(parts)
-
-
-def format_duration(seconds: float) -> str:
-    """``45 s``, ``3 min 20 s``, ``1 h 05 min``."""
-    whole = round(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60:02d} s"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"

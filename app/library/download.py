@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from app.library.fit import format_bytes
 from app.library.hub import HubError, check_repo_id, hub_errors
+from app.library.units import format_bytes
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Room left on the disk beyond the file itself (the database grows too).

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.library.units import format_bytes
+
 # What llama.cpp needs besides the weights and the KV cache: compute buffers,
 # the tokenizer, the output logits. Measured roughly: ~150 MB for a 135M model,
 # a few hundred MB for an 8B at 4k context; this errs on the safe side.
@@ -71,12 +73,3 @@ def assess(
     else:
         verdict = "too big"
     return Fit(need, have, verdict, estimated=kv_bytes_per_token is None)
-
-
-def format_bytes(count: int) -> str:
-    """Sizes as people read them: 98 MB, 2.5 GB (decimal, like the Hub)."""
-    if count < 1000**2:
-        return f"{max(count, 0) / 1000:.0f} kB"
-    if count < 1000**3:
-        return f"{count / 1000**2:.0f} MB"
-    return f"{count / 1000**3:.1f} GB"

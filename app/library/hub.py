@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.library import names
 
@@ -92,12 +92,8 @@ def search(
             updated=info.last_modified.isoformat() if info.last_modified else None,
         )
         if index < with_files:
-            repository = RemoteRepository(
-                **{
-                    **vars(repository),
-                    "files": tuple(list_files(info.id, endpoint=endpoint, token=token)),
-                }
-            )
+            files = list_files(info.id, endpoint=endpoint, token=token)
+            repository = replace(repository, files=tuple(files))
         repositories.append(repository)
     return repositories
 

@@ -137,8 +137,7 @@ class ModelLibrary:
             existing = self._find(str(path))
             if existing is not None:
                 return existing
-            entry = self.catalog.for_file(None, path.name)
-            model = self._describe(path, "added", entry)
+            model = self._describe(path, "added")
             self._upsert(model)
         return model
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import names
-from app.library.fit import format_bytes
+from app.library.units import format_bytes
 from app.views.downloads import describe_download, status_text
 from app.views.starter_offer import StarterOfferBar
 from app.views.status_bar import ArborStatusBar

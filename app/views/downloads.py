@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.library.fit import format_bytes
+from app.library.units import format_bytes, format_duration
 from app.workers.download_worker import (
     DONE,
     DOWNLOADING,
@@ -30,17 +30,6 @@ from app.workers.download_worker import (
     DownloadController,
     DownloadState,
 )
-
-
-def format_duration(seconds: float) -> str:
-    """A time left as people say it: "40 s", "3 min", "1 h 5 min"."""
-    if seconds < 60:
-        return f"{max(1, round(seconds))} s"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def _percent(state: DownloadState) -> str:

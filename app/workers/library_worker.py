@@ -22,9 +22,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.library.fit import format_bytes
 from app.library.hub import HubError, list_files, search
 from app.library.installed import InstalledModel, LibraryError, ModelLibrary
+from app.library.units import format_bytes
 from app.workers.download_worker import DownloadController
 from app.workers.threads import end_thread, quit_current_thread, worker_thread
 

@@ -43,9 +43,10 @@ from PySide6.QtWidgets import (
 
 from app.library import names
 from app.library.catalog import CatalogEntry
-from app.library.fit import Fit, assess, format_bytes, machine_memory
+from app.library.fit import Fit, assess, machine_memory
 from app.library.hub import RemoteFile, RemoteRepository
 from app.library.installed import InstalledModel
+from app.library.units import format_bytes
 from app.views.dialogs.errors import confirm
 from app.views.downloads import DownloadsPanel
 from app.views.welcome import catalog_fit, choose_model_file
