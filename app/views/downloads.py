@@ -32,6 +32,16 @@ from app.workers.download_worker import (
 )
 
 
+def show_fraction(bar: QProgressBar, fraction: float | None) -> None:
+    """Show ``fraction`` (0..1) of a download on ``bar``; None: busy, with no
+    measure yet (queued, checking, or a size not known)."""
+    if fraction is None:
+        bar.setRange(0, 0)
+    else:
+        bar.setRange(0, 1000)
+        bar.setValue(round(fraction * 1000))
+
+
 def _percent(state: DownloadState) -> str:
     fraction = state.fraction
     return (
@@ -145,14 +155,11 @@ class DownloadRow(QWidget):
         self.detail_label.setText(describe_download(state))
         self.detail_label.setToolTip(describe_download(state))
         self.detail_label.setProperty("failed", state.status == FAILED)
+        waiting = state.status in (QUEUED, VERIFYING)
         fraction = state.fraction
-        if state.status in (QUEUED, VERIFYING) or (
-            fraction is None and state.status == DOWNLOADING
-        ):
-            self.progress.setRange(0, 0)  # busy, no measure yet
-        else:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(round((fraction or 0) * 1000))
+        if fraction is None and state.status != DOWNLOADING:
+            fraction = 0.0  # paused or failed before a size was known
+        show_fraction(self.progress, None if waiting else fraction)
         finished = state.status == DONE
         self.pause_button.setVisible(not finished)
         self.pause_button.setText("Pause" if state.active else "Resume")

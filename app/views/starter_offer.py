@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.views.downloads import show_fraction
+
 STARTER_TEXT = (
     "You are chatting with the starter model, made for trying Arbor: it is "
     "small and often wrong."
@@ -88,11 +90,7 @@ class StarterOfferBar(QFrame):
         self.offer_button.setText("Downloading…" if running else self._offer_text)
         self.label.setText(text)
         self.download_bar.setVisible(running)
-        if fraction is None:
-            self.download_bar.setRange(0, 0)
-        else:
-            self.download_bar.setRange(0, 1000)
-            self.download_bar.setValue(int(fraction * 1000))
+        show_fraction(self.download_bar, fraction)
 
     @Slot()
     def _on_offer_button_clicked(self) -> None:

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.library.catalog import Catalog, CatalogEntry
 from app.library.fit import Fit, assess
+from app.views.downloads import show_fraction
 from app.views.theme import app_icon, icon
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
@@ -188,11 +189,7 @@ class WelcomePage(QWidget):
         self.offer_label.show()
         self.offer_label.setText(text)
         self.download_bar.setVisible(running)
-        if fraction is None:
-            self.download_bar.setRange(0, 0)
-        else:
-            self.download_bar.setRange(0, 1000)
-            self.download_bar.setValue(round(fraction * 1000))
+        show_fraction(self.download_bar, fraction)
 
     @Slot()
     def _on_offer_button_clicked(self) -> None:
