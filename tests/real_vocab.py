@@ -26,10 +26,8 @@ about ten seconds for a 256k-token vocabulary with its merges.
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +39,7 @@ import llama_cpp
 import numpy as np
 
 from tests import template_corpus
+from tests.cache_files import write_atomically
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
@@ -107,7 +106,7 @@ def extract_vocabs(folder: Path) -> Path:
 
 
 def _write_bytes(target: Path, data: bytes) -> None:
-    _write_atomically(target, lambda partial: partial.write_bytes(data))
+    write_atomically(target, lambda partial: partial.write_bytes(data))
 
 
 def vocab_file(folder: Path, name: str) -> Path:
@@ -297,7 +296,7 @@ def real_vocab_model(folder: Path, vocab: Path, chat_template: str | None) -> Pa
     target = folder / f"{vocab.stem}.{key.hexdigest()[:12]}.gguf"
     if not target.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        _write_atomically(
+        write_atomically(
             target, lambda p: write_real_vocab_model(p, vocab, chat_template)
         )
     return target
@@ -344,18 +343,3 @@ def written_tokens(engine: LlamaEngine, prompt: str, text: str) -> list[int]:
     if joined[: len(before)] == before:
         return joined[len(before) :]
     return engine.tokenize(text)
-
-
-def _write_atomically(target: Path, write: Callable[[Path], object]) -> None:
-    """Have ``write`` fill a temporary file beside ``target``, then rename it."""
-    handle, name = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".partial"
-    )
-    os.close(handle)
-    partial = Path(name)
-    try:
-        write(partial)
-        partial.chmod(0o644)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)

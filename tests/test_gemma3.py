@@ -38,6 +38,7 @@ from storage.values import Role
 from tests import template_corpus
 from tests.conftest import run_cli
 from tests.gemma import TEMPLATE_NAME, GemmaModels
+from tests.scripted import held_context
 
 pytestmark = pytest.mark.gemma3
 
@@ -180,15 +181,6 @@ def _render(engine: LlamaEngine, template: str, messages: list[dict[str, str]]) 
     )
 
 
-def _held_context(service: ConversationService, reply_node: int) -> list[int]:
-    # What the context held when the reply started: its effective path and
-    # the reply's opening (the generation prompt).
-    path = service.path(reply_node)
-    reply = path[-1]
-    header = reply.tokens[: reply.chunks[0]]
-    return [t for n in folding.effective(path[:-1]) for t in n.tokens] + list(header)
-
-
 def _meta_int(engine: LlamaEngine, key: str) -> int:
     # The file's metadata as llama.cpp read it (gguf's Python reader would
     # take seconds to parse the 262k-token vocabulary on the way).
@@ -217,7 +209,7 @@ def test_context_is_llama_cpps_tokenization_of_the_full_render(chat):
         expected = _llama_tokenize(
             chat.engine, _render(chat.engine, template, messages)
         )
-        held = _held_context(chat.service, reply.assistant_node)
+        held = held_context(chat.service.path(reply.assistant_node))
         assert held == expected, (
             chat.engine.detokenize(held),
             chat.engine.detokenize(expected),

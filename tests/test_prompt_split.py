@@ -15,22 +15,14 @@ whitespace after them.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gguf
 import pytest
 
 from app.backend.chat_format import ChatFormat, Message
-from app.backend.engine import LlamaEngine
-from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
-from app.conversation import folding
-from app.conversation.service import ConversationService
-from app.conversation.spans import span_tokens, turns_of
-from storage.db import open_database
-from storage.repository import NodeRecord
 from storage.values import Role
 from tests import real_vocab, template_corpus
+from tests.scripted import held_context, rendered_context
 from tests.tiny_model import write_tiny_model
 
 PARAMS = SamplingParams(temperature=0, max_tokens=200)
@@ -52,47 +44,6 @@ def _template(name: str) -> str:
         for case in template_corpus.reference_cases()
         if case.name == name
     )
-
-
-class ScriptedEngine(LlamaEngine):
-    """The real engine, whose sampler picks scripted tokens instead."""
-
-    script: list[int]
-
-    def sample(self, sampler):
-        return self.script.pop(0)
-
-
-@pytest.fixture
-def open_service(tmp_path: Path):
-    opened = []
-
-    def open_(model: Path) -> ConversationService:
-        db = open_database(tmp_path / "arbor.sqlite3")
-        engine = ScriptedEngine(model, BackendSettings(n_ctx=2048, n_threads=1))
-        opened.append((db, engine))
-        return ConversationService(db, engine)
-
-    yield open_
-    for db, engine in opened:
-        engine.close()
-        db.close()
-
-
-def _held_context(path: list[NodeRecord]) -> list[int]:
-    # The context when the reply at the end of ``path`` started: the
-    # effective spans above it and the reply's opening (its first chunk).
-    reply = path[-1]
-    above = [t for n in folding.effective(path[:-1]) for t in n.tokens]
-    return above + list(reply.tokens[: reply.chunks[0]])
-
-
-def _rendered(engine: LlamaEngine, system: str | None, path: list[NodeRecord]):
-    # llama.cpp's tokenization of the template's own render of the path above
-    # the reply, with the generation prompt (special tokens parsed).
-    head = [Message("system", system)] if system else []
-    text = engine.chat_format.render([*head, *turns_of(path[:-1])], True)
-    return span_tokens(engine, text, at_start=True)
 
 
 @pytest.mark.parametrize("system", [None, "Answer briefly."])
@@ -133,7 +84,7 @@ def test_phi_generation_prompt_is_one_control_token(
         opening = path[-1]
         assert opening.span_text.startswith("<|assistant|>\n")
         assert opening.tokens[0] == assistant
-        assert _held_context(path) == _rendered(engine, system, path)
+        assert held_context(path) == rendered_context(engine, system, path)
         node = reply.assistant_node
 
 
@@ -175,7 +126,7 @@ def test_split_is_where_the_pieces_tokenize_as_the_whole(tmp_path, open_service)
         header = list(opening.tokens[: opening.chunks[0]])
         joined = user.span_text + engine.detokenize(header)
         assert list(user.tokens) + header == engine.tokenize(joined)
-        assert _held_context(path) == _rendered(engine, None, path)
+        assert held_context(path) == rendered_context(engine, None, path)
         node = reply.assistant_node
 
 
@@ -210,7 +161,7 @@ def test_phi_on_its_real_vocabulary(real_vocabs, tmp_path, open_service, system)
             assert not span.span_text.endswith(("<", "<|")), (span.role, span.span_text)
         replies = [n for n in path if n.role == Role.ASSISTANT]
         assert [n.tokens[0] for n in replies] == [assistant] * len(replies)
-        assert _held_context(path) == _rendered(engine, system, path)
+        assert held_context(path) == rendered_context(engine, system, path)
         redecoded.append(parent_end - path[-2].start_pos)
         node = reply.assistant_node
     print(f"\nPhi-3.5, real vocabulary: tokens decoded again per turn {redecoded}")
@@ -257,4 +208,4 @@ def test_a_reply_rendered_again_is_closed_as_the_next_turn_reads_it(
     assert again.span_text.startswith("<|assistant|>\n")
     assert again.span_text.endswith("Hello!<|end|>\n")
     assert user.start_pos == again.end_pos  # nothing decoded again
-    assert _held_context(path) == _rendered(second.engine, None, path)
+    assert held_context(path) == rendered_context(second.engine, None, path)

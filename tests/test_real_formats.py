@@ -16,49 +16,21 @@ from pathlib import Path
 import pytest
 
 from app.backend.chat_format import Message
-from app.backend.engine import LlamaEngine
-from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
-from app.conversation import folding
 from app.conversation.service import ConversationService
 from app.conversation.spans import span_tokens, system_of, turns_of
-from storage.db import open_database
 from tests import real_vocab, template_corpus
 from tests.conftest import run_cli
+from tests.scripted import held_context
 from tests.tiny_model import write_tiny_model
 
 EOG = {"</s>": 2, "<|im_end|>": 4}
 PARAMS = SamplingParams(temperature=0, max_tokens=200)
 
 
-class ScriptedEngine(LlamaEngine):
-    """The real engine, whose sampler picks scripted tokens instead."""
-
-    script: list[int]
-
-    def sample(self, sampler):
-        return self.script.pop(0)
-
-
 def _model(tmp_path: Path, name: str) -> Path:
     source = template_corpus.reference_templates()[name]
     return write_tiny_model(tmp_path / f"{name}.gguf", chat_template=source)
-
-
-@pytest.fixture
-def open_service(tmp_path: Path):
-    opened = []
-
-    def open_(model: Path) -> ConversationService:
-        db = open_database(tmp_path / "arbor.sqlite3")
-        engine = ScriptedEngine(model, BackendSettings(n_ctx=2048, n_threads=1))
-        opened.append((db, engine))
-        return ConversationService(db, engine)
-
-    yield open_
-    for db, engine in opened:
-        engine.close()
-        db.close()
 
 
 def _expected_context(service: ConversationService, user_node: int) -> list[int]:
@@ -67,15 +39,6 @@ def _expected_context(service: ConversationService, user_node: int) -> list[int]
     path = service.path(user_node)
     _through, text = engine.chat_format.prompt(system_of(path), turns_of(path))
     return span_tokens(engine, text, at_start=True)
-
-
-def _held_context(service: ConversationService, reply_node: int) -> list[int]:
-    # What the context held when the reply started: its effective path and
-    # the reply's opening (the generation prompt).
-    path = service.path(reply_node)
-    reply = path[-1]
-    header = reply.tokens[: reply.chunks[0]]
-    return [t for n in folding.effective(path[:-1]) for t in n.tokens] + list(header)
 
 
 CASES = {
@@ -129,7 +92,7 @@ def test_context_is_the_templates_rendering_at_every_reply(
         parent_end = service.path(node)[-1].end_pos
         reply = service.send(node, question, PARAMS)
         user = service.path(reply.user_node)[-1]
-        assert _held_context(service, reply.assistant_node) == _expected_context(
+        assert held_context(service.path(reply.assistant_node)) == _expected_context(
             service, reply.user_node
         )
         if redecoded:  # the first reply decodes the new root once
@@ -169,7 +132,7 @@ def test_reasoning_reply_fields_and_next_turn(tmp_path, open_service, data_dir):
     # The next turn's context drops the earlier reasoning, as Qwen3's template does.
     engine.script = [*engine.tokenize("Second."), EOG["<|im_end|>"]]
     second = service.send(reply.assistant_node, "Another?", PARAMS)
-    held = engine.detokenize(_held_context(service, second.assistant_node))
+    held = engine.detokenize(held_context(service.path(second.assistant_node)))
     assert "Let me think." not in held and "The answer." in held
     assert second.stats.reprocessed_tokens == 0
 
@@ -281,7 +244,7 @@ def test_context_is_llama_cpps_tokens_of_the_render_on_real_vocabularies(
         )
         engine.script = [*real_vocab.written_tokens(engine, prompt, written), end]
         reply = service.send(node, question, PARAMS)
-        assert _held_context(service, reply.assistant_node) == _expected_context(
+        assert held_context(service.path(reply.assistant_node)) == _expected_context(
             service, reply.user_node
         )
         if node != path[0].id:  # the first reply decodes the new root once
