@@ -714,8 +714,15 @@ class WindowPresenter:
                 self.view.give_back_text(self.pending_text)
             target = self._stored_active_node()
         self.pending_text = None
-        # The reply recorded the loaded model on the conversation.
-        self.shown_record = self._stored_record(self.conversation_id)
+        # A reply records the loaded model on its conversation: known here
+        # without reading it back (a failed one may or may not have).
+        record, info = self.shown_record, self.model_info
+        if reply is not None and record is not None and info is not None:
+            self.shown_record = replace(
+                record, model_path=info.path, model_identity=info.identity
+            )
+        else:
+            self.shown_record = self._stored_record(self.conversation_id)
         tree = result.tree
         if tree is not None and tree.conversation_id == self.conversation_id:
             self._set_snapshot(tree)  # read by the engine thread, not here

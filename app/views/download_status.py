@@ -18,6 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import names
+from app.library.installed import InstalledModel
 from app.library.units import format_bytes
 from app.views.downloads import describe_download, status_text
 from app.views.starter_offer import StarterOfferBar
@@ -99,9 +100,11 @@ class DownloadStatus(QObject):
     def offer(self) -> None:
         """Offer the best recommended model that fits (or "Use" it, if here)."""
         entry = welcome_offer(self._models.library.catalog, self._n_ctx)
+        # One read of the manifest and the models folder for both offers.
+        models = self._models.library.models(self._models.starter)
         button, description, installed = None, "", False
         if entry is not None:
-            installed = self._installed(entry.id) is not None
+            installed = _installed(models, entry.id) is not None
             if installed:
                 button, description = f"Use {entry.name}", entry.description
             else:
@@ -113,17 +116,13 @@ class DownloadStatus(QObject):
         if self.bar_download is None:
             # Beside the starter only: someone with models of their own knows
             # where to find more.
-            models = self._models.library.models(self._models.starter)
             alone = not any(m.source != "starter" and m.present for m in models)
             wanted = self.starter_loaded and (installed or alone)
             fits = f"{entry.name} fits this computer. " if entry is not None else ""
             self._bar.set_offer(button if wanted else None, fits + description)
 
     def _installed(self, catalog_id: str) -> str | None:
-        for model in self._models.library.models():
-            if model.catalog_id == catalog_id and model.present:
-                return model.path
-        return None
+        return _installed(self._models.library.models(), catalog_id)
 
     def _show(self) -> None:
         downloads = self._models.downloads
@@ -231,3 +230,11 @@ def _welcome_text(state: DownloadState) -> str:
     if state.status == PAUSED:
         return f"{state.name}: paused. Resume it in Models… (Ctrl+Shift+M)."
     return f"{state.name} was not downloaded: {state.message}"
+
+
+def _installed(models: list[InstalledModel], catalog_id: str) -> str | None:
+    # The path of the catalog's model if it is here.
+    for model in models:
+        if model.catalog_id == catalog_id and model.present:
+            return model.path
+    return None
