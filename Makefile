@@ -6,16 +6,27 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 LLAMA_CPP_VERSION := 0.3.36
 
-# llama.cpp's default native build uses AMX instructions that many x86 VMs
-# forbid (SIGSEGV in ggml_backend_amx_mul_mat), so the CPU build names its
-# instruction sets. For a GPU build: make run LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
-	-DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
+# One llama.cpp build for every machine, made the way llama.cpp's own releases
+# are (packaging/llama/README.md): each backend is a library loaded at run time
+# (GGML_BACKEND_DL). The CPU backend comes in one variant per instruction-set
+# level and llama.cpp picks the one this processor runs (no AVX2 floor, and no
+# native build, whose AMX code crashes many x86 VMs); Vulkan drives NVIDIA, AMD
+# and Intel GPUs where its build tools are installed (.ci/run installs them;
+# without them the build is CPU-only); RPC reaches other machines. CUDA, whose
+# build takes hours on a small machine, is asked for: make run CUDA=ON.
+VULKAN ?= $(shell command -v glslc >/dev/null 2>&1 && pkg-config --exists vulkan 2>/dev/null && echo ON || echo OFF)
+CUDA ?= OFF
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON \
+	-DGGML_VULKAN=$(VULKAN) -DGGML_CUDA=$(CUDA) -DGGML_RPC=ON \
+	-DCMAKE_INSTALL_BINDIR=llama_cpp/lib -DLLAVA_BUILD=OFF
+# The Debian/Ubuntu packages a Vulkan build needs.
+VULKAN_BUILD_PACKAGES := glslc glslang-tools libvulkan-dev spirv-headers
 
 # pip caches built wheels by version only, ignoring CMAKE_ARGS; we keep our own
-# wheel folder keyed by the flags, so changing them rebuilds and reusing them
-# does not (the build takes ~8 minutes on 2 cores).
-WHEEL_KEY := $(shell printf '%s' "$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)" | sha256sum | cut -c1-16)
+# wheel folder keyed by the flags and our patches, so changing them rebuilds
+# and reusing them does not (the build takes ~XX minutes on 2 cores).
+WHEEL_KEY := $(shell cat packaging/llama/*.patch packaging/llama/build_wheel.sh | \
+	{ printf '%s' "$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)"; cat; } | sha256sum | cut -c1-16)
 WHEEL_DIR ?= $(HOME)/.cache/arbor/llama-wheels/$(WHEEL_KEY)
 # The source distribution is kept: besides building the wheel, it carries
 # llama.cpp's reference chat templates and their expected renders, which the
@@ -59,9 +70,11 @@ setup: $(VENV)/.arbor-$(WHEEL_KEY)
 define llama_wheel
 	test -s $(SDIST) || $(1) download -q --no-deps --no-binary :all: \
 		-d $(SDIST_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	@test "$(VULKAN)" = ON || echo "arbor: building llama.cpp without Vulkan (no GPU" \
+		"offload): install $(VULKAN_BUILD_PACKAGES), then make clean setup"
 	test -n "$$(ls $(WHEEL_DIR)/llama_cpp_python-*.whl 2>/dev/null)" || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(1) wheel --no-deps --no-cache-dir \
-			-w $(WHEEL_DIR) $(SDIST)
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" packaging/llama/build_wheel.sh \
+			$(SDIST) $(WHEEL_DIR) $(1)
 endef
 
 $(VENV)/.arbor-$(WHEEL_KEY): pyproject.toml

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,20 @@ import llama_cpp
 import numpy as np
 
 from app.backend import chat_format as chat_formats
-from app.backend import reasoning
+from app.backend import devices, native_log, offload, reasoning
 from app.backend.chat_format import ChatFormat
 from app.backend.errors import BackendError, ContextFullError, ModelFileError
 from app.backend.kv_state import CombinedState, DeltaLayout
 from app.backend.model_file import check_model_file, content_identity
+from app.backend.offload import OffloadCost
+from app.backend.placement import Placement, read_placement
 from app.backend.sampling import Sampler
-from app.backend.settings import DEFAULT_N_CTX, KV_CACHE_TYPES, BackendSettings
+from app.backend.settings import (
+    AUTO_GPU_LAYERS,
+    DEFAULT_N_CTX,
+    KV_CACHE_TYPES,
+    BackendSettings,
+)
 from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams, StateKind
 
 log = logging.getLogger(__name__)
@@ -66,47 +72,6 @@ _KV_ELEMENT_BYTES = {
 _TOKEN_ATTR_CONTROL = 1 << 3
 _TOKEN_ATTR_USER_DEFINED = 1 << 4
 
-# ggml_log_level, from ggml.h (the binding does not export it). CONT carries
-# on the previous message: the progress dots of a load, or the rest of a line.
-_GGML_LOG_WARN = 3
-_GGML_LOG_ERROR = 4
-_GGML_LOG_CONT = 5
-# llama.cpp's DEBUG and INFO are its own verbose trace (a hundred lines per
-# model load): both go to DEBUG so that an INFO log stays about Arbor.
-_PYTHON_LOG_LEVELS = {_GGML_LOG_WARN: logging.WARNING, _GGML_LOG_ERROR: logging.ERROR}
-_native = logging.getLogger(f"{__name__}.llama_cpp")
-# The last few errors llama.cpp logged, for the message of a failed load: it
-# says why only in its log (a truncated tensor, an unknown architecture, ...).
-_last_native_errors: list[str] = []
-_previous_native_level = logging.DEBUG
-
-
-# llama.cpp logs through this C callback; the module keeps a reference to it,
-# so it is never freed.
-@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # a ctypes CFUNCTYPE
-def _native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    global _previous_native_level
-    message = text.decode("utf-8", errors="replace")
-    if level == _GGML_LOG_CONT:
-        python_level = _previous_native_level
-        if python_level == logging.ERROR and _last_native_errors:
-            _last_native_errors[-1] += message.rstrip("\n")
-    else:
-        python_level = _PYTHON_LOG_LEVELS.get(level, logging.DEBUG)
-        _previous_native_level = python_level
-        if python_level == logging.ERROR:
-            _last_native_errors.append(message.rstrip("\n"))
-            del _last_native_errors[:-5]
-    if message.strip(" .\n"):  # not a lone progress dot
-        _native.log(python_level, "llama.cpp: %s", message.rstrip())
-
-
-def _native_errors(fallback: str) -> str:
-    """What llama.cpp logged as errors since the last clear, as one sentence."""
-    # "llama_model_load: error loading model: ..." -> "error loading model: ..."
-    lines = [re.sub(r"^\w+: ", "", line.strip()) for line in _last_native_errors]
-    return "; ".join(line for line in lines if line) or fallback
-
 
 def available_memory() -> int | None:
     """Bytes of memory free for new allocations, or None where unknown.
@@ -134,21 +99,47 @@ def _size_text(n_bytes: float) -> str:
     return f"{n_bytes / 2**20:.1f} MiB"
 
 
-_backend_ready = False
+def _model_meta(model: Any, key: str) -> str | None:
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
 
-def _init_backend() -> None:
-    global _backend_ready
-    if not _backend_ready:
-        llama_cpp.llama_log_set(_native_log, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _backend_ready = True
+def _model_meta_int(model: Any, key: str) -> int | None:
+    value = _model_meta(model, key)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def kv_bytes_per_token(model: Any, kv_cache_type: str) -> int:
+    """The KV cache bytes one token takes in a loaded llama.cpp ``model``."""
+    # K + V per token = n_layer x n_head_kv x (key_length + value_length) x
+    # bytes/element (a checkpoint adds a few bytes of cell metadata per token
+    # on top). Gemma-style models set the head size apart from
+    # n_embd / n_head (Gemma 2 2B: 256, not 288); the binding has no
+    # function for it, so it comes from the GGUF metadata. Per-layer
+    # differences (head counts, key_length_swa, MLA) are not counted.
+    if llama_cpp.llama_model_is_recurrent(model):
+        return 0  # a fixed-size state, nothing per token
+    n_head = max(1, llama_cpp.llama_model_n_head(model))
+    head_dim = llama_cpp.llama_model_n_embd(model) // n_head
+    arch = _model_meta(model, "general.architecture")
+    key_length = _model_meta_int(model, f"{arch}.attention.key_length") or head_dim
+    value_length = (
+        _model_meta_int(model, f"{arch}.attention.value_length") or key_length
+    )
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model)
+    elements = (
+        llama_cpp.llama_model_n_layer(model) * n_head_kv * (key_length + value_length)
+    )
+    return int(elements * _KV_ELEMENT_BYTES[kv_cache_type])
 
 
 def gpu_offload_supported() -> bool:
-    """Whether this llama.cpp build can offload layers to a GPU."""
-    _init_backend()
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """Whether llama.cpp found a GPU to offload layers to."""
+    return bool(devices.offload_devices())
 
 
 class LlamaEngine:
@@ -159,13 +150,15 @@ class LlamaEngine:
     """
 
     def __init__(self, model_path: Path, settings: BackendSettings) -> None:
-        _init_backend()
+        devices.load_backends()
         model_path = Path(model_path).expanduser().resolve()
         check_model_file(model_path)
         self._model_identity = content_identity(model_path)
         self.settings = settings
         self._model: Any = None
         self._ctx: Any = None
+        # A NULL-terminated device list holding no device (CPU only).
+        self._no_devices = (ctypes.c_void_p * 1)(None)
         self._batch: Any = None
 
         self._model = self._load_model(model_path)
@@ -201,6 +194,8 @@ class LlamaEngine:
         self.reasoning_switch = reasoning.reasoning_switch(self.chat_format.source)
         self.state_kind, state_note = self._state_kind()
         has_gpu = gpu_offload_supported()
+        self.placement = read_placement(self._load_log)
+        cpu_variant = devices.load_backends().cpu_variant
         self.info = ModelInfo(
             path=str(model_path),
             identity=self._model_identity,
@@ -225,6 +220,11 @@ class LlamaEngine:
             reasoning_default=(
                 self.reasoning_switch.default if self.reasoning_switch else None
             ),
+            offloaded_layers=self.placement.offloaded_layers,
+            offloadable_layers=self.placement.offloadable_layers,
+            gpu_bytes=sum(self.placement.device_bytes.values()),
+            placement=self.placement.describe(),
+            cpu_variant=cpu_variant,
         )
         self.profile_details = {
             "model_identity": self._model_identity,
@@ -236,6 +236,11 @@ class LlamaEngine:
             # The value, not the enum: the fingerprint hashes this dict's repr.
             "state_kind": self.state_kind.value,
             "checkpoint_format": CHECKPOINT_FORMAT,
+            # Cells computed by other kernels restore without an error but are
+            # not what these would compute (DESIGN.md): the CPU variant and
+            # the devices holding layers separate profiles.
+            "cpu_backend": cpu_variant or "built in",
+            "offload": self._offload_signature(self.placement),
         }
         # A delta of full-attention layers restores bit-exactly into a context
         # of another size (tests/test_fallbacks.py), so raising n_ctx keeps the
@@ -249,17 +254,116 @@ class LlamaEngine:
 
     # --- loading ----------------------------------------------------------------
 
+    @staticmethod
+    def _offload_signature(placement: Placement) -> str:
+        """The layers on GPUs and which GPUs, for the profile ("" for none)."""
+        if not placement.offloaded_layers:
+            return ""
+        named = {d.name: d for d in devices.list_devices()}
+        holders = ", ".join(
+            f"{name} ({named[name].backend} {named[name].description})"
+            if name in named
+            else name
+            for name in sorted(placement.device_bytes)
+        )
+        return (
+            f"{placement.offloaded_layers}/{placement.offloadable_layers} on {holders}"
+        )
+
+    def _gpu_layers(self, model_path: Path) -> int:
+        """The layers to offload: the setting, or for "auto" the most that fit."""
+        wanted = self.settings.n_gpu_layers
+        targets = devices.offload_devices()
+        if not targets or wanted == 0:
+            return 0
+        if wanted != AUTO_GPU_LAYERS:
+            return wanted
+        cost, n_ctx = self._probe_offload(model_path)
+        layers = offload.best_layers(
+            cost,
+            n_ctx,
+            sum(d.free_bytes for d in targets),
+            sum(d.total_bytes for d in targets),
+        )
+        log.info("GPU layers (auto): %d of %d", layers, cost.offloadable_layers)
+        return layers
+
+    def _probe_offload(self, model_path: Path) -> tuple[OffloadCost, int]:
+        """What offloading this model costs, and the context size it is for.
+
+        A load with ``no_alloc`` reads the tensors' shapes and sizes the
+        compute buffers without allocating anything (what llama.cpp's own
+        ``--fit`` does); it takes about as long as reading the vocabulary.
+        """
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = -1
+        params.no_alloc = True
+        params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(model_path), params)
+        if not model:
+            raise ModelFileError(
+                f"{model_path.name} could not be loaded. llama.cpp says: "
+                f"{native_log.errors('it gave no reason')}."
+            )
+        try:
+            n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
+            n_ctx = self.settings.n_ctx
+            if n_ctx_train > 0:
+                n_ctx = min(n_ctx, n_ctx_train)
+            native_log.start_recording()
+            try:
+                ctx = llama_cpp.llama_init_from_model(
+                    model, self._context_params(n_ctx)
+                )
+            finally:
+                compute = read_placement(native_log.stop_recording()).compute_bytes
+            if ctx:
+                llama_cpp.llama_free(ctx)
+            return self._offload_cost(model, sum(compute.values())), n_ctx
+        finally:
+            llama_cpp.llama_model_free(model)
+
+    def _offload_cost(self, model: Any, compute_bytes: int) -> OffloadCost:
+        """The GPU bytes of ``model``'s parts. llama.cpp does not say per layer;
+        the token embeddings (kept on the CPU) and the output layer are about
+        n_vocab x n_embd weights each, the repeating layers share the rest."""
+        n_layer = max(1, int(llama_cpp.llama_model_n_layer(model)))
+        size = int(llama_cpp.llama_model_size(model))
+        bytes_per_weight = size / max(1, int(llama_cpp.llama_model_n_params(model)))
+        n_vocab = int(
+            llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+        )
+        embeddings = int(
+            n_vocab * llama_cpp.llama_model_n_embd(model) * bytes_per_weight
+        )
+        return OffloadCost(
+            n_layer=n_layer,
+            output_bytes=embeddings,
+            layer_bytes=max(0, size - embeddings) // n_layer,
+            kv_bytes_per_token=kv_bytes_per_token(model, self.settings.kv_cache_type),
+            compute_bytes=compute_bytes,
+        )
+
     def _load_model(self, model_path: Path) -> Any:
         """Load the weights; a failure carries llama.cpp's own reason."""
         model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = self.settings.n_gpu_layers
-        _last_native_errors.clear()
-        # fsencode: a path that is not valid UTF-8 still names its file.
-        model = llama_cpp.llama_model_load_from_file(
-            os.fsencode(model_path), model_params
-        )
+        model_params.n_gpu_layers = self._gpu_layers(model_path)
+        if model_params.n_gpu_layers == 0:
+            # No device at all, not merely no layers: llama.cpp would still
+            # run large matrix products on a GPU (op offload), whose cells
+            # differ from the CPU's.
+            model_params.devices = ctypes.cast(self._no_devices, ctypes.c_void_p)
+        native_log.clear_errors()
+        native_log.start_recording()
+        try:
+            # fsencode: a path that is not valid UTF-8 still names its file.
+            model = llama_cpp.llama_model_load_from_file(
+                os.fsencode(model_path), model_params
+            )
+        finally:
+            self._load_log = native_log.stop_recording()
         if not model:
-            detail = _native_errors("it gave no reason")
+            detail = native_log.errors("it gave no reason")
             raise ModelFileError(
                 f"{model_path.name} could not be loaded (truncated, corrupt or an "
                 f"unsupported architecture). llama.cpp says: {detail}."
@@ -291,19 +395,38 @@ class LlamaEngine:
         """Refuse a context whose KV cache cannot fit in the free memory.
 
         llama.cpp would try anyway, and take minutes and all the memory
-        before failing (or be killed). The estimate counts the KV cache only
-        (n_ctx x n_layer x (K + V) x bytes per element); the compute buffers
-        come on top. With layers offloaded to a GPU the cache lives in GPU
-        memory, which this check cannot see: it is skipped.
+        before failing (or be killed, or crash in a GPU driver). The estimate
+        counts the KV cache only (n_ctx x n_layer x (K + V) x bytes per
+        element); the compute buffers come on top. The layers offloaded to a
+        GPU keep their share of the cache in that GPU's memory, shared
+        between the GPUs as the weights are; the rest is in system memory.
         """
-        if self.settings.n_gpu_layers != 0 and gpu_offload_supported():
-            return
         needed = n_ctx * self._kv_bytes_per_token()
+        placement = read_placement(self._load_log)
+        n_layer = max(1, int(llama_cpp.llama_model_n_layer(self._model)))
+        # The first offloaded layer is the output layer, which has no cache.
+        on_devices = needed * min(n_layer, max(0, placement.offloaded_layers - 1))
+        on_devices //= n_layer
+        weights = sum(placement.device_bytes.values())
+        for device in devices.list_devices():
+            share = placement.device_bytes.get(device.name, 0)
+            if not share or not weights:
+                continue
+            device_needs = on_devices * share // weights
+            if device_needs > device.free_bytes:
+                raise BackendError(
+                    f"A context of {n_ctx} tokens needs about "
+                    f"{_size_text(device_needs)} of {device.name} "
+                    f"({device.description}) memory for its KV cache, but only "
+                    f"{_size_text(device.free_bytes)} is free there. Choose a "
+                    "smaller context size or fewer GPU layers."
+                )
+        on_host = needed - on_devices
         available = available_memory()
-        if available is None or needed <= available:
+        if available is None or on_host <= available:
             return
         raise BackendError(
-            f"A context of {n_ctx} tokens needs about {_size_text(needed)} of "
+            f"A context of {n_ctx} tokens needs about {_size_text(on_host)} of "
             f"memory for its KV cache, but only {_size_text(available)} is "
             "available. Choose a smaller context size (or a quantized KV cache "
             "with flash attention)."
@@ -311,6 +434,23 @@ class LlamaEngine:
 
     def _create_context(self, n_ctx: int) -> Any:
         """The llama.cpp context; a failure carries llama.cpp's own reason."""
+        ctx_params = self._context_params(n_ctx)
+        native_log.clear_errors()
+        native_log.start_recording()
+        try:
+            ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        finally:
+            self._load_log += native_log.stop_recording()
+        if not ctx:
+            detail = native_log.errors("it gave no reason")
+            raise BackendError(
+                f"Could not create a context of {n_ctx} tokens with these "
+                f"settings. llama.cpp says: {detail}."
+            )
+        return ctx
+
+    def _context_params(self, n_ctx: int) -> Any:
+        """llama.cpp's context parameters for these settings at ``n_ctx``."""
         settings = self.settings
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = n_ctx
@@ -347,22 +487,12 @@ class LlamaEngine:
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         ctx_params.no_perf = True
-        _last_native_errors.clear()
-        ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
-        if not ctx:
-            detail = _native_errors("it gave no reason")
-            raise BackendError(
-                f"Could not create a context of {n_ctx} tokens with these "
-                f"settings. llama.cpp says: {detail}."
-            )
-        return ctx
+        return ctx_params
 
     # --- model facts ---------------------------------------------------------
 
     def _meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+        return _model_meta(self._model, key)
 
     def _state_kind(self) -> tuple[StateKind, str]:
         if llama_cpp.llama_model_is_recurrent(self._model):
@@ -381,33 +511,7 @@ class LlamaEngine:
         return StateKind.DELTA, "each node stores only the KV cells of its own tokens"
 
     def _kv_bytes_per_token(self) -> int:
-        # K + V per token = n_layer x n_head_kv x (key_length + value_length) x
-        # bytes/element (a checkpoint adds a few bytes of cell metadata per token
-        # on top). Gemma-style models set the head size apart from
-        # n_embd / n_head (Gemma 2 2B: 256, not 288); the binding has no
-        # function for it, so it comes from the GGUF metadata. Per-layer
-        # differences (head counts, key_length_swa, MLA) are not counted.
-        if llama_cpp.llama_model_is_recurrent(self._model):
-            return 0  # a fixed-size state, nothing per token
-        n_head = max(1, llama_cpp.llama_model_n_head(self._model))
-        head_dim = llama_cpp.llama_model_n_embd(self._model) // n_head
-        arch = self._meta("general.architecture")
-        key_length = self._meta_int(f"{arch}.attention.key_length") or head_dim
-        value_length = self._meta_int(f"{arch}.attention.value_length") or key_length
-        n_head_kv = llama_cpp.llama_model_n_head_kv(self._model)
-        elements = (
-            llama_cpp.llama_model_n_layer(self._model)
-            * n_head_kv
-            * (key_length + value_length)
-        )
-        return int(elements * _KV_ELEMENT_BYTES[self.settings.kv_cache_type])
-
-    def _meta_int(self, key: str) -> int | None:
-        value = self._meta(key)
-        try:
-            return int(value) if value is not None else None
-        except ValueError:
-            return None
+        return kv_bytes_per_token(self._model, self.settings.kv_cache_type)
 
     def _load_chat_format(self) -> ChatFormat:
         template_ptr = llama_cpp.llama_model_chat_template(self._model, None)

@@ -19,6 +19,11 @@ KV_CACHE_TYPES = {
     "q5_1": 7,
 }
 
+# n_gpu_layers: every layer, or as many as fit the GPU's free memory (chosen
+# when the model is loaded, leaving headroom for the desktop).
+ALL_GPU_LAYERS = -1
+AUTO_GPU_LAYERS = -2
+
 DEFAULT_N_CTX = 4096
 MIN_N_CTX = 64
 # llama.cpp takes n_ctx as a uint32 (a larger value silently wraps) and
@@ -45,7 +50,9 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
 class BackendSettings:
     """How to load a model and size its context.
 
-    ``n_gpu_layers`` = -1 offloads every layer (when the build supports a GPU).
+    ``n_gpu_layers`` = ``ALL_GPU_LAYERS`` offloads every layer, and
+    ``AUTO_GPU_LAYERS`` (the default) as many as fit the GPU; without a GPU
+    nothing is offloaded whatever it says.
     Quantized KV caches (q8_0, ...) need flash attention for the V cache.
     Out-of-range values raise ``InvalidSetting``; whether
     ``n_ctx`` suits the model (its training length, the memory it needs) is
@@ -53,7 +60,7 @@ class BackendSettings:
     """
 
     n_ctx: int = DEFAULT_N_CTX
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = AUTO_GPU_LAYERS
     n_threads: int = 0  # 0: pick from the CPU count
     n_batch: int = 512
     flash_attn: bool = False
@@ -61,7 +68,12 @@ class BackendSettings:
 
     def __post_init__(self) -> None:
         _check_range("The context size (n_ctx)", self.n_ctx, MIN_N_CTX, MAX_N_CTX)
-        _check_range("The GPU layers (n_gpu_layers)", self.n_gpu_layers, -1, _INT32_MAX)
+        _check_range(
+            "The GPU layers (n_gpu_layers)",
+            self.n_gpu_layers,
+            AUTO_GPU_LAYERS,
+            _INT32_MAX,
+        )
         _check_range("The thread count", self.n_threads, 0, MAX_THREADS)
         _check_range("The batch size (n_batch)", self.n_batch, 1, _INT32_MAX)
         if self.kv_cache_type not in KV_CACHE_TYPES:

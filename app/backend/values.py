@@ -135,3 +135,10 @@ class ModelInfo:
     # The file's content identity (``model_file.content_identity``): which
     # model a conversation was made with, whatever the file is called.
     identity: str = ""
+    # What llama.cpp placed on a GPU, read back from its load log: layers
+    # (the output layer counts as one) and the bytes of each GPU's buffers.
+    offloaded_layers: int = 0
+    offloadable_layers: int = 0
+    gpu_bytes: int = 0
+    placement: str = ""  # one line: "26/26 layers offloaded (Vulkan0 512 MiB)"
+    cpu_variant: str = ""  # the CPU backend llama.cpp chose: "zen4", "haswell"
