@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from app import paths
 from app.backend.errors import BackendError, InvalidSetting
-from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+from app.backend.settings import (
+    ALL_GPU_LAYERS,
+    AUTO_GPU_LAYERS,
+    KV_CACHE_TYPES,
+    BackendSettings,
+)
 from app.backend.values import MAX_FORKS, SamplingParams
 from app.conversation.errors import USER_ERRORS
 from app.interrupt import StopRequest
@@ -149,9 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--n-gpu-layers",
-        type=int,
-        default=0,
-        help="layers to offload to the GPU (-1: all)",
+        type=_gpu_layers,
+        default=AUTO_GPU_LAYERS,
+        metavar="N|all|auto",
+        help="layers to offload to the GPU (default auto: as many as fit; 0: none)",
     )
     parser.add_argument(
         "--threads", type=int, default=0, help="CPU threads (0: automatic)"
@@ -255,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     import_.add_argument("file", type=_path_type("input"))
 
     sub.add_parser(
-        "info", help="the model, this build's GPU support and the data folder"
+        "info",
+        help="the model, where its layers run, the devices found, the data folder",
     )
 
     from app.library import commands as models_commands
@@ -317,6 +324,19 @@ def _sampling(args: argparse.Namespace) -> SamplingParams:
         max_tokens=args.max_tokens,
         seed=args.seed,
     )
+
+
+def _gpu_layers(text: str) -> int:
+    """``--n-gpu-layers``: a count, "all" or "auto"."""
+    named = {"all": ALL_GPU_LAYERS, "auto": AUTO_GPU_LAYERS}
+    if text.lower() in named:
+        return named[text.lower()]
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no layer count (a number, all or auto)"
+        ) from None
 
 
 def _settings(args: argparse.Namespace) -> BackendSettings:
@@ -694,11 +714,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_info(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     assert service.engine is not None
+    from app.backend import devices
+
     return _emit(
         {
             "model": vars(service.engine.info),
             "profile": service.engine.profile_details,
             "database": str(service.db.path),
+            "devices": [device.as_dict() for device in devices.list_devices()],
+            "backends": devices.load_backends().files,
         }
     )
 

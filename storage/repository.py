@@ -822,6 +822,23 @@ def checkpointed_nodes(
         return {r.node_id: r.byte_size for r in rows}
 
 
+def other_checkpoint_profiles(
+    db: Database, node_id: int, profile_id: int
+) -> list[dict[str, Any]]:
+    """The details of every other profile that holds a checkpoint of ``node_id``
+    (why a node without one for ``profile_id`` was checkpointed all the same)."""
+    if not _valid_id(node_id):
+        return []
+    with db.read() as s:
+        rows = s.execute(
+            select(BackendProfile.details)
+            .join(Checkpoint, Checkpoint.profile_id == BackendProfile.id)
+            .where(Checkpoint.node_id == node_id, Checkpoint.profile_id != profile_id)
+            .order_by(BackendProfile.id)
+        )
+        return [dict(row.details) for row in rows]
+
+
 def load_checkpoints(
     db: Database, node_ids: list[int], profile_id: int
 ) -> dict[int, StoredCheckpoint]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.backend.values import StateKind
-from app.conversation import folding
+from app.conversation import folding, profile_difference
 from app.conversation.tree_cache import TreeCache
 from storage import repository
 from storage.checkpoint_reader import CheckpointReader
@@ -208,7 +208,7 @@ class ContextSync:
         for node in below:
             ref = self._tree.checkpoint(node.id) if node.tokens else None
             if node.tokens and ref is None:
-                self._fallback(node, "missing", stats)
+                self._fallback(node, self._missing_reason(node), stats)
                 break
             if ref is not None and (
                 ref.kind != self._engine.state_kind
@@ -218,6 +218,17 @@ class ContextSync:
                 break
             planned.append((node, ref))
         return planned
+
+    def _missing_reason(self, node: NodeRecord) -> str:
+        """Why ``node`` has no checkpoint here: "missing", or what differs in
+        the profile that made the one it has (another device, another model)."""
+        for details in repository.other_checkpoint_profiles(
+            self._db, node.id, self._profile_id
+        ):
+            why = profile_difference.difference(self._engine.profile_details, details)
+            if why:
+                return f"{why}; not applied here"
+        return "missing"
 
     def _fallback(self, node: NodeRecord, reason: str, stats: SyncStats) -> None:
         stats.fallbacks.append(f"node {node.id}: checkpoint {reason}")
