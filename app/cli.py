@@ -714,11 +714,23 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_info(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     assert service.engine is not None
+    from dataclasses import asdict
+
     from app.backend import devices
 
+    info = service.engine.info
+    model = vars(info).copy()
+    if info.offload_cost is not None:
+        model["offload_cost"] = {
+            **asdict(info.offload_cost),
+            # The estimate for the layers offloaded now, beside gpu_bytes.
+            "estimated_bytes": info.offload_cost.device_bytes(
+                info.offloaded_layers, info.n_ctx
+            ),
+        }
     return _emit(
         {
-            "model": vars(service.engine.info),
+            "model": model,
             "profile": service.engine.profile_details,
             "database": str(service.db.path),
             "devices": [device.as_dict() for device in devices.list_devices()],

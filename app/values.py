@@ -10,14 +10,24 @@ never loads libllama (tests/test_import_weight.py).
 from __future__ import annotations
 
 from app.backend.errors import InvalidSetting
-from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+from app.backend.offload import OffloadCost, best_layers
+from app.backend.settings import (
+    ALL_GPU_LAYERS,
+    AUTO_GPU_LAYERS,
+    KV_CACHE_TYPES,
+    BackendSettings,
+)
 from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams
 
 __all__ = [
+    "ALL_GPU_LAYERS",
+    "AUTO_GPU_LAYERS",
     "KV_CACHE_TYPES",
     "MAX_FORKS",
     "BackendSettings",
     "InvalidSetting",
     "ModelInfo",
+    "OffloadCost",
     "SamplingParams",
+    "best_layers",
 ]

@@ -11,12 +11,17 @@ Two jobs:
   so the spec names them, at that same path. Their own dependencies
   (``libggml-base``, ``libggml-cpu``, found through ``RUNPATH=$ORIGIN``)
   PyInstaller's binary analysis then collects beside them.
+  llama.cpp's backends (a CPU variant per instruction-set level, Vulkan,
+  RPC) are loaded at run time from that folder, so they are named too.
 - ``drop_unused_qt``: PySide6's hooks collect every plugin of a type and every
-  translation; Arbor needs a few. What is dropped, and why, is in the tables.
+  translation; Arbor needs a few. What is dropped, and why, is in the tables;
+  ``drop_orphans`` then removes the system libraries only those needed.
+- ``drop_machine_libraries``: the Vulkan loader comes from the machine.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import subprocess
@@ -26,6 +31,13 @@ from pathlib import Path
 
 # The libraries llama-cpp-python opens by name (llama_cpp.py, _ggml.py).
 LLAMA_LIBRARIES = ("llama", "ggml")
+# llama.cpp's backends, which it loads at run time from the same folder
+# (app/backend/devices.py): CPU variants, Vulkan, RPC, CUDA where built.
+_BACKEND_MODULE = re.compile(r"^(lib)?ggml-(?!base\b)[\w-]+\.(so|dll|dylib)$")
+# System libraries the bundle must not carry: the Vulkan loader finds the
+# machine's own GPU drivers, so the machine's loader is used; where it has
+# none, llama.cpp skips the Vulkan backend and runs on the CPU.
+_FROM_THE_MACHINE = re.compile(r"^libvulkan\.so")
 
 # Top-level system libraries the dropped GTK theme, network and image
 # plugins pulled in; nothing else in the bundle links to them.
@@ -88,6 +100,55 @@ def drop_unused_qt(toc: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, 
     return [entry for entry in toc if not is_unused_qt(entry[0])]
 
 
+def drop_machine_libraries(
+    toc: Iterable[tuple[str, str, str]],
+) -> list[tuple[str, str, str]]:
+    """``toc`` without the system libraries the machine must provide itself."""
+    return [e for e in toc if not _FROM_THE_MACHINE.match(Path(e[0]).name)]
+
+
+def _is_system_library(source: str) -> bool:
+    return source.startswith(("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/"))
+
+
+def drop_orphans(toc: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``toc`` without the system libraries nothing kept still needs.
+
+    PyInstaller collects the dependencies of every Qt plugin before the
+    plugins above are dropped, so each library only they needed stays behind
+    unless removed too. Which ones depends on what the build machine has
+    installed (a desktop's at-spi and X11 extras, say, where a bare image has
+    none), so they are found by their links rather than named: a system
+    library is kept only while a kept binary or Python extension needs it
+    (``DT_NEEDED``).
+    """
+    entries = list(toc)
+    while True:
+        needed: set[str] = set()
+        for _dest, source, kind in entries:
+            if kind in ("BINARY", "EXTENSION") and Path(source).is_file():
+                needed.update(_needed(Path(source)))
+        kept = [
+            e
+            for e in entries
+            if e[2] != "BINARY"
+            or not _is_system_library(e[1])
+            or Path(e[0]).name in needed
+        ]
+        if len(kept) == len(entries):
+            return kept
+        entries = kept
+
+
+@functools.cache
+def _needed(path: Path) -> list[str]:
+    """The direct dependencies (``DT_NEEDED``) of a binary, by ``readelf``."""
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(path)], capture_output=True, text=True, check=False
+    ).stdout
+    return _NEEDED.findall(dynamic)
+
+
 def needed_but_dropped(bundle: Path) -> list[str]:
     """``"library: needs dropped.so"`` for each bundled library needing a dropped one.
 
@@ -100,10 +161,7 @@ def needed_but_dropped(bundle: Path) -> list[str]:
     for path in sorted(bundle.rglob("*.so*")):
         if path.is_symlink() or not path.is_file():
             continue
-        dynamic = subprocess.run(
-            ["readelf", "-d", str(path)], capture_output=True, text=True, check=False
-        ).stdout
-        for name in _NEEDED.findall(dynamic):
+        for name in _needed(path):
             if _DROPPED_SYSTEM_RE.match(name):
                 problems.append(f"{path.relative_to(bundle)}: needs {name}")
     return problems
@@ -138,4 +196,9 @@ def llama_cpp_libraries() -> list[tuple[str, str]]:
                 break
         else:
             raise SystemExit(f"lib{name} not found in {lib_dir}")
-    return found
+    backends = [p for p in sorted(lib_dir.iterdir()) if _BACKEND_MODULE.match(p.name)]
+    if not any("cpu" in p.name for p in backends) and not (
+        lib_dir / _library_names("ggml-cpu")[0]
+    ).is_file():
+        raise SystemExit(f"no CPU backend of llama.cpp in {lib_dir}")
+    return found + [(str(p), "llama_cpp/lib") for p in backends]

@@ -87,5 +87,7 @@ def test_kill_during_generation_keeps_user_message_and_partial_reply(
     assert stats["generated_tokens"] <= 4
     if stats["stop_reason"] == "max_tokens":
         assert stats["generated_tokens"] > 0
-    assert arbor("show", follow["assistant_node"])["messages"][-1]["status"] == "complete"
+    assert (
+        arbor("show", follow["assistant_node"])["messages"][-1]["status"] == "complete"
+    )
     assert arbor("show", reply_id)["messages"][-1]["status"] == "stopped"

@@ -157,6 +157,7 @@ class LlamaEngine:
         self.settings = settings
         self._model: Any = None
         self._ctx: Any = None
+        self._probed_cost: OffloadCost | None = None
         # A NULL-terminated device list holding no device (CPU only).
         self._no_devices = (ctypes.c_void_p * 1)(None)
         self._batch: Any = None
@@ -193,9 +194,11 @@ class LlamaEngine:
         self.reasoning_format = reasoning.reasoning_format(self.chat_format.source)
         self.reasoning_switch = reasoning.reasoning_switch(self.chat_format.source)
         self.state_kind, state_note = self._state_kind()
-        has_gpu = gpu_offload_supported()
+        targets = devices.offload_devices()
+        has_gpu = bool(targets)
         self.placement = read_placement(self._load_log)
         cpu_variant = devices.load_backends().cpu_variant
+        offload_cost = self._loaded_offload_cost(model_path) if has_gpu else None
         self.info = ModelInfo(
             path=str(model_path),
             identity=self._model_identity,
@@ -225,6 +228,10 @@ class LlamaEngine:
             gpu_bytes=sum(self.placement.device_bytes.values()),
             placement=self.placement.describe(),
             cpu_variant=cpu_variant,
+            offload_cost=offload_cost,
+            offload_target=", ".join(f"{d.name} ({d.description})" for d in targets),
+            offload_free_bytes=sum(d.free_bytes for d in targets),
+            offload_total_bytes=sum(d.total_bytes for d in targets),
         )
         self.profile_details = {
             "model_identity": self._model_identity,
@@ -319,9 +326,19 @@ class LlamaEngine:
                 compute = read_placement(native_log.stop_recording()).compute_bytes
             if ctx:
                 llama_cpp.llama_free(ctx)
-            return self._offload_cost(model, sum(compute.values())), n_ctx
+            self._probed_cost = self._offload_cost(model, sum(compute.values()))
+            return self._probed_cost, n_ctx
         finally:
             llama_cpp.llama_model_free(model)
+
+    def _loaded_offload_cost(self, model_path: Path) -> OffloadCost:
+        """What offloading the loaded model costs, for the Settings estimate:
+        its compute buffers as measured where some layers are on a GPU, else
+        as a no-allocation load sizes them."""
+        compute = sum(self.placement.compute_bytes.values())
+        if compute:
+            return self._offload_cost(self._model, compute)
+        return self._probed_cost or self._probe_offload(model_path)[0]
 
     def _offload_cost(self, model: Any, compute_bytes: int) -> OffloadCost:
         """The GPU bytes of ``model``'s parts. llama.cpp does not say per layer;

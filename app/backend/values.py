@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from app.backend.errors import InvalidSetting
+from app.backend.offload import OffloadCost
 
 
 class StateKind(StrEnum):
@@ -142,3 +143,8 @@ class ModelInfo:
     gpu_bytes: int = 0
     placement: str = ""  # one line: "26/26 layers offloaded (Vulkan0 512 MiB)"
     cpu_variant: str = ""  # the CPU backend llama.cpp chose: "zen4", "haswell"
+    # Where layers would go and what they would cost there (None: no GPU).
+    offload_cost: OffloadCost | None = None
+    offload_target: str = ""  # "Vulkan0 (NVIDIA GeForce RTX 4070)"
+    offload_free_bytes: int = 0
+    offload_total_bytes: int = 0

@@ -95,12 +95,12 @@ def describe_context(used: int, n_ctx: int) -> str:
 
 
 def describe_layers(info: ModelInfo) -> str:
-    """Where the model runs: "CPU" or "GPU: 20 layers"."""
-    if not info.gpu_offload_supported or info.n_gpu_layers == 0:
+    """Where the model runs, as llama.cpp reported it: "CPU" or "GPU: 20/29 layers"."""
+    if not info.offloaded_layers:
         return "CPU"
-    if info.n_gpu_layers < 0 or info.n_gpu_layers >= info.n_layer:
-        return f"GPU: all {info.n_layer} layers"
-    return f"GPU: {info.n_gpu_layers}/{info.n_layer} layers"
+    if info.offloaded_layers >= info.offloadable_layers:
+        return f"GPU: all {info.offloadable_layers} layers"
+    return f"GPU: {info.offloaded_layers}/{info.offloadable_layers} layers"
 
 
 class ArborStatusBar(QStatusBar):

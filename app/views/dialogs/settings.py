@@ -40,12 +40,10 @@ from app.values import (
     ModelInfo,
     SamplingParams,
 )
+from app.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
 from app.views.welcome import choose_model_file
 
-NO_GPU_EXPLANATION = (
-    "This build of llama.cpp has no GPU support, so every layer runs on the CPU. "
-    "Install a GPU build of llama-cpp-python (e.g. CUDA or Metal) to offload layers."
-)
+__all__ = ["NO_GPU_EXPLANATION", "SettingsDialog"]
 
 
 class SettingsDialog(QDialog):
@@ -56,7 +54,7 @@ class SettingsDialog(QDialog):
     prefs
         The current preferences.
     gpu_supported
-        Whether this llama.cpp build can offload layers to a GPU.
+        Whether llama.cpp found a GPU to offload layers to.
     parent
         The Qt parent.
     folder_for
@@ -145,24 +143,16 @@ class SettingsDialog(QDialog):
         form.addRow("Models folder", folder_row)
 
         backend = prefs.backend
-        self.gpu_layers = QSpinBox()
-        self.gpu_layers.setRange(-1, 999)
-        self.gpu_layers.setSpecialValueText("all")
-        self.gpu_layers.setValue(backend.n_gpu_layers)
-        form.addRow("GPU layers", self.gpu_layers)
-        if not gpu_supported:
-            self.gpu_layers.setValue(0)
-            self.gpu_layers.setEnabled(False)
-            self.gpu_layers.setToolTip(NO_GPU_EXPLANATION)
-            note = QLabel(NO_GPU_EXPLANATION)
-            note.setObjectName("PanelHint")
-            note.setWordWrap(True)
-            form.addRow("", note)
         self.n_ctx = QSpinBox()
         self.n_ctx.setRange(256, 1_048_576)
         self.n_ctx.setSingleStep(1024)
         self.n_ctx.setValue(backend.n_ctx)
         self.n_ctx.setSuffix(" tokens")
+        self.gpu_layers = GpuLayersField(
+            backend.n_gpu_layers, backend.n_ctx, self._loaded, gpu_supported
+        )
+        self.n_ctx.valueChanged.connect(self.gpu_layers.set_context)
+        form.addRow("GPU layers", self.gpu_layers)
         form.addRow("Context size", self.n_ctx)
         self.threads = QSpinBox()
         self.threads.setRange(0, 256)
