@@ -13,6 +13,7 @@ way to drive the window of a frozen app.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -169,6 +170,90 @@ def test_the_bundle_searches_and_downloads_models(
     catalog = run_bundled(bundle, clean_env, "--data-dir", data, "models", "catalog")
     assert catalog.returncode == 0, catalog.stderr
     assert json.loads(catalog.stdout)["models"]
+
+
+def test_bundle_carries_the_backends_and_not_the_vulkan_loader(bundle: Path) -> None:
+    lib = bundle / "Arbor" / "_internal" / "llama_cpp" / "lib"
+    variants = {p.name for p in lib.glob("libggml-cpu-*.so")}
+    assert {"libggml-cpu-x64.so", "libggml-cpu-haswell.so"} <= variants
+    assert (lib / "libggml-vulkan.so").is_file()
+    assert (lib / "libggml-rpc.so").is_file()
+    # The machine's Vulkan loader finds the machine's GPU drivers.
+    assert not list(bundle.rglob("libvulkan.so*"))
+
+
+def _require(tool: str, why: str) -> str:
+    found = shutil.which(tool)
+    if found is None:
+        if os.environ.get("ARBOR_REQUIRE_EMULATORS"):
+            pytest.fail(f"{tool} is missing: {why}")
+        pytest.skip(f"{tool} is missing: {why}")
+    return found
+
+
+def test_bundle_runs_on_a_processor_without_avx(
+    bundle: Path, clean_env: dict[str, str], model: Path, tmp_path: Path
+) -> None:
+    """Under qemu's Nehalem (SSE4.2, no AVX) llama.cpp picks its sse42 variant."""
+    qemu = _require("qemu-x86_64", "Debian's qemu-user runs a CPU without AVX")
+    app = (bundle / "Arbor").resolve()
+    # qemu-user emulates one process image; the bootloader's restart (an exec
+    # of itself once LD_LIBRARY_PATH is set) would run natively. Setting what
+    # that restart sets makes the first image the one that runs Arbor.
+    env = {
+        **clean_env,
+        "LD_LIBRARY_PATH": str(app / "_internal"),
+        "_PYI_ARCHIVE_FILE": str(app / "Arbor"),
+        "_PYI_PARENT_PROCESS_LEVEL": "-1",
+        "_PYI_LINUX_PROCESS_NAME": "Arbor",
+    }
+    common = ("--data-dir", tmp_path / "data", "--model", model)
+    run = [qemu, "-cpu", "Nehalem", str(app / "Arbor"), *map(str, common)]
+    info = subprocess.run(
+        [*run, "info"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["model"]["cpu_variant"] == "sse42"
+    root = json.loads(
+        subprocess.run(
+            [*run, "new"], env=env, capture_output=True, text=True, timeout=600
+        ).stdout
+    )["node"]
+    sent = subprocess.run(
+        [*run, "send", str(root), "Hello", "--max-tokens", "4"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["stats"]["generated_tokens"] > 0
+
+
+def test_bundle_offloads_on_a_vulkan_driver(
+    bundle: Path, clean_env: dict[str, str], model: Path, tmp_path: Path
+) -> None:
+    """With Mesa's software Vulkan driver named, every layer goes to it."""
+    if not list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json")):
+        if os.environ.get("ARBOR_REQUIRE_GPU_SOFT"):
+            pytest.fail("lavapipe (mesa-vulkan-drivers) is not installed")
+        pytest.skip("lavapipe (mesa-vulkan-drivers) is not installed")
+    env = {**clean_env, "GGML_VK_VISIBLE_DEVICES": "0"}
+    result = run_bundled(
+        bundle,
+        env,
+        "--data-dir",
+        tmp_path / "data",
+        "--model",
+        model,
+        "--n-gpu-layers",
+        "all",
+        "info",
+    )
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert any("llvmpipe" in d["description"] for d in info["devices"])
+    assert info["model"]["offloaded_layers"] == info["model"]["offloadable_layers"]
 
 
 def test_version(bundle: Path, clean_env: dict[str, str]) -> None:
