@@ -48,7 +48,7 @@ class Placement:
         if not self.offloaded_layers:
             return "all layers on the CPU"
         on = ", ".join(
-            f"{name} {_mib(size)}" for name, size in sorted(self.device_bytes.items())
+            f"{name} {_megabytes(size)}" for name, size in sorted(self.device_bytes.items())
         )
         return f"{self.offloaded_layers}/{self.offloadable_layers} layers offloaded" + (
             f" ({on})" if on else ""
@@ -74,7 +74,8 @@ def read_placement(lines: Iterable[str]) -> Placement:
     return Placement(offloaded, offloadable, device, host, compute)
 
 
-def _mib(n_bytes: int) -> str:
-    if n_bytes >= 1024 * _MIB:
-        return f"{n_bytes / (1024 * _MIB):.1f} GiB"
-    return f"{n_bytes / _MIB:.0f} MiB"
+def _megabytes(n_bytes: int) -> str:
+    # Decimal units, as the rest of the window shows sizes.
+    if n_bytes >= 10**9:
+        return f"{n_bytes / 10**9:.1f} GB"
+    return f"{n_bytes / 10**6:.0f} MB"

@@ -156,5 +156,6 @@ class GpuLayersField(QWidget):
 
 def _available(info: ModelInfo) -> int:
     """GPU memory a reload could use: what is free, plus what the loaded
-    model holds there (freed before the next one loads)."""
-    return info.offload_free_bytes + info.gpu_bytes
+    model holds there (freed before the next one loads). Drivers that share
+    system memory (lavapipe) report free memory that does not shrink."""
+    return min(info.offload_free_bytes + info.gpu_bytes, info.offload_total_bytes)
