@@ -48,7 +48,8 @@ class Placement:
         if not self.offloaded_layers:
             return "all layers on the CPU"
         on = ", ".join(
-            f"{name} {_megabytes(size)}" for name, size in sorted(self.device_bytes.items())
+            f"{name} {_megabytes(size)}"
+            for name, size in sorted(self.device_bytes.items())
         )
         return f"{self.offloaded_layers}/{self.offloadable_layers} layers offloaded" + (
             f" ({on})" if on else ""
