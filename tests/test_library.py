@@ -347,6 +347,20 @@ def test_fit_counts_the_file_and_the_kv_cache():
     assert not too_big.fits
 
 
+def test_fit_counts_a_gpu_beside_the_memory():
+    gib = 1024**3
+    # 8 GiB of RAM alone: a 9 GiB model is too big.
+    assert assess(9 * gib, 4096, 128 * 1024, have_bytes=8 * gib).verdict == "too big"
+    # With a 24 GiB GPU (21.6 usable after the headroom) it fits there whole.
+    on_gpu = assess(9 * gib, 4096, 128 * 1024, have_bytes=8 * gib, gpu_bytes=24 * gib)
+    assert on_gpu.verdict == "fits" and on_gpu.gpu == "all"
+    assert on_gpu.describe().endswith("; all on the GPU)")
+    # With an 8 GiB GPU it is split between the GPU and the memory.
+    split = assess(9 * gib, 4096, 128 * 1024, have_bytes=8 * gib, gpu_bytes=8 * gib)
+    assert split.gpu == "part" and split.fits
+    assert assess(1 * gib, 4096, None, have_bytes=8 * gib).gpu == ""
+
+
 def test_the_cli_uses_the_models_folder_chosen_in_settings(hub, data_dir, tmp_path):
     from app.preferences import load_preferences, save_preferences
     from storage.db import open_database

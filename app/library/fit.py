@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.backend.offload import headroom
 from app.library.units import format_bytes
 
 # What llama.cpp needs besides the weights and the KV cache: compute buffers,
@@ -30,6 +31,7 @@ class Fit:
     have_bytes: int
     verdict: str
     estimated: bool
+    gpu: str = ""  # "all" (it fits the GPU whole), "part" (split) or "" (no GPU)
 
     @property
     def fits(self) -> bool:
@@ -41,7 +43,14 @@ class Fit:
         about = "about " if self.estimated else ""
         return (
             f"{self.verdict} (needs {about}{format_bytes(self.need_bytes)} "
-            f"of {format_bytes(self.have_bytes)})"
+            f"of {format_bytes(self.have_bytes)}{self.gpu_note})"
+        )
+
+    @property
+    def gpu_note(self) -> str:
+        """ "; all on the GPU", "; partly on the GPU" or ""."""
+        return {"all": "; all on the GPU", "part": "; partly on the GPU"}.get(
+            self.gpu, ""
         )
 
 
@@ -57,19 +66,24 @@ def assess(
     n_ctx: int,
     kv_bytes_per_token: int | None = None,
     have_bytes: int | None = None,
+    gpu_bytes: int = 0,
 ) -> Fit:
     """The fit of a model of ``file_bytes`` at a context of ``n_ctx`` tokens.
 
     llama.cpp maps the weights and allocates the whole KV cache for ``n_ctx``
-    at load, so both count in full.
+    at load, so both count in full. With a GPU of ``gpu_bytes``, the layers
+    that fit there (less the headroom an automatic offload leaves) add its
+    memory to the machine's.
     """
-    have = machine_memory() if have_bytes is None else have_bytes
+    usable_gpu = max(0, gpu_bytes - headroom(gpu_bytes)) if gpu_bytes else 0
+    have = (machine_memory() if have_bytes is None else have_bytes) + usable_gpu
     per_token = kv_bytes_per_token or _UNKNOWN_KV_PER_TOKEN
     need = file_bytes + n_ctx * per_token + _RUNTIME_OVERHEAD
+    gpu = ("all" if need <= usable_gpu else "part") if usable_gpu else ""
     if need <= have * _COMFORTABLE_SHARE:
         verdict = "fits"
     elif need <= have:
         verdict = "tight"
     else:
         verdict = "too big"
-    return Fit(need, have, verdict, estimated=kv_bytes_per_token is None)
+    return Fit(need, have, verdict, estimated=kv_bytes_per_token is None, gpu=gpu)

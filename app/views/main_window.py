@@ -498,7 +498,9 @@ class MainWindow(QMainWindow):
             )
         info = self.model_info
         self._models_dialog.refresh(
-            self.prefs.backend.n_ctx, info.path if info is not None else None
+            self.prefs.backend.n_ctx,
+            info.path if info is not None else None,
+            info.offload_total_bytes if info is not None else 0,
         )
         self._models_dialog.show()
         self._models_dialog.raise_()

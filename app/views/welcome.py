@@ -52,11 +52,14 @@ def choose_model_file(parent: QWidget | None, start: str = "") -> Path | None:
     return Path(path) if path else None
 
 
-def catalog_fit(entry: CatalogEntry, n_ctx: int) -> Fit:
-    """Whether ``entry`` fits this computer at a context of ``n_ctx`` tokens
-    (no more than the model was trained for: llama.cpp caps it there)."""
+def catalog_fit(entry: CatalogEntry, n_ctx: int, gpu_bytes: int = 0) -> Fit:
+    """Whether ``entry`` fits this computer (with a GPU of ``gpu_bytes``) at a
+    context of ``n_ctx`` tokens (no more than the model was trained for:
+    llama.cpp caps it there)."""
     context = min(n_ctx, entry.context_length)
-    return assess(entry.size_bytes, context, entry.kv_bytes_per_token)
+    return assess(
+        entry.size_bytes, context, entry.kv_bytes_per_token, gpu_bytes=gpu_bytes
+    )
 
 
 def welcome_offer(catalog: Catalog, n_ctx: int) -> CatalogEntry | None:

@@ -379,6 +379,19 @@ def test_recommended_models_show_their_fit_and_too_big_ones_are_greyed(
     assert catalog.entries[fine[0]].description in dialog.description_label.text()
 
 
+def test_a_gpu_counts_beside_the_memory_in_the_fits(qtbot, window, monkeypatch):
+    monkeypatch.setattr("app.library.fit.machine_memory", lambda: 6 * 1000**3)
+    monkeypatch.setattr("app.views.dialogs.models.machine_memory", lambda: 6 * 1000**3)
+    dialog = _open_models(qtbot, window)
+    without = _column(dialog.catalog_table, 6)
+    dialog.refresh(4096, None, gpu_bytes=24 * 1024**3)
+    assert "and 25.8 GB on the GPU" in dialog.fit_hint.text()
+    with_gpu = _column(dialog.catalog_table, 6)
+    assert not [t for t in with_gpu if t.startswith("too big")]
+    assert sum(t.startswith("too big") for t in without) > 0
+    assert all(t.endswith(("all on the GPU", "partly on the GPU")) for t in with_gpu)
+
+
 def test_add_a_file_by_path_and_remove_models(
     qtbot, window, monkeypatch, tmp_path, data_dir, tiny_model
 ):

@@ -66,7 +66,10 @@ def fit_text(fit: Fit) -> str:
     """A fit for a table cell: "fits · needs 3.1 GB" (the memory there is
     stands above the table)."""
     about = "about " if fit.estimated else ""
-    return f"{fit.verdict} · needs {about}{format_bytes(fit.need_bytes)}"
+    where = {"all": " · all on the GPU", "part": " · partly on the GPU"}.get(
+        fit.gpu, ""
+    )
+    return f"{fit.verdict} · needs {about}{format_bytes(fit.need_bytes)}{where}"
 
 
 def too_big_text(fit: Fit) -> str:
@@ -148,6 +151,7 @@ class ModelsDialog(QDialog):
         self._services = services
         self._n_ctx = n_ctx
         self._loaded: str | None = None
+        self._gpu_bytes = 0
         self._installed: list[InstalledModel] = []
         # The search and listing whose answers are awaited (older ones are
         # dropped: the user asked something else since).
@@ -308,14 +312,19 @@ class ModelsDialog(QDialog):
 
     # --- what the window calls ----------------------------------------------------
 
-    def refresh(self, n_ctx: int, loaded: str | None = None) -> None:
-        """Read the installed models again and judge the fits at ``n_ctx``."""
+    def refresh(
+        self, n_ctx: int, loaded: str | None = None, gpu_bytes: int = 0
+    ) -> None:
+        """Read the installed models again and judge the fits at ``n_ctx``,
+        counting a GPU of ``gpu_bytes`` (0: none) beside the memory."""
         self._n_ctx = n_ctx
         self._loaded = loaded
+        self._gpu_bytes = gpu_bytes
+        gpu = f" and {format_bytes(gpu_bytes)} on the GPU" if gpu_bytes else ""
         self.fit_hint.setText(
             f"Whether each model fits this computer ({format_bytes(machine_memory())} "
-            f"of memory) with a context of {n_ctx:,} tokens, as set in Settings. "
-            "A model too big is greyed: it needs more memory than there is."
+            f"of memory{gpu}) with a context of {n_ctx:,} tokens, as set in "
+            "Settings. A model too big is greyed: it needs more memory than there is."
         )
         self._fill_installed()
         self._fill_catalog()
@@ -338,7 +347,7 @@ class ModelsDialog(QDialog):
             QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text
         )
         for row, entry in enumerate(entries):
-            fit = catalog_fit(entry, self._n_ctx)
+            fit = catalog_fit(entry, self._n_ctx, self._gpu_bytes)
             cells = [
                 _item(entry.name),
                 _item(entry.parameters, right=True),
@@ -389,7 +398,7 @@ class ModelsDialog(QDialog):
             button.setEnabled(False)
             return
         self.description_label.setText(f"{entry.name}: {entry.description}")
-        fit = catalog_fit(entry, self._n_ctx)
+        fit = catalog_fit(entry, self._n_ctx, self._gpu_bytes)
         status = self._catalog_status(entry)
         if status == "installed":
             button.setText("Load")
@@ -507,7 +516,11 @@ class ModelsDialog(QDialog):
             entry = catalog.for_file(file.repo, file.filename)
             per_token = entry.kv_bytes_per_token if entry else None
             fit = (
-                None if file.size is None else assess(file.size, self._n_ctx, per_token)
+                None
+                if file.size is None
+                else assess(
+                    file.size, self._n_ctx, per_token, gpu_bytes=self._gpu_bytes
+                )
             )
             name = _item(file.filename)
             name.setData(_ROW_ROLE, file)
