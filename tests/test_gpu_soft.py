@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
+from tests.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.gpu_soft
 
@@ -156,3 +157,26 @@ def test_checkpoints_from_the_device_are_not_applied_on_the_cpu(
     again = gpu("send", first["assistant_node"], "Why?", *GREEDY)
     assert again["stats"]["reprocessed_tokens"] == 0
     assert again["stats"]["fallbacks"] == []
+
+
+def test_a_context_too_large_for_the_device_is_refused_with_both_figures(
+    lavapipe, tmp_path
+):
+    # A tiny model claiming a 16M-token training context: 9M tokens of its
+    # KV cache (256 bytes each) are 2.3 GB, more than lavapipe's 2 GiB, while
+    # the machine's memory would hold them.
+    model = write_tiny_model(tmp_path / "long.gguf", context_length=1 << 24)
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--data-dir", tmp_path / "data", "--model"]
+        + [str(model), "--n-gpu-layers", "all", "--n-ctx", "9000000", "info"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=LAVAPIPE,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert "A context of 9000000 tokens needs about 2.1 GiB of Vulkan0" in message
+    assert "memory for its KV cache, but only 2.0 GiB is free there" in message

@@ -99,12 +99,13 @@ def _start(
     eos_token: str = "</s>",
     eot_token: str = "<|im_end|>",
     chatml: bool = True,
+    context_length: int = CONTEXT_LENGTH,
 ) -> gguf.GGUFWriter:
     tokens, types = _vocab(extra, chatml)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     writer.add_block_count(n_layer)
-    writer.add_context_length(CONTEXT_LENGTH)
+    writer.add_context_length(context_length)
     writer.add_embedding_length(N_EMBD)
     writer.add_feed_forward_length(N_FF)
     writer.add_head_count(N_HEAD)
@@ -159,6 +160,7 @@ def write_tiny_model(
     eos_token: str = "</s>",
     eot_token: str = "<|im_end|>",
     chatml: bool = True,
+    context_length: int = CONTEXT_LENGTH,
 ) -> Path:
     """Write the tiny llama model to ``path`` and return it.
 
@@ -169,7 +171,8 @@ def write_tiny_model(
     ``<|end|>``); by default the vocabulary is the base one, unchanged.
     ``chatml=False`` names ChatML's two markers otherwise (``PLAIN_MARKERS``),
     so that ``<|im_start|>`` is plain text to this model (give an
-    ``eot_token`` then, e.g. ``"</s>"``).
+    ``eot_token`` then, e.g. ``"</s>"``). ``context_length`` is the trained
+    context the metadata claims.
     """
     w = _Weights(seed)
     writer = _start(
@@ -182,6 +185,7 @@ def write_tiny_model(
         eos_token,
         eot_token,
         chatml,
+        context_length,
     )
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-5)
