@@ -166,9 +166,9 @@ def test_a_context_too_large_for_the_device_is_refused_with_both_figures(
     # KV cache (256 bytes each) are 2.3 GB, more than lavapipe's 2 GiB, while
     # the machine's memory would hold them.
     model = write_tiny_model(tmp_path / "long.gguf", context_length=1 << 24)
+    flags = ["--model", str(model), "--n-gpu-layers", "all", "--n-ctx", "9000000"]
     result = subprocess.run(
-        [sys.executable, "-m", "app", "--data-dir", tmp_path / "data", "--model"]
-        + [str(model), "--n-gpu-layers", "all", "--n-ctx", "9000000", "info"],
+        [sys.executable, "-m", "app", "--data-dir", tmp_path / "data", *flags, "info"],
         capture_output=True,
         text=True,
         timeout=600,
