@@ -21,13 +21,20 @@ import llama_cpp
 import numpy as np
 
 from app.backend import chat_format as chat_formats
-from app.backend import devices, native_log, offload, reasoning
+from app.backend import (
+    devices,
+    model_meta,
+    native_log,
+    offload,
+    offload_plan,
+    reasoning,
+)
 from app.backend.chat_format import ChatFormat
 from app.backend.errors import BackendError, ContextFullError, ModelFileError
 from app.backend.kv_state import CombinedState, DeltaLayout
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.offload import OffloadCost
-from app.backend.placement import Placement, read_placement
+from app.backend.placement import read_placement
 from app.backend.sampling import Sampler
 from app.backend.settings import (
     AUTO_GPU_LAYERS,
@@ -56,17 +63,6 @@ CHECKPOINT_FORMAT = 1
 # attention a call costs a quarter of that. Larger deltas go one call each,
 # straight from the buffer they were read into.
 RUN_BYTES = 2 << 20
-
-# Bytes per element of each KV cache type (quantized blocks hold 32 values).
-_KV_ELEMENT_BYTES = {
-    "f32": 4.0,
-    "f16": 2.0,
-    "q8_0": 34 / 32,
-    "q4_0": 18 / 32,
-    "q4_1": 20 / 32,
-    "q5_0": 22 / 32,
-    "q5_1": 24 / 32,
-}
 
 # Token attributes, from llama.h (the binding lists them only in a comment).
 _TOKEN_ATTR_CONTROL = 1 << 3
@@ -97,44 +93,6 @@ def _size_text(n_bytes: float) -> str:
     if n_bytes >= 2**30:
         return f"{n_bytes / 2**30:.1f} GiB"
     return f"{n_bytes / 2**20:.1f} MiB"
-
-
-def _model_meta(model: Any, key: str) -> str | None:
-    buf = ctypes.create_string_buffer(256)
-    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
-    return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-
-
-def _model_meta_int(model: Any, key: str) -> int | None:
-    value = _model_meta(model, key)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def kv_bytes_per_token(model: Any, kv_cache_type: str) -> int:
-    """The KV cache bytes one token takes in a loaded llama.cpp ``model``."""
-    # K + V per token = n_layer x n_head_kv x (key_length + value_length) x
-    # bytes/element (a checkpoint adds a few bytes of cell metadata per token
-    # on top). Gemma-style models set the head size apart from
-    # n_embd / n_head (Gemma 2 2B: 256, not 288); the binding has no
-    # function for it, so it comes from the GGUF metadata. Per-layer
-    # differences (head counts, key_length_swa, MLA) are not counted.
-    if llama_cpp.llama_model_is_recurrent(model):
-        return 0  # a fixed-size state, nothing per token
-    n_head = max(1, llama_cpp.llama_model_n_head(model))
-    head_dim = llama_cpp.llama_model_n_embd(model) // n_head
-    arch = _model_meta(model, "general.architecture")
-    key_length = _model_meta_int(model, f"{arch}.attention.key_length") or head_dim
-    value_length = (
-        _model_meta_int(model, f"{arch}.attention.value_length") or key_length
-    )
-    n_head_kv = llama_cpp.llama_model_n_head_kv(model)
-    elements = (
-        llama_cpp.llama_model_n_layer(model) * n_head_kv * (key_length + value_length)
-    )
-    return int(elements * _KV_ELEMENT_BYTES[kv_cache_type])
 
 
 def gpu_offload_supported() -> bool:
@@ -247,7 +205,7 @@ class LlamaEngine:
             # not what these would compute (DESIGN.md): the CPU variant and
             # the devices holding layers separate profiles.
             "cpu_backend": cpu_variant or "built in",
-            "offload": self._offload_signature(self.placement),
+            "offload": offload_plan.signature(self.placement),
         }
         # A delta of full-attention layers restores bit-exactly into a context
         # of another size (tests/test_fallbacks.py), so raising n_ctx keeps the
@@ -261,22 +219,6 @@ class LlamaEngine:
 
     # --- loading ----------------------------------------------------------------
 
-    @staticmethod
-    def _offload_signature(placement: Placement) -> str:
-        """The layers on GPUs and which GPUs, for the profile ("" for none)."""
-        if not placement.offloaded_layers:
-            return ""
-        named = {d.name: d for d in devices.list_devices()}
-        holders = ", ".join(
-            f"{name} ({named[name].backend} {named[name].description})"
-            if name in named
-            else name
-            for name in sorted(placement.device_bytes)
-        )
-        return (
-            f"{placement.offloaded_layers}/{placement.offloadable_layers} on {holders}"
-        )
-
     def _gpu_layers(self, model_path: Path) -> int:
         """The layers to offload: the setting, or for "auto" the most that fit."""
         wanted = self.settings.n_gpu_layers
@@ -285,51 +227,20 @@ class LlamaEngine:
             return 0
         if wanted != AUTO_GPU_LAYERS:
             return wanted
-        cost, n_ctx = self._probe_offload(model_path)
+        n_ctx = self.settings.n_ctx
+        self._probed_cost, n_ctx = offload_plan.probe(
+            model_path, self.settings.kv_cache_type, n_ctx, self._context_params
+        )
         layers = offload.best_layers(
-            cost,
+            self._probed_cost,
             n_ctx,
             sum(d.free_bytes for d in targets),
             sum(d.total_bytes for d in targets),
         )
-        log.info("GPU layers (auto): %d of %d", layers, cost.offloadable_layers)
+        log.info(
+            "GPU layers (auto): %d of %d", layers, self._probed_cost.offloadable_layers
+        )
         return layers
-
-    def _probe_offload(self, model_path: Path) -> tuple[OffloadCost, int]:
-        """What offloading this model costs, and the context size it is for.
-
-        A load with ``no_alloc`` reads the tensors' shapes and sizes the
-        compute buffers without allocating anything (what llama.cpp's own
-        ``--fit`` does); it takes about as long as reading the vocabulary.
-        """
-        params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = -1
-        params.no_alloc = True
-        params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
-        model = llama_cpp.llama_model_load_from_file(os.fsencode(model_path), params)
-        if not model:
-            raise ModelFileError(
-                f"{model_path.name} could not be loaded. llama.cpp says: "
-                f"{native_log.errors('it gave no reason')}."
-            )
-        try:
-            n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
-            n_ctx = self.settings.n_ctx
-            if n_ctx_train > 0:
-                n_ctx = min(n_ctx, n_ctx_train)
-            native_log.start_recording()
-            try:
-                ctx = llama_cpp.llama_init_from_model(
-                    model, self._context_params(n_ctx)
-                )
-            finally:
-                compute = read_placement(native_log.stop_recording()).compute_bytes
-            if ctx:
-                llama_cpp.llama_free(ctx)
-            self._probed_cost = self._offload_cost(model, sum(compute.values()))
-            return self._probed_cost, n_ctx
-        finally:
-            llama_cpp.llama_model_free(model)
 
     def _loaded_offload_cost(self, model_path: Path) -> OffloadCost:
         """What offloading the loaded model costs, for the Settings estimate:
@@ -337,29 +248,15 @@ class LlamaEngine:
         as a no-allocation load sizes them."""
         compute = sum(self.placement.compute_bytes.values())
         if compute:
-            return self._offload_cost(self._model, compute)
-        return self._probed_cost or self._probe_offload(model_path)[0]
-
-    def _offload_cost(self, model: Any, compute_bytes: int) -> OffloadCost:
-        """The GPU bytes of ``model``'s parts. llama.cpp does not say per layer;
-        the token embeddings (kept on the CPU) and the output layer are about
-        n_vocab x n_embd weights each, the repeating layers share the rest."""
-        n_layer = max(1, int(llama_cpp.llama_model_n_layer(model)))
-        size = int(llama_cpp.llama_model_size(model))
-        bytes_per_weight = size / max(1, int(llama_cpp.llama_model_n_params(model)))
-        n_vocab = int(
-            llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-        )
-        embeddings = int(
-            n_vocab * llama_cpp.llama_model_n_embd(model) * bytes_per_weight
-        )
-        return OffloadCost(
-            n_layer=n_layer,
-            output_bytes=embeddings,
-            layer_bytes=max(0, size - embeddings) // n_layer,
-            kv_bytes_per_token=kv_bytes_per_token(model, self.settings.kv_cache_type),
-            compute_bytes=compute_bytes,
-        )
+            return offload_plan.cost(self._model, self.settings.kv_cache_type, compute)
+        if self._probed_cost is None:
+            self._probed_cost, _n_ctx = offload_plan.probe(
+                model_path,
+                self.settings.kv_cache_type,
+                self.settings.n_ctx,
+                self._context_params,
+            )
+        return self._probed_cost
 
     def _load_model(self, model_path: Path) -> Any:
         """Load the weights; a failure carries llama.cpp's own reason."""
@@ -509,7 +406,7 @@ class LlamaEngine:
     # --- model facts ---------------------------------------------------------
 
     def _meta(self, key: str) -> str | None:
-        return _model_meta(self._model, key)
+        return model_meta.model_meta(self._model, key)
 
     def _state_kind(self) -> tuple[StateKind, str]:
         if llama_cpp.llama_model_is_recurrent(self._model):
@@ -528,7 +425,7 @@ class LlamaEngine:
         return StateKind.DELTA, "each node stores only the KV cells of its own tokens"
 
     def _kv_bytes_per_token(self) -> int:
-        return kv_bytes_per_token(self._model, self.settings.kv_cache_type)
+        return model_meta.kv_bytes_per_token(self._model, self.settings.kv_cache_type)
 
     def _load_chat_format(self) -> ChatFormat:
         template_ptr = llama_cpp.llama_model_chat_template(self._model, None)
