@@ -720,6 +720,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     info = service.engine.info
     model = vars(info).copy()
+    del model["devices"]  # listed whole below, with the backends
     if info.offload_cost is not None:
         model["offload_cost"] = {
             **asdict(info.offload_cost),

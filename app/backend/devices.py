@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import llama_cpp
 import llama_cpp.llama_cpp as llama_binding
 
 from app.backend import native_log
+from app.backend.values import Device
 
 # enum ggml_backend_dev_type, from ggml-backend.h.
 _DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -56,27 +57,6 @@ _ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
 _ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
 _ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
 _ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
-
-
-@dataclass(frozen=True)
-class Device:
-    """One device llama.cpp can compute on, with its memory as it is now."""
-
-    name: str  # llama.cpp's name for it: "CPU", "Vulkan0", "CUDA0"
-    description: str  # what the driver calls it: "NVIDIA GeForce RTX 4070"
-    kind: str  # "cpu", "gpu" (own memory), "igpu" (shares system memory), "accel"
-    backend: str  # the backend that drives it: "CPU", "Vulkan", "CUDA", "RPC"
-    free_bytes: int
-    total_bytes: int
-
-    @property
-    def offloads(self) -> bool:
-        """Whether model layers can be offloaded to it."""
-        return self.kind in ("gpu", "igpu")
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict, for the CLI's JSON."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,7 @@ class LlamaEngine:
             offload_target=", ".join(f"{d.name} ({d.description})" for d in targets),
             offload_free_bytes=sum(d.free_bytes for d in targets),
             offload_total_bytes=sum(d.total_bytes for d in targets),
+            devices=tuple(devices.list_devices()),
         )
         self.profile_details = {
             "model_identity": self._model_identity,

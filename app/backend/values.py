@@ -112,6 +112,37 @@ MAX_FORKS = 4
 
 
 @dataclass(frozen=True)
+class Device:
+    """One device llama.cpp can compute on, with its memory as it is now."""
+
+    name: str  # llama.cpp's name for it: "CPU", "Vulkan0", "CUDA0"
+    description: str  # what the driver calls it: "NVIDIA GeForce RTX 4070"
+    kind: str  # "cpu", "gpu" (own memory), "igpu" (shares system memory), "accel"
+    backend: str  # the backend that drives it: "CPU", "Vulkan", "CUDA", "RPC"
+    free_bytes: int
+    total_bytes: int
+
+    @property
+    def offloads(self) -> bool:
+        """Whether model layers can be offloaded to it."""
+        return self.kind in ("gpu", "igpu")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict, for the CLI's JSON."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line: "Vulkan0: NVIDIA GeForce RTX 4070 (GPU, 7.2 of 8.0 GB free)"."""
+        kind = {"gpu": "GPU", "igpu": "integrated GPU", "cpu": "CPU"}.get(
+            self.kind, self.kind
+        )
+        return (
+            f"{self.name}: {self.description} ({kind}, "
+            f"{self.free_bytes / 1e9:.1f} of {self.total_bytes / 1e9:.1f} GB free)"
+        )
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """What the UI and the CLI show about the loaded model."""
 
@@ -148,3 +179,4 @@ class ModelInfo:
     offload_target: str = ""  # "Vulkan0 (NVIDIA GeForce RTX 4070)"
     offload_free_bytes: int = 0
     offload_total_bytes: int = 0
+    devices: tuple[Device, ...] = ()  # every device llama.cpp found, CPU included

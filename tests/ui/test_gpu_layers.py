@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.backend.values import ModelInfo, StateKind
+from app.backend.values import Device, ModelInfo, StateKind
 from app.values import ALL_GPU_LAYERS, AUTO_GPU_LAYERS, OffloadCost
 from app.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
 
@@ -99,3 +99,14 @@ def test_loaded_now_shows_what_llama_cpp_offloaded(qtbot):
     assert field.loaded_label.text() == (
         "Loaded now: 20/33 layers offloaded (Vulkan0 2.6 GiB)."
     )
+    gpu = Device("Vulkan0", "Test GPU", "gpu", "Vulkan", 3 * GIB, 8 * GIB)
+    cpu = Device("CPU", "Test CPU", "cpu", "CPU", 12 * GIB, 16 * GIB)
+    info = replace(info, devices=(gpu, cpu), cpu_variant="haswell")
+    field = GpuLayersField(20, 4096, info, True)
+    qtbot.addWidget(field)
+    assert field.loaded_label.text().splitlines() == [
+        "Loaded now: 20/33 layers offloaded (Vulkan0 2.6 GiB). CPU backend: haswell.",
+        "Devices found:",
+        "Vulkan0: Test GPU (GPU, 3.2 of 8.6 GB free)",
+        "CPU: Test CPU (CPU, 12.9 of 17.2 GB free)",
+    ]

@@ -79,7 +79,14 @@ class GpuLayersField(QWidget):
         self.auto.setChecked(value == AUTO_GPU_LAYERS)
         self.slider.setValue(self._all if value < 0 else min(value, self._all))
         if loaded is not None:
-            self.loaded_label.setText(f"Loaded now: {loaded.placement}.")
+            found = "\n".join(d.describe() for d in loaded.devices)
+            variant = (
+                f" CPU backend: {loaded.cpu_variant}." if loaded.cpu_variant else ""
+            )
+            self.loaded_label.setText(
+                f"Loaded now: {loaded.placement}.{variant}"
+                + (f"\nDevices found:\n{found}" if found else "")
+            )
         self.auto.toggled.connect(self._on_auto_toggled)
         self.slider.valueChanged.connect(self._on_slider_value_changed)
         if not gpu_supported:
