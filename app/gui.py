@@ -183,7 +183,9 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
         # Fatal at startup: explain, then exit (there is no window to return to).
         QMessageBox.critical(None, "Arbor cannot start", str(exc))
         return 1
-    from app.backend.engine import gpu_offload_supported  # a cheap query of the build
+    # Loads llama.cpp's backends and asks for a GPU (about 0.2 s here).
+
+    from app.backend.engine import gpu_offload_supported
 
     window = build_window(db, model, gpu_offload_supported())
     instance.activation_requested.connect(lambda: bring_to_front(window))
