@@ -184,7 +184,6 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
         QMessageBox.critical(None, "Arbor cannot start", str(exc))
         return 1
     # Loads llama.cpp's backends and asks for a GPU (about 0.2 s here).
-
     from app.backend.engine import gpu_offload_supported
 
     window = build_window(db, model, gpu_offload_supported())
