@@ -53,6 +53,9 @@ def _model_facts(engine: LlamaEngine) -> dict[str, object]:
         "threads": engine.settings.threads,
         "state_kind": engine.state_kind,
         "llama_cpp": engine.profile_details["llama_cpp"],
+        # Figures depend on the kernels: the CPU variant and what is offloaded.
+        "cpu_backend": engine.profile_details["cpu_backend"],
+        "placement": info.placement,
     }
 
 
