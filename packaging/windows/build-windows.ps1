@@ -4,10 +4,11 @@
 # UNTESTED: written from PyInstaller's and llama-cpp-python's documentation;
 # no Windows machine was available to run it (see packaging\README.md).
 #
-#   powershell -File packaging\windows\build-windows.ps1            # CPU build
-#   powershell -File packaging\windows\build-windows.ps1 -Cuda      # NVIDIA GPUs
+#   powershell -File packaging\windows\build-windows.ps1            # CPU + Vulkan
+#   powershell -File packaging\windows\build-windows.ps1 -Cuda      # also CUDA
 #
-# Needs Python 3.11, Visual Studio Build Tools (C++), CMake; for -Cuda the
+# Needs Python 3.11, Visual Studio Build Tools (C++), CMake; the Vulkan SDK
+# for the Vulkan backend (without it the build is CPU-only); for -Cuda the
 # CUDA Toolkit (12.x). A CUDA bundle carries cuBLAS and the CUDA runtime
 # (several hundred MB): it is expected to exceed the 400 MB of the CPU bundle.
 param([switch]$Cuda, [switch]$WithStarter)
@@ -18,14 +19,20 @@ $Version = (& python -c "import tomllib; print(tomllib.load(open('pyproject.toml
 
 if (-not (Test-Path "$Venv\Scripts\python.exe")) { python -m venv $Venv }
 & "$Venv\Scripts\python" -m pip install -q --upgrade pip
+# As the Makefile (packaging\llama\README.md): backends loaded at run time,
+# a CPU variant per instruction-set level (MSVC builds no AMX variant), Vulkan
+# where the Vulkan SDK is installed, CUDA with -Cuda.
+$CmakeArgs = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_RPC=ON -DCMAKE_INSTALL_BINDIR=llama_cpp/lib -DLLAVA_BUILD=OFF"
+if ($env:VULKAN_SDK) { $CmakeArgs += " -DGGML_VULKAN=ON" }
 if ($Cuda) {
-    $env:CMAKE_ARGS = "-DGGML_CUDA=on -DLLAVA_BUILD=OFF"
+    $CmakeArgs += " -DGGML_CUDA=ON"
     $Flavor = "cuda"
+} elseif ($env:VULKAN_SDK) {
+    $Flavor = "vulkan"
 } else {
-    # As the Makefile: named instruction sets, no AMX (see DESIGN.md).
-    $env:CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF"
     $Flavor = "cpu"
 }
+$env:CMAKE_ARGS = $CmakeArgs
 & "$Venv\Scripts\pip" install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
 & "$Venv\Scripts\pip" install -q ".[packaging]"
 & "$Venv\Scripts\pip" install -q --no-deps --force-reinstall .
