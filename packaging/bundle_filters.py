@@ -197,8 +197,9 @@ def llama_cpp_libraries() -> list[tuple[str, str]]:
         else:
             raise SystemExit(f"lib{name} not found in {lib_dir}")
     backends = [p for p in sorted(lib_dir.iterdir()) if _BACKEND_MODULE.match(p.name)]
-    if not any("cpu" in p.name for p in backends) and not (
-        lib_dir / _library_names("ggml-cpu")[0]
-    ).is_file():
+    if (
+        not any("cpu" in p.name for p in backends)
+        and not (lib_dir / _library_names("ggml-cpu")[0]).is_file()
+    ):
         raise SystemExit(f"no CPU backend of llama.cpp in {lib_dir}")
     return found + [(str(p), "llama_cpp/lib") for p in backends]
