@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences
-from app.values import ModelInfo, SamplingParams
+from app.values import BackendSettings, ModelInfo, SamplingParams
 from app.workers import jobs
 from app.workers.jobs import JobResult
 from storage import repository
@@ -209,6 +209,8 @@ class WindowPresenter:
         self.view = view
         self.read_only = db.read_only
         self.model_info: ModelInfo | None = None
+        # The settings the loaded model runs with (a failed reload keeps them).
+        self._loaded_backend: BackendSettings | None = None
         # The loaded model's backend profile: the tree marks its checkpoints.
         self.profile_id: int | None = None
         self.loading_model: str | None = None
@@ -746,9 +748,19 @@ class WindowPresenter:
     def _model_loaded(self, result: JobResult) -> None:
         path, self.loading_model = self.loading_model, None
         if result.model is None:
+            # A failed load keeps the model there was, unless it could not
+            # come back (the worker loads it again), and the settings it runs
+            # with: saved ones that failed would fail at the next start too.
+            if result.model_lost:
+                self.model_info = None
             if self.model_info is None:
                 self.view.model_missing()
+            elif self._loaded_backend and self._loaded_backend != self.prefs.backend:
+                self.save_preferences(replace(self.prefs, backend=self._loaded_backend))
+            self.view.state_changed()
             return
+        if isinstance(result.job, jobs.LoadModel):
+            self._loaded_backend = result.job.settings
         self.model_info = result.model
         self.profile_id = result.profile_id
         self.view.model_loaded(result.model, result.n_ctx)

@@ -11,11 +11,13 @@ import logging
 import os
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, assert_never
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.backend.errors import ContextFullError
+from app.backend.errors import BackendError, ContextFullError
+from app.backend.model_file import check_model_file
 from app.backend.settings import BackendSettings
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.context_sync import SyncStats
@@ -31,6 +33,11 @@ from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 
 log = logging.getLogger(__name__)
+
+
+class PreviousModelLost(BackendError):
+    """A model failed to load, and the one loaded before could not be loaded
+    again: no model is loaded now."""
 
 
 def window_settings(settings: BackendSettings) -> BackendSettings:
@@ -111,7 +118,9 @@ class EngineWorker(QObject):
         except USER_ERRORS as exc:
             log.info("%s failed: %s", name, exc)
             self.failed.emit(job, str(exc))
-            result = JobResult(job, error=str(exc))
+            result = JobResult(
+                job, error=str(exc), model_lost=isinstance(exc, PreviousModelLost)
+            )
         except Exception:
             # A bug: let the window leave its busy state, then let the exception
             # reach sys.excepthook (the crash dialog) with its traceback.
@@ -220,12 +229,40 @@ class EngineWorker(QObject):
                 old.engine.close()
 
     def _load(self, job: jobs.LoadModel) -> JobResult:
+        """Load ``job``'s model in place of the loaded one.
+
+        The old model is freed first (two may not fit in memory together). If
+        the new one fails, the old one is loaded again, so that a bad file or
+        a setting too large leaves the window with the model it had; the
+        error is still the new one's.
+        """
+        old = self._service.engine
+        previous = (old.path, old.settings) if old is not None else None
+        check_model_file(Path(job.path))  # not a GGUF at all: nothing is unloaded
+        self.close()  # free the old model's memory before loading the next
+        try:
+            return self._open_model(job, job.path, window_settings(job.settings))
+        except USER_ERRORS as exc:
+            if previous is None:
+                raise
+            try:
+                self._open_model(job, *previous)
+            except USER_ERRORS as again:
+                raise PreviousModelLost(
+                    f"{exc} The model loaded before could not be loaded again "
+                    f"either: {again}"
+                ) from again
+            log.info("%s failed; %s is loaded again", job.path, previous[0].name)
+            raise
+
+    def _open_model(
+        self, job: jobs.LoadModel, path: Path, settings: BackendSettings
+    ) -> JobResult:
         # Imported here: loading llama.cpp's library is only needed once a
         # model is asked for, and the window must appear before that.
         from app.backend.engine import LlamaEngine
 
-        self.close()  # free the old model's memory before loading the next
-        engine = LlamaEngine(job.path, window_settings(job.settings))
+        engine = LlamaEngine(path, settings)
         self._service = ConversationService(
             self._db, engine, CheckpointWriter(self._db)
         )

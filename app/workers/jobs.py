@@ -215,6 +215,9 @@ class JobResult:
     # The job failed because the branch no longer fits the context: the window
     # offers the ways on (branch, raise the context, continue from a summary).
     context_full: bool = False
+    # A model load failed and the model loaded before could not come back:
+    # none is loaded now (otherwise a failed load keeps the one there was).
+    model_lost: bool = False
     conversation_id: int | None = None
     node_id: int | None = None
     reply: Reply | None = None

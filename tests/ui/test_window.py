@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,62 @@ def test_a_bad_model_file_shows_a_readable_error(qtbot, make_window, tmp_path):
 
 
 # --- settings and storage -----------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["not a gguf", "truncated", "context too large"])
+def test_a_failed_load_keeps_the_model_there_was(qtbot, make_window, tmp_path, damage):
+    window = make_window()
+    send(qtbot, window, "one")
+    before = window.model_info
+    assert before is not None
+    if damage == "context too large":
+        # Beyond the tiny model's 32,768 trained tokens: llama.cpp is never
+        # asked, the engine refuses, and the model comes back as it was.
+        prefs = window.prefs
+        window.apply_preferences(
+            replace(prefs, backend=replace(prefs.backend, n_ctx=65536))
+        )
+    else:
+        bad = tmp_path / "bad.gguf"
+        whole = make_window.tiny_model.read_bytes()
+        bad.write_bytes(
+            b"not a model" if damage == "not a gguf" else whole[: len(whole) // 2]
+        )
+        window.presenter.load_model(bad)
+    wait_idle(qtbot, window)
+    boxes = _error_boxes()
+    assert len(boxes) == 1 and boxes[0].windowTitle() == "Could not load the model"
+    boxes[0].close()
+    assert window.model_info == before
+    assert window.center.currentWidget() is window.chat_page
+    assert window.status.model_label.text() != ""
+    # The settings it runs with are the saved ones again.
+    assert load_preferences(window.db).backend.n_ctx == before.n_ctx
+    # The engine still has it: the chat goes on.
+    window.activateWindow()  # the message box had the focus; shortcuts need it
+    qtbot.waitUntil(window.isActiveWindow, timeout=WAIT_MS)
+    send(qtbot, window, "two")
+    assert [c.text for c in window.transcript.cards][2] == "two"
+    assert window.transcript.cards[-1].text
+
+
+def test_a_failed_load_whose_previous_model_is_gone_says_so(
+    qtbot, make_window, tmp_path
+):
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(make_window.tiny_model.read_bytes())
+    window = make_window(model=copy)
+    assert window.model_info is not None
+    copy.unlink()  # the loaded model's file is gone: it cannot come back
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(make_window.tiny_model.read_bytes()[:4096])
+    window.presenter.load_model(bad)
+    wait_idle(qtbot, window)
+    (box,) = _error_boxes()
+    assert "could not be loaded again either" in box.text()
+    box.close()
+    assert window.model_info is None
+    assert window.center.currentWidget() is window.welcome
 
 
 def test_settings_dialog_validates_inline_and_persists(qtbot, make_window):
