@@ -28,6 +28,7 @@ from app.workers.jobs import JobResult
 from storage import repository
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
+from storage.models import DEFAULT_TITLE
 from storage.repository import ConversationRecord
 
 if TYPE_CHECKING:
@@ -720,6 +721,12 @@ class WindowPresenter:
         # without reading it back (a failed one may or may not have).
         record, info = self.shown_record, self.model_info
         if reply is not None and record is not None and info is not None:
+            if record.title == DEFAULT_TITLE:
+                # The first message named the conversation: read the name once.
+                named = self._stored_record(record.id)
+                if named is not None and named.title != record.title:
+                    record = named
+                    self.view.show_title(record.id, record.title)
             self.shown_record = replace(
                 record, model_path=info.path, model_identity=info.identity
             )

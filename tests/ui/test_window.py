@@ -38,7 +38,10 @@ def _listed_titles(window) -> list[str]:
 
 def test_new_rename_filter_and_delete_conversations(qtbot, make_window, monkeypatch):
     window = make_window()
+    assert window.windowTitle() == "New conversation — Arbor"
     send(qtbot, window, "about oak trees")
+    # The first message names the conversation, in the title bar too.
+    assert window.windowTitle() == "about oak trees — Arbor"
     first = window.conversation_id
     window.rename_conversation(first, "Oaks")
 
