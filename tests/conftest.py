@@ -87,14 +87,21 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def run_cli(*args: str | os.PathLike[str], timeout: float = 600) -> CliResult:
-    """Run ``python -m app ARGS`` in a new process, as a user would."""
+def run_cli(
+    *args: str | int | os.PathLike[str],
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    module: str = "app",
+) -> CliResult:
+    """Run ``python -m app ARGS`` in a new process, as a user would (in
+    ``env`` where given; ``module`` runs another module the same way)."""
     completed = subprocess.run(
-        [sys.executable, "-m", "app", *map(str, args)],
+        [sys.executable, "-m", module, *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=env,
     )
     return CliResult(completed)
 

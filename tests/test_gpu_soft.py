@@ -14,16 +14,13 @@ the Vulkan backend is missing, unless ARBOR_REQUIRE_GPU_SOFT is set
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_cli
 from tests.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.gpu_soft
@@ -33,16 +30,7 @@ GREEDY = ("--temperature", "0", "--max-tokens", "12")
 
 
 def _run(env: dict[str, str], *args: str | int | Path, module: str = "app") -> Any:
-    completed = subprocess.run(
-        [sys.executable, "-m", module, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env=env,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout)
+    return run_cli(*args, env=env, module=module).json
 
 
 @pytest.fixture(scope="module")
@@ -167,14 +155,7 @@ def test_a_context_too_large_for_the_device_is_refused_with_both_figures(
     # the machine's memory would hold them.
     model = write_tiny_model(tmp_path / "long.gguf", context_length=1 << 24)
     flags = ["--model", str(model), "--n-gpu-layers", "all", "--n-ctx", "9000000"]
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "--data-dir", tmp_path / "data", *flags, "info"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env=LAVAPIPE,
-    )
+    result = run_cli("--data-dir", tmp_path / "data", *flags, "info", env=LAVAPIPE)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]

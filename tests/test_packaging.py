@@ -98,11 +98,16 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_bundled(
-    bundle: Path, env: dict[str, str], *args: str | Path, timeout: float = 120
+    bundle: Path,
+    env: dict[str, str],
+    *args: str | Path,
+    timeout: float = 120,
+    under: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run the bundle's executable with ``args`` in ``env`` (and only ``env``)."""
+    """Run the bundle's executable with ``args`` in ``env`` (and only ``env``),
+    under the command ``under`` where given (an emulator)."""
     return subprocess.run(
-        [str(bundle / "Arbor" / "Arbor"), *map(str, args)],
+        [*under, str(bundle / "Arbor" / "Arbor"), *map(str, args)],
         env=env,
         cwd=env["HOME"],
         capture_output=True,
@@ -196,7 +201,8 @@ def test_bundle_runs_on_a_processor_without_avx(
 ) -> None:
     """Under qemu's Nehalem (SSE4.2, no AVX) llama.cpp picks its sse42 variant."""
     qemu = _require("qemu-x86_64", "Debian's qemu-user runs a CPU without AVX")
-    app = (bundle / "Arbor").resolve()
+    bundle = bundle.resolve()  # the path the restart would see
+    app = bundle / "Arbor"
     # qemu-user emulates one process image; the bootloader's restart (an exec
     # of itself once LD_LIBRARY_PATH is set) would run natively. Setting what
     # that restart sets makes the first image the one that runs Arbor.
@@ -208,23 +214,23 @@ def test_bundle_runs_on_a_processor_without_avx(
         "_PYI_LINUX_PROCESS_NAME": "Arbor",
     }
     common = ("--data-dir", tmp_path / "data", "--model", model)
-    run = [qemu, "-cpu", "Nehalem", str(app / "Arbor"), *map(str, common)]
-    info = subprocess.run(
-        [*run, "info"], env=env, capture_output=True, text=True, timeout=600
-    )
+    nehalem = (qemu, "-cpu", "Nehalem")
+    info = run_bundled(bundle, env, *common, "info", timeout=600, under=nehalem)
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout)["model"]["cpu_variant"] == "sse42"
-    root = json.loads(
-        subprocess.run(
-            [*run, "new"], env=env, capture_output=True, text=True, timeout=600
-        ).stdout
-    )["node"]
-    sent = subprocess.run(
-        [*run, "send", str(root), "Hello", "--max-tokens", "4"],
-        env=env,
-        capture_output=True,
-        text=True,
+    new = run_bundled(bundle, env, *common, "new", timeout=600, under=nehalem)
+    root = json.loads(new.stdout)["node"]
+    sent = run_bundled(
+        bundle,
+        env,
+        *common,
+        "send",
+        str(root),
+        "Hello",
+        "--max-tokens",
+        "4",
         timeout=600,
+        under=nehalem,
     )
     assert sent.returncode == 0, sent.stderr
     assert json.loads(sent.stdout)["stats"]["generated_tokens"] > 0

@@ -69,12 +69,11 @@ class BackendFiles:
     def cpu_variant(self) -> str:
         """The CPU variant chosen for this processor ("zen4", "haswell", "x64"),
         or "" where the CPU backend is linked in rather than loaded."""
-        stem = Path(self.files.get("CPU", "")).name.split(".")[0]
-        return (
-            stem.removeprefix("libggml-cpu-").removeprefix("ggml-cpu-")
-            if ("cpu-" in stem)
-            else ""
+        # libggml-cpu-zen4.so (ggml-cpu-zen4.dll on Windows)
+        match = re.match(
+            r"(?:lib)?ggml-cpu-([\w-]+)\.", Path(self.files.get("CPU", "")).name
         )
+        return match.group(1) if match else ""
 
 
 _loaded: BackendFiles | None = None
@@ -133,11 +132,15 @@ def list_devices() -> list[Device]:
 
 
 def offload_devices() -> list[Device]:
-    """The devices layers would be offloaded to (llama.cpp's own choice:
-    every GPU with its own memory, or the integrated ones where there is none)."""
-    devices = list_devices()
-    dedicated = [d for d in devices if d.kind == "gpu"]
-    return dedicated or [d for d in devices if d.kind == "igpu"]
+    """The devices layers would be offloaded to, as they are now."""
+    return offload_targets(list_devices())
+
+
+def offload_targets(found: list[Device]) -> list[Device]:
+    """Of ``found``, the devices layers go to (llama.cpp's own choice: every
+    GPU with its own memory, or the integrated ones where there is none)."""
+    dedicated = [d for d in found if d.kind == "gpu"]
+    return dedicated or [d for d in found if d.kind == "igpu"]
 
 
 def _text(value: bytes | None) -> str:

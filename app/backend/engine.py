@@ -152,7 +152,10 @@ class LlamaEngine:
         self.reasoning_format = reasoning.reasoning_format(self.chat_format.source)
         self.reasoning_switch = reasoning.reasoning_switch(self.chat_format.source)
         self.state_kind, state_note = self._state_kind()
-        targets = devices.offload_devices()
+        # One look at the devices now that the model and its context are in
+        # place: their free memory is what the Settings estimate starts from.
+        found = devices.list_devices()
+        targets = devices.offload_targets(found)
         has_gpu = bool(targets)
         self.placement = read_placement(self._load_log)
         cpu_variant = devices.load_backends().cpu_variant
@@ -190,7 +193,7 @@ class LlamaEngine:
             offload_target=", ".join(f"{d.name} ({d.description})" for d in targets),
             offload_free_bytes=sum(d.free_bytes for d in targets),
             offload_total_bytes=sum(d.total_bytes for d in targets),
-            devices=tuple(devices.list_devices()),
+            devices=tuple(found),
         )
         self.profile_details = {
             "model_identity": self._model_identity,
@@ -206,7 +209,7 @@ class LlamaEngine:
             # not what these would compute (DESIGN.md): the CPU variant and
             # the devices holding layers separate profiles.
             "cpu_backend": cpu_variant or "built in",
-            "offload": offload_plan.signature(self.placement),
+            "offload": offload_plan.signature(self.placement, found),
         }
         # A delta of full-attention layers restores bit-exactly into a context
         # of another size (tests/test_fallbacks.py), so raising n_ctx keeps the

@@ -11,17 +11,18 @@ weights each, and the repeating layers share the rest.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 
-from app.backend import devices, native_log
+from app.backend import native_log
 from app.backend.errors import ModelFileError
 from app.backend.model_meta import kv_bytes_per_token
 from app.backend.offload import OffloadCost
 from app.backend.placement import Placement, read_placement
+from app.backend.values import Device
 
 
 def probe(
@@ -83,12 +84,13 @@ def cost(model: Any, kv_cache_type: str, compute_bytes: int) -> OffloadCost:
     )
 
 
-def signature(placement: Placement) -> str:
-    """The layers on GPUs and which GPUs, for the backend profile ("" for
-    none): "29/29 on Vulkan0 (Vulkan NVIDIA GeForce RTX 4070)"."""
+def signature(placement: Placement, found: Sequence[Device]) -> str:
+    """The layers on GPUs and which of the ``found`` devices hold them, for
+    the backend profile ("" for none):
+    "29/29 on Vulkan0 (Vulkan NVIDIA GeForce RTX 4070)"."""
     if not placement.offloaded_layers:
         return ""
-    named = {d.name: d for d in devices.list_devices()}
+    named = {d.name: d for d in found}
     holders = ", ".join(
         f"{name} ({named[name].backend} {named[name].description})"
         if name in named

@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from app.library.units import format_bytes
+
 _MIB = 1024 * 1024
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 # "load_tensors:   Vulkan0 model buffer size =    51.06 MiB"
@@ -48,7 +50,7 @@ class Placement:
         if not self.offloaded_layers:
             return "all layers on the CPU"
         on = ", ".join(
-            f"{name} {_megabytes(size)}"
+            f"{name} {format_bytes(size)}"
             for name, size in sorted(self.device_bytes.items())
         )
         return f"{self.offloaded_layers}/{self.offloadable_layers} layers offloaded" + (
@@ -73,10 +75,3 @@ def read_placement(lines: Iterable[str]) -> Placement:
             if match.group(2) == "compute" and not on_host:
                 compute[name] = compute.get(name, 0) + size
     return Placement(offloaded, offloadable, device, host, compute)
-
-
-def _megabytes(n_bytes: int) -> str:
-    # Decimal units, as the rest of the window shows sizes.
-    if n_bytes >= 10**9:
-        return f"{n_bytes / 10**9:.1f} GB"
-    return f"{n_bytes / 10**6:.0f} MB"
