@@ -1,8 +1,29 @@
 """``ConversationTreeModel``: the whole conversation tree for a ``QTreeView``.
 
 Items wrap node ids of a ``TreeSnapshot``; refreshing with a newer snapshot of
-the same conversation turns the difference into row insertions, removals and
-``dataChanged`` signals, so views keep their expansion, selection and scroll.
+the same conversation turns the difference into row insertions, removals,
+moves and ``dataChanged`` signals, so views keep their expansion, selection
+and scroll.
+
+The list is indented at forks only. A conversation is mostly a chain of
+single replies, and one level per message made a staircase that cut the
+labels off by the sixth turn. So a message that is its parent's only child is
+the row after its parent, under the same Qt parent; the children of a fork (a
+message with two or more) are rows under the fork, one branch after the
+other, each branch a chain at one level. The top level is the chain from the
+root::
+
+    Start
+    You: hi
+    Assistant: hello             a fork: two messages answer it
+        You: tell me more        the first branch
+        Assistant: ...
+        You: something else      the second branch
+        Assistant: ...
+
+A second child makes a message a fork: the branch it had moves under it
+(``beginMoveRows``), then the new one is inserted. When a fork is left with
+one branch, that branch moves back up, to the rows after the fork.
 """
 
 from __future__ import annotations
@@ -63,17 +84,20 @@ def format_bytes(size: int) -> str:
 
 
 class _Item:
-    """A node's place in the model: its id, parent item and child items."""
+    """A node's row: its id, the item it is a row of and the rows under it.
 
-    __slots__ = ("children", "node_id", "parent")
+    ``parent`` is the Qt parent (the fork the row's branch starts at), not
+    the node's parent message. ``row`` is kept by the model: a chain's rows
+    are many, and looking a row up in them each time would cost their number.
+    """
+
+    __slots__ = ("children", "node_id", "parent", "row")
 
     def __init__(self, node_id: int | None, parent: _Item | None) -> None:
         self.node_id = node_id
         self.parent = parent
         self.children: list[_Item] = []
-
-    def row(self) -> int:
-        return self.parent.children.index(self) if self.parent is not None else 0
+        self.row = 0
 
 
 class ConversationTreeModel(QAbstractItemModel):
@@ -90,6 +114,10 @@ class ConversationTreeModel(QAbstractItemModel):
         self._snapshot = TreeSnapshot.empty()
         self._root = _Item(None, None)
         self._items: dict[int, _Item] = {}
+        # The children of each node the model shows (of None: the roots), as
+        # rows are inserted and removed: while a snapshot is being applied,
+        # neither the old one nor the new one says how the rows stand.
+        self._children: dict[int | None, list[int]] = {None: []}
         self._active_id: int | None = None
         self._active_path: set[int] = set()
 
@@ -110,23 +138,17 @@ class ConversationTreeModel(QAbstractItemModel):
         if snapshot.conversation_id != self._snapshot.conversation_id:
             self.beginResetModel()
             self._snapshot = snapshot
-            self._root = _Item(None, None)
-            self._items = {}
-            for node_id in sorted(snapshot.nodes):
-                self._attach(node_id)
+            self._build()
             self._active_id, self._active_path = None, set()
             self.endResetModel()
             return
         old = self._snapshot
         self._remove_missing(snapshot)
         self._snapshot = snapshot
+        # Parents come before their children: ids grow.
         for node_id in sorted(snapshot.nodes):
             if node_id not in self._items:
-                parent_item = self._parent_item(node_id)
-                row = len(parent_item.children)
-                self.beginInsertRows(self._index_of_item(parent_item), row, row)
-                self._attach(node_id)
-                self.endInsertRows()
+                self._insert(node_id)
             elif old.nodes[node_id] != snapshot.nodes[node_id]:
                 self._emit_row_changed(node_id)
         if self._active_id is not None and self._active_id not in snapshot:
@@ -151,7 +173,7 @@ class ConversationTreeModel(QAbstractItemModel):
         item = self._items.get(node_id)
         if item is None:
             return QModelIndex()
-        return self.createIndex(item.row(), column, item)
+        return self.createIndex(item.row, column, item)
 
     # --- QAbstractItemModel ---------------------------------------------------------
 
@@ -172,7 +194,7 @@ class ConversationTreeModel(QAbstractItemModel):
         parent_item = child.internalPointer().parent
         if parent_item is None or parent_item is self._root:
             return QModelIndex()
-        return self.createIndex(parent_item.row(), 0, parent_item)
+        return self.createIndex(parent_item.row, 0, parent_item)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         if parent.column() > 0:
@@ -270,42 +292,149 @@ class ConversationTreeModel(QAbstractItemModel):
         figures = f"{node.n_tokens:,} tokens · {checkpoint}{status}"
         return f"{snippet(node.text, 400)}\n\n{figures}"
 
-    def _parent_item(self, node_id: int) -> _Item:
-        parent_id = self._snapshot.nodes[node_id].parent_id
-        return self._root if parent_id is None else self._items[parent_id]
+    def _build(self) -> None:
+        """Make the rows of ``self._snapshot`` afresh (inside a reset)."""
+        self._root = _Item(None, None)
+        self._items = {}
+        # Oldest first, as rows are inserted when a snapshot grows.
+        self._children = {
+            node_id: sorted(self._snapshot.children.get(node_id, []))
+            for node_id in [None, *self._snapshot.nodes]
+        }
+        # Each entry: a fork's item and its children, the first rows of its
+        # branches; every branch is laid out as one chain of rows.
+        pending: list[tuple[_Item, list[int]]] = [(self._root, self._children[None])]
+        while pending:
+            fork, heads = pending.pop()
+            for head in heads:
+                node_id = head
+                while True:
+                    item = _Item(node_id, fork)
+                    item.row = len(fork.children)
+                    fork.children.append(item)
+                    self._items[node_id] = item
+                    children = self._children[node_id]
+                    if len(children) != 1:
+                        if children:
+                            pending.append((item, children))
+                        break
+                    node_id = children[0]
 
-    def _attach(self, node_id: int) -> None:
-        parent_item = self._parent_item(node_id)
-        item = _Item(node_id, parent_item)
-        parent_item.children.append(item)
+    def _chain_end(self, node_id: int) -> int:
+        """The last row of the chain from ``node_id``: a leaf or a fork."""
+        while len(children := self._children[node_id]) == 1:
+            node_id = children[0]
+        return node_id
+
+    def _insert(self, node_id: int) -> None:
+        """Add the row of ``node_id``, whose parent the model shows."""
+        parent_id = self._snapshot.nodes[node_id].parent_id
+        siblings = self._children[parent_id]
+        if parent_id is None:
+            holder, row = self._root, len(self._root.children)
+        else:
+            parent = self._items[parent_id]
+            if not siblings:  # the chain goes on, one row after its parent
+                assert parent.parent is not None
+                holder, row = parent.parent, parent.row + 1
+            else:
+                if len(siblings) == 1:  # a fork now: its branch moves under it
+                    self._move_branch_under(parent, siblings[0])
+                holder, row = parent, len(parent.children)
+        self.beginInsertRows(self._index_of_item(holder), row, row)
+        item = _Item(node_id, holder)
+        self._place(holder, row, [item])
         self._items[node_id] = item
+        siblings.append(node_id)
+        self._children[node_id] = []
+        self.endInsertRows()
+
+    def _move_branch_under(self, fork: _Item, child_id: int) -> None:
+        """Move the chain from ``child_id``, the rows after ``fork``, under it."""
+        holder = fork.parent
+        assert holder is not None and not fork.children
+        first = self._items[child_id].row
+        last = self._items[self._chain_end(child_id)].row
+        moving = self.beginMoveRows(
+            self._index_of_item(holder), first, last, self._index_of_item(fork), 0
+        )
+        assert moving, "a branch cannot move under its fork"
+        rows = holder.children[first : last + 1]
+        del holder.children[first : last + 1]
+        self._renumber(holder, first)
+        self._place(fork, 0, rows)
+        self.endMoveRows()
+
+    def _move_branch_up(self, fork: _Item) -> None:
+        """Move the one branch left under ``fork`` up, to the rows after it."""
+        holder = fork.parent
+        assert holder is not None and fork.children
+        row = fork.row + 1
+        moving = self.beginMoveRows(
+            self._index_of_item(fork),
+            0,
+            len(fork.children) - 1,
+            self._index_of_item(holder),
+            row,
+        )
+        assert moving, "a branch cannot move up after its fork"
+        rows, fork.children = fork.children, []
+        self._place(holder, row, rows)
+        self.endMoveRows()
+
+    def _place(self, holder: _Item, row: int, items: list[_Item]) -> None:
+        """Make ``items`` the rows of ``holder`` from ``row`` on."""
+        holder.children[row:row] = items
+        for item in items:
+            item.parent = holder
+        self._renumber(holder, row)
+
+    @staticmethod
+    def _renumber(holder: _Item, start: int) -> None:
+        for row in range(start, len(holder.children)):
+            holder.children[row].row = row
 
     def _remove_missing(self, snapshot: TreeSnapshot) -> None:
-        gone = [nid for nid in self._items if nid not in snapshot]
-        for node_id in gone:
-            item = self._items.get(node_id)
-            if item is None or (
-                item.parent is not None and item.parent.node_id in gone
-            ):
-                continue  # removed with its ancestor's subtree
-            assert item.parent is not None
-            row = item.row()
-            self.beginRemoveRows(self._index_of_item(item.parent), row, row)
-            del item.parent.children[row]
-            self._forget(item)
-            self.endRemoveRows()
-        self._active_path -= set(gone)
+        gone = {nid for nid in self._items if nid not in snapshot}
+        for node_id in sorted(gone):
+            # A descendant goes with its ancestor's rows.
+            if self._snapshot.nodes[node_id].parent_id not in gone:
+                self._remove(node_id)
+        self._active_path -= gone
+
+    def _remove(self, node_id: int) -> None:
+        """Remove the rows of ``node_id`` and all below it."""
+        parent_id = self._snapshot.nodes[node_id].parent_id
+        item = self._items[node_id]
+        holder = item.parent
+        assert holder is not None
+        first, last = item.row, self._items[self._chain_end(node_id)].row
+        self.beginRemoveRows(self._index_of_item(holder), first, last)
+        for row in holder.children[first : last + 1]:
+            self._forget(row)
+        del holder.children[first : last + 1]
+        self._renumber(holder, first)
+        self._children[parent_id].remove(node_id)
+        self.endRemoveRows()
+        if parent_id is not None:
+            fork = self._items[parent_id]
+            if len(self._children[parent_id]) == 1 and fork.children:
+                self._move_branch_up(fork)
 
     def _forget(self, item: _Item) -> None:
-        if item.node_id is not None:
-            self._items.pop(item.node_id, None)
-        for child in item.children:
-            self._forget(child)
+        """Drop ``item``, the rows under it and the nodes' children lists."""
+        pending = [item]
+        while pending:
+            current = pending.pop()
+            if current.node_id is not None:
+                self._items.pop(current.node_id, None)
+                self._children.pop(current.node_id, None)
+            pending.extend(current.children)
 
     def _index_of_item(self, item: _Item) -> QModelIndex:
         if item is self._root:
             return QModelIndex()
-        return self.createIndex(item.row(), 0, item)
+        return self.createIndex(item.row, 0, item)
 
     def _emit_row_changed(self, node_id: int, roles: tuple[int, ...] = ()) -> None:
         first = self.index_of(node_id, 0)

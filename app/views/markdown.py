@@ -1,9 +1,11 @@
 """Markdown to the rich text a message body shows, with highlighted code blocks.
 
-Qt's own Markdown reader (GitHub dialect) does the parsing. Code blocks then
-get a tinted background, padding, a monospace font, syntax colours from
-Pygments (a light or a dark style to suit the palette) and a header line with
-the language and a "Copy" link (``copy:N`` names the Nth block).
+Qt's own Markdown reader (GitHub dialect) does the parsing. A single line
+break is kept, as CommonMark's "breaks" option keeps it: a poem's lines stay
+lines (``_read``). Code blocks then get a tinted background, padding, a
+monospace font, syntax colours from Pygments (a light or a dark style to suit
+the palette) and a header line with the language and a "Copy" link
+(``copy:N`` names the Nth block).
 
 A streaming reply (its last part, ``app/views/streaming_body.py``) is
 rendered again every few tens of milliseconds on the GUI thread, so each code
@@ -45,6 +47,11 @@ from PySide6.QtGui import (
 # A code fence: three or more backticks or tildes, indented by at most three
 # spaces, then the info string (the language).
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_FEATURES = QTextDocument.MarkdownFeature.MarkdownDialectGitHub
+# md4c's MD_FLAG_HARD_SOFT_BREAKS: Qt hands its feature bits to md4c as they
+# are (its flags are md4c's), but gives this one no name.
+_HARD_SOFT_BREAKS = QTextDocument.MarkdownFeature(0x8000)
+_LINE_SEPARATOR = "\u2028"  # a line break inside a block (QChar.LineSeparator)
 LIGHT_STYLE = "friendly"
 DARK_STYLE = "one-dark"
 COPY_SCHEME = "copy"
@@ -63,8 +70,7 @@ def render_markdown(text: str, code_background: QColor) -> RenderedMarkdown:
 
     The highlighting style is dark when the background is.
     """
-    document = QTextDocument()
-    document.setMarkdown(text, QTextDocument.MarkdownFeature.MarkdownDialectGitHub)
+    document = _read(text)
     style = get_style_by_name(
         DARK_STYLE if code_background.lightness() < 128 else LIGHT_STYLE
     )
@@ -83,6 +89,64 @@ def render_markdown(text: str, code_background: QColor) -> RenderedMarkdown:
             _format_code_line(block, code_background, fixed)
         block = block.next()
     return RenderedMarkdown(document.toHtml(), tuple(code_blocks))
+
+
+def _read(text: str) -> QTextDocument:
+    """Markdown ``text`` read into a document, its soft line breaks kept.
+
+    md4c, Qt's Markdown reader, can take every soft break for a hard one
+    (``_HARD_SOFT_BREAKS``): it alone knows where a line break is a soft
+    break (inside a paragraph, a list item, a quote) and where it is not (in
+    code, in a table, before a heading or a list). But Qt makes a hard break a
+    new block of the same format: a new paragraph, with a paragraph's spacing,
+    or a new bullet in a list. So the text is also read as it is, without
+    the flag, and where the first reading split a block of the second into
+    several, they are joined again, each line but the last ending in a line
+    separator (``<br>`` in HTML).
+    """
+    document = QTextDocument()
+    document.setMarkdown(text, _FEATURES | _HARD_SOFT_BREAKS)
+    if "\n" not in text.strip():
+        return document  # one line: no break to keep
+    plain = QTextDocument()
+    plain.setMarkdown(text, _FEATURES)
+    joins = _soft_breaks(document, plain)
+    if joins is None:
+        return plain  # the readings do not match: no breaks rather than wrong ones
+    cursor = QTextCursor(document)
+    cursor.beginEditBlock()
+    for position in reversed(joins):  # from the end: earlier positions stay
+        cursor.setPosition(position)
+        cursor.deletePreviousChar()  # the block separator: the two blocks join
+        cursor.insertText(_LINE_SEPARATOR)
+    cursor.endEditBlock()
+    return document
+
+
+def _soft_breaks(broken: QTextDocument, plain: QTextDocument) -> list[int] | None:
+    """Where ``broken`` starts a block that ``plain`` has not, or None.
+
+    Each block of ``plain`` is one or more blocks of ``broken`` in turn, with
+    a soft break (read as a space) where ``broken`` starts the next; the
+    positions are those blocks' starts in ``broken``. None when the blocks
+    cannot be matched so.
+    """
+    joins: list[int] = []
+    block = broken.begin()
+    paragraph = plain.begin()
+    while paragraph.isValid():
+        if not block.isValid():
+            return None
+        wanted, shown = paragraph.text(), block.text()
+        block = block.next()
+        while shown != wanted and block.isValid() and wanted.startswith(shown + " "):
+            joins.append(block.position())
+            shown += " " + block.text()
+            block = block.next()
+        if shown != wanted:
+            return None
+        paragraph = paragraph.next()
+    return None if block.isValid() else joins
 
 
 def _is_fenced(block: QTextBlock) -> bool:

@@ -169,6 +169,7 @@ class TreePanel(QWidget):
 
         # Rows appear as messages are added: keep every branch visible.
         model.rowsInserted.connect(self._on_model_rows_inserted)
+        model.rowsMoved.connect(self._on_model_rows_moved)
         model.modelReset.connect(self._on_model_model_reset)
         self._fit_timer = QTimer(self)
         self._fit_timer.setSingleShot(True)
@@ -289,6 +290,20 @@ class TreePanel(QWidget):
             self.view.expand(parent)
         for row in range(first, last + 1):
             self.view.expandRecursively(self.model.index(row, 0, parent))
+
+    @Slot(QModelIndex, int, int, QModelIndex, int)
+    def _on_model_rows_moved(
+        self,
+        _parent: QModelIndex,
+        _first: int,
+        _last: int,
+        destination: QModelIndex,
+        _row: int,
+    ) -> None:
+        # A message that gets a second child becomes a fork, and the branch
+        # it had moves under it: show it there too.
+        if destination.isValid():
+            self.view.expand(destination)
 
     @Slot()
     def _on_model_model_reset(self) -> None:

@@ -63,7 +63,12 @@ def test_clicking_an_earlier_node_restores_from_checkpoints_and_sending_branches
     send(qtbot, window, "a new branch")
     children = repository.get_children(window.db, first_reply)
     assert [c.text for c in children] == ["second", "a new branch"]
-    assert window.tree_model.rowCount(window.tree_model.index_of(first_reply)) == 2
+    # Two children: the reply is a fork, both branches are rows under it.
+    fork = window.tree_model.index_of(first_reply)
+    assert [window.tree_model.index_of(c.id).parent() for c in children] == [
+        fork,
+        fork,
+    ]
     new_user = window.tree_model.index_of(children[1].id)
     assert new_user.data(OnActivePathRole) and not window.tree_model.index_of(
         children[0].id
@@ -186,7 +191,9 @@ def test_tree_model_turns_snapshots_into_row_changes(qtbot, qtmodeltester):
     ]
     with qtbot.waitSignals([model.rowsInserted, model.rowsInserted], order="strict"):
         model.set_snapshot(TreeSnapshot(7, grown))
-    assert model.rowCount(model.index_of(1)) == 2
+    # Node 1 is a fork now: its two branches (2, 3 and 4, 5) are rows under it.
+    assert model.index_of(2).parent() == model.index_of(4).parent() == model.index_of(1)
+    assert model.rowCount(model.index_of(1)) == 4
     assert model.index_of(5, 2).data() == "✓ 2.0 KB"
     qtmodeltester.check(model)
 
