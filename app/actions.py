@@ -23,8 +23,7 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 class When(Enum):
     """When an action is enabled."""
 
-    ALWAYS = "always"
-    IDLE = "idle"  # no reply is being generated
+    ALWAYS = "always"  # also while a reply is generated: reading, browsing
     WRITABLE = "writable"  # idle, and the database can be written
 
 
@@ -115,6 +114,13 @@ ACTIONS: tuple[ActionSpec, ...] = (
         when=When.WRITABLE,
     ),
     ActionSpec(
+        "reply",
+        "Generate a reply to the selected &message",
+        "presenter.reply_to_active",
+        ("Ctrl+Shift+Return", "Ctrl+Shift+Enter"),
+        when=When.WRITABLE,
+    ),
+    ActionSpec(
         "edit_last",
         "&Edit last message",
         "edit_last_message",
@@ -150,28 +156,24 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "&Previous branch",
         "presenter.previous_branch",
         ("Alt+Left",),
-        when=When.IDLE,
     ),
     ActionSpec(
         "next_branch",
         "&Next branch",
         "presenter.next_branch",
         ("Alt+Right",),
-        when=When.IDLE,
     ),
     ActionSpec(
         "parent_message",
         "P&arent message",
         "presenter.parent_message",
         ("Alt+Up",),
-        when=When.IDLE,
     ),
     ActionSpec(
         "child_message",
         "Newest &child message",
         "presenter.child_message",
         ("Alt+Down",),
-        when=When.IDLE,
     ),
     # Help
     ActionSpec("shortcuts", "&Keyboard shortcuts", "show_shortcuts"),
@@ -211,6 +213,7 @@ MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
             None,
             "regenerate",
             "alternatives",
+            "reply",
             "edit_last",
         ),
     ),
@@ -222,6 +225,7 @@ MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 
 SHORTCUTS_HELP = (
     "Ctrl+Enter\tsend (Enter inserts a new line)\n"
+    "Ctrl+Shift+Enter\ta reply to the selected message of yours, as it is\n"
     "Esc\tstop generating / cancel editing\n"
     "Ctrl+N\tnew conversation\n"
     "Ctrl+Shift+N\tnew conversation with a system prompt\n"

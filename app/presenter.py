@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
+from app.library.catalog import shipped_catalog
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences
+from app.reply_stream import ReplyStream
 from app.values import BackendSettings, ModelInfo, SamplingParams
 from app.workers import jobs
 from app.workers.jobs import JobResult
@@ -30,6 +32,7 @@ from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.models import DEFAULT_TITLE
 from storage.repository import ConversationRecord
+from storage.values import Status
 
 if TYPE_CHECKING:
     from app.conversation.context_sync import SyncStats
@@ -60,6 +63,21 @@ def busy_text(job: jobs.Job) -> str | None:
             return "Summarizing this branch…"
         case _ if jobs.is_generating(job):
             return "Generating…"
+        case _:
+            return None
+
+
+def progress_text(job: jobs.Job, done: int, total: int) -> str | None:
+    """What the status bar says while ``job`` has done ``done`` of ``total``."""
+    match job:
+        case jobs.LoadModel():
+            return f"Loading the model… {done * 100 // max(total, 1)}%"
+        case jobs.Restore():
+            return f"Reading this branch again… {done:,} of {total:,} tokens"
+        case jobs.ContinueWithSummary():
+            return f"Reading the branch to summarize… {done:,} of {total:,} tokens"
+        case _ if jobs.is_generating(job):
+            return f"Reading the prompt… {done:,} of {total:,} tokens"
         case _:
             return None
 
@@ -142,6 +160,25 @@ class View(Protocol):
     def set_busy(self, text: str | None) -> None:
         """Say what the engine is doing (None: nothing)."""
 
+    def show_progress(self, done: int, total: int) -> None:
+        """How far the engine's long work got (``total`` 0: no figure)."""
+
+    def show_generating(self, conversation_id: int, text: str | None) -> None:
+        """Say in the list that a reply is being written in a conversation
+        (None: no longer)."""
+
+    def append_stream(self, piece: str) -> None:
+        """A piece of the streaming reply's answer."""
+
+    def show_reply_progress(self, text: str) -> None:
+        """Say in the streaming reply what it waits for (a prompt being read)."""
+
+    def append_thinking(self, piece: str) -> None:
+        """A piece of the streaming reply's reasoning."""
+
+    def append_alternative(self, index: int, piece: str) -> None:
+        """A piece of alternative ``index``'s answer."""
+
     def show_message(self, text: str) -> None:
         """A passing note in the status bar."""
 
@@ -150,6 +187,9 @@ class View(Protocol):
 
     def show_restore(self, stats: SyncStats, context_tokens: int, n_ctx: int) -> None:
         """How the engine reached the active node, and how full the context is."""
+
+    def show_context_full(self) -> None:
+        """The shown branch does not fit the loaded context."""
 
     def show_reply_stats(self, stats: ReplyStats) -> None:
         """A reply's figures: its speed, the context, how its parent was reached."""
@@ -225,9 +265,13 @@ class WindowPresenter:
         self.snapshot = TreeSnapshot.empty()
         # The shown conversation's stored reasoning choice (None: the default).
         self.reasoning: str | None = None
-        # The reply being generated, and the user's text it was sent with.
+        # The reply being generated, what it streamed so far, and whether the
+        # transcript shows it (the user may be reading something else).
         self.generating_job: jobs.Job | None = None
-        self.pending_text: str | None = None
+        self.stream: ReplyStream | None = None
+        self.stream_shown = False
+        # The job the engine runs now (what a progress report is about).
+        self.running_job: jobs.Job | None = None
 
     # --- state --------------------------------------------------------------------
 
@@ -242,6 +286,11 @@ class WindowPresenter:
         return not self.generating and not self.read_only
 
     @property
+    def pending_text(self) -> str | None:
+        """The user's text the reply being generated was sent with, if any."""
+        return self.stream.pending_text if self.stream is not None else None
+
+    @property
     def can_reply(self) -> bool:
         """Whether a reply can be asked for (writable, a model loaded)."""
         return self.writable and self.model_info is not None
@@ -251,8 +300,6 @@ class WindowPresenter:
         match when:
             case When.ALWAYS:
                 return True
-            case When.IDLE:
-                return not self.generating
             case When.WRITABLE:
                 return self.writable
 
@@ -271,8 +318,18 @@ class WindowPresenter:
                 False,
                 "Choose a model to start chatting (File → Open model file, Ctrl+O).",
             )
+        if self.generating and not self.stream_shown:
+            return (
+                False,
+                "A reply is being written elsewhere: read on, or Stop it (Esc); "
+                "you can write here when it is done.",
+            )
         if self._active_role() == "user":
-            return True, "Ctrl+Enter generates a reply to the message above."
+            return (
+                True,
+                "Type to send a new version of the message above (a new branch); "
+                "leave empty and press Ctrl+Enter for a reply to it.",
+            )
         return True, "Write a message…  (Ctrl+Enter to send)"
 
     # --- starting -----------------------------------------------------------------
@@ -294,7 +351,9 @@ class WindowPresenter:
         elif model is not None:
             self.load_model(model)
         else:
-            self.view.show_chat(False)
+            # Conversations stay readable without a model; the page that asks
+            # for one is for a first start, with nothing to read.
+            self.view.show_chat(len(self.snapshot.nodes) > 1)
 
     def load_model(self, path: Path) -> None:
         """Load a model in the background (the composer waits for it)."""
@@ -315,11 +374,18 @@ class WindowPresenter:
         except (StorageUnavailable, NotFound) as exc:
             self.view.show_error("Could not open the conversation", str(exc))
             return
+        left = self.conversation_id if self._shown_is_unused() else None
         self.conversation_id = conversation_id
         self.shown_record = record
         self.reasoning = record.reasoning
         self.view.conversation_shown(record)
         self.reload_tree()
+        if left is not None and left != conversation_id:
+            self._drop_unused(left)
+        stream = self.stream
+        if node_id is None and stream and stream.conversation_id == conversation_id:
+            self._show_stream(stream)  # back where the reply streams
+            return
         if node_id not in self.snapshot:
             node_id = record.active_node_id or self.snapshot.root_id
         self.activate(node_id)
@@ -331,11 +397,17 @@ class WindowPresenter:
         restores to it in the background and the place is remembered.
 
         ``follow`` False leaves the transcript where the user scrolled to.
+        While a reply is generated the engine is busy: the view follows, and
+        the engine restores to where the user is once the reply is done.
         """
+        stream = self.stream
+        if stream is not None and self._streams_at(stream, node_id):
+            self._show_stream(stream)
+            return
         node_id = self._show_active(node_id, follow)
         made_with = self.made_with_other_model()
         self.view.offer_model_switch(made_with)
-        if node_id is not None:
+        if node_id is not None and not self.generating:
             if restore and self.model_info is not None and made_with is None:
                 # Restoring also records the node as where to reopen.
                 self.engine.submit(jobs.Restore(node_id))
@@ -392,23 +464,19 @@ class WindowPresenter:
 
     def choose_node(self, node_id: int) -> None:
         """The user picked a node (in the tree, or "Branch from here")."""
-        if not self.generating and node_id != self.active_id:
+        if node_id != self.active_id:
             self.activate(node_id)
 
     def choose_sibling(self, node_id: int) -> None:
         """The user stepped to a sibling: show the newest leaf below it."""
-        if not self.generating:
-            self.activate(self.snapshot.latest_leaf(node_id))
+        self.activate(self.snapshot.latest_leaf(node_id))
 
-    def open_search_hit(self, conversation_id: int, node_id: int) -> bool:
-        """Show a search hit; False while a reply streams (the path cannot change)."""
-        if self.generating:
-            return False
+    def open_search_hit(self, conversation_id: int, node_id: int) -> None:
+        """Show a search hit (also while a reply streams: the user reads)."""
         if conversation_id != self.conversation_id:
             self.show_conversation(conversation_id, node_id)
         elif node_id != self.active_id:
             self.activate(node_id)
-        return True
 
     def previous_branch(self) -> None:
         """Go to the previous sibling at the nearest fork above the active node."""
@@ -438,9 +506,10 @@ class WindowPresenter:
     def send(self, text: str, editing: int | None) -> bool:
         """Send the composer's ``text`` (an edit of ``editing``, when given).
 
-        With the active node a user message, its reply is generated and the
-        text stays. Returns whether the text was taken: the composer then
-        clears and leaves editing.
+        With the active node a user message, ``text`` becomes a new version of
+        it (a sibling: two user turns in a row would not be a chat), and with
+        no text its reply is generated. Returns whether the text was taken:
+        the composer then clears and leaves editing.
         """
         if not self.can_reply or self.loading_model or self.active_id is None:
             return False
@@ -459,8 +528,9 @@ class WindowPresenter:
             self._begin_generation(job, parent, text)
             return True
         if self._active_role() == "user":
-            job = jobs.GenerateReply(self.active_id, self._sampling(), budget)
-            self._begin_generation(job, self.active_id, None)
+            if text:
+                return self.send(text, editing=self.active_id)
+            self.reply_to_active()
             return False
         if not text:
             return False
@@ -468,11 +538,28 @@ class WindowPresenter:
         self._begin_generation(job, self.active_id, text)
         return True
 
+    def reply_to_active(self) -> None:
+        """Generate a reply to the active node, a user message."""
+        if not self.can_reply or self.loading_model or self._active_role() != "user":
+            return
+        assert self.active_id is not None
+        budget = self.prefs.checkpoint_budget_bytes
+        job = jobs.GenerateReply(self.active_id, self._sampling(), budget)
+        self._begin_generation(job, self.active_id, None)
+
+    @property
+    def stoppable(self) -> bool:
+        """Whether Stop has something to stop: a reply, a model being loaded,
+        or other long work that reports its progress."""
+        return self.generating or isinstance(self.running_job, jobs.LoadModel)
+
     def stop(self) -> bool:
-        """Stop the reply being generated; False if there is none."""
-        if self.generating:
+        """Stop the reply being generated, or the model being loaded; False if
+        there is nothing to stop."""
+        if self.stoppable:
             self.engine.stop()
-        return self.generating
+            return True
+        return False
 
     def regenerate(self, node_id: int) -> None:
         """A new reply beside reply ``node_id``."""
@@ -533,9 +620,16 @@ class WindowPresenter:
     def new_conversation(
         self, system_prompt: str | None = None, title: str | None = None
     ) -> None:
-        """Start a conversation; ``system_prompt`` None: the preferred one."""
+        """Start a conversation; ``system_prompt`` None: the preferred one.
+
+        The conversation shown is new already (nothing written in it, no
+        system prompt, no title of the user's): it is kept, not doubled.
+        """
         if system_prompt is None:
             system_prompt = self.prefs.system_prompt or None
+        if self._shown_is_unused() and not system_prompt and not title:
+            self.view.show_message("This conversation is new: write the first message.")
+            return
         self.engine.submit(jobs.NewConversation(system_prompt, title))
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
@@ -598,7 +692,41 @@ class WindowPresenter:
 
     def on_started(self, job: jobs.Job) -> None:
         """A job began on the engine thread."""
+        self.running_job = job
         self.view.set_busy(busy_text(job))
+        self.view.state_changed()  # e.g. Stop now stops a model load
+
+    def on_progress(self, done: int, total: int) -> None:
+        """The running job's long work got this far."""
+        job = self.running_job
+        text = progress_text(job, done, total) if job is not None else None
+        if text is None:
+            return
+        self.view.set_busy(text)
+        self.view.show_progress(done, total)
+        stream = self.stream
+        if stream is not None and job is self.generating_job:
+            self.view.show_generating(stream.conversation_id, text)
+            if self.stream_shown:
+                self.view.show_reply_progress(text)
+
+    def on_token(self, piece: str) -> None:
+        """A piece of the reply's answer streamed."""
+        self._streamed(piece, ReplyStream.add_answer, self.view.append_stream)
+
+    def on_thinking(self, piece: str) -> None:
+        """A piece of the reply's reasoning streamed."""
+        self._streamed(piece, ReplyStream.add_thinking, self.view.append_thinking)
+
+    def on_alternative(self, index: int, piece: str) -> None:
+        """A piece of alternative ``index``'s answer streamed."""
+        stream = self.stream
+        if stream is None:
+            return
+        stream.add_alternative(index, piece)
+        if self.stream_shown:
+            self.view.append_alternative(index, piece)
+        self._say_writing(stream)
 
     def on_failed(self, job: jobs.Job, message: str) -> None:
         """A job failed with a message for the user."""
@@ -606,8 +734,10 @@ class WindowPresenter:
 
     def on_finished(self, result: JobResult) -> None:
         """A job ended, after success or failure."""
+        self.running_job = None
         if not self.engine.busy:
             self.view.set_busy(None)
+        self.view.show_progress(0, 0)
         job = result.job
         match job:
             case jobs.LoadModel():
@@ -622,6 +752,11 @@ class WindowPresenter:
                 if result.conversation_id is not None:
                     self.view.refresh_list(result.conversation_id)
                     self.show_conversation(result.conversation_id)
+            case jobs.Restore() if result.context_full:
+                # The conversation does not fit the loaded context: say so
+                # now it is shown, with the ways on, not at the next Send.
+                self.view.show_context_full()
+                self._offer_ways_on(result.error or "This branch does not fit.")
             case jobs.Restore() if result.sync is not None:
                 self.view.show_restore(result.sync, result.context_tokens, result.n_ctx)
                 if result.sync.reprocessed_tokens:
@@ -660,8 +795,72 @@ class WindowPresenter:
         if node_id is None or node_id not in self.snapshot:
             node_id = self.snapshot.root_id
         self.active_id = node_id
+        self.stream_shown = False
         self.view.show_path(node_id, follow)
         return node_id
+
+    def _shown_is_unused(self) -> bool:
+        """Whether the shown conversation holds nothing the user made: no
+        message, no system prompt, no title of theirs (and no reply coming)."""
+        record, snapshot = self.shown_record, self.snapshot
+        if (
+            record is None
+            or self.read_only
+            or record.title != DEFAULT_TITLE
+            or len(snapshot.nodes) != 1
+            or snapshot.conversation_id != record.id
+            or (self.stream is not None and self.stream.conversation_id == record.id)
+        ):
+            return False
+        root = snapshot.nodes[snapshot.root_id] if snapshot.root_id else None
+        return root is not None and not root.text.strip()
+
+    def _drop_unused(self, conversation_id: int) -> None:
+        """Delete a conversation the user left without writing in it, so that
+        New conversation (Ctrl+N) leaves no empty ones behind."""
+        self.engine.submit(jobs.DeleteConversation(conversation_id))
+        self.view.conversation_removed(conversation_id)
+
+    def _streams_at(self, stream: ReplyStream, node_id: int | None) -> bool:
+        """Whether showing ``node_id`` means showing the reply that streams:
+        the node it follows, or the reply itself (stored as it streams)."""
+        if self.conversation_id != stream.conversation_id or node_id is None:
+            return False
+        if node_id == stream.prefix_id:
+            return True
+        node = self.snapshot.nodes.get(node_id)
+        return node is not None and node.status == Status.GENERATING
+
+    def _show_stream(self, stream: ReplyStream) -> None:
+        """Show the reply being generated as far as it got; it streams on."""
+        self.view.show_path(stream.prefix_id, True)  # the tree marks it
+        self.active_id = stream.prefix_id
+        stream.show_in(self.view)
+        self.stream_shown = True
+        self.view.offer_model_switch(None)
+        self.view.state_changed()
+
+    def _streamed(
+        self,
+        piece: str,
+        keep: _Keep,
+        show: _Show,
+    ) -> None:
+        stream = self.stream
+        if stream is None:
+            return
+        keep(stream, piece)
+        if self.stream_shown:
+            show(piece)
+        self._say_writing(stream)
+
+    def _say_writing(self, stream: ReplyStream) -> None:
+        # The list's row says how far the reply got; every 8 pieces is enough
+        # for a figure that moves, at no cost per token.
+        if stream.pieces % 8 == 1:
+            self.view.show_generating(
+                stream.conversation_id, f"Writing a reply… {stream.pieces:,} tokens"
+            )
 
     def _most_recent(self, besides: int | None = None) -> int | None:
         """The most recently used conversation (other than ``besides``)."""
@@ -675,7 +874,7 @@ class WindowPresenter:
     def _walk(self, move: _Move) -> None:
         """Activate where ``move`` leads from the active node, if anywhere."""
         active = self.active_id
-        if self.generating or active is None or active not in self.snapshot:
+        if active is None or active not in self.snapshot:
             return
         target = move(self.snapshot, active)
         if target is not None:
@@ -698,25 +897,44 @@ class WindowPresenter:
         self, job: jobs.Job, prefix_id: int, pending_text: str | None
     ) -> None:
         n = job.n if isinstance(job, jobs.RegenerateParallel) else 0
+        assert self.conversation_id is not None  # a node is shown
+        self.stream = ReplyStream(self.conversation_id, prefix_id, pending_text, n)
         self.view.begin_reply(prefix_id, pending_text, n)
+        self.stream_shown = True
         self.generating_job = job
-        self.pending_text = pending_text
+        self.view.show_generating(self.conversation_id, "Writing a reply…")
         self.view.state_changed()
         self.engine.submit(job)
 
     def _end_generation(self, result: JobResult) -> None:
-        self.generating_job = None
+        # A reply asked for around the presenter (a tool, a test) has no
+        # stream: it ends where the user is, as if they watched it.
+        stream = self.stream
+        shown = stream is None or self.stream_shown
+        self.generating_job, self.stream, self.stream_shown = None, None, False
+        if stream is not None:
+            self.view.show_generating(stream.conversation_id, None)
         reply = result.reply
         if reply is not None:
             self.view.show_reply_stats(reply.stats)
             target = result.node_id
+        elif result.stopped:
+            # Stopped before the reply began: the user's message is stored,
+            # without a reply; it is where the conversation stands now.
+            self.view.show_message(
+                "Stopped before the reply began. Your message is kept: "
+                "Ctrl+Enter with an empty box generates its reply."
+            )
+            target = None
         else:
             # The user's message may have been saved before the failure; show
             # wherever the conversation now stands, and give back unsent text.
-            if self.pending_text:
-                self.view.give_back_text(self.pending_text)
+            if stream is not None and stream.pending_text:
+                self.view.give_back_text(stream.pending_text)
             target = self._stored_active_node()
-        self.pending_text = None
+        if stream is not None and not shown:
+            self._ended_elsewhere(stream, result)
+            return
         # A reply records the loaded model on its conversation: known here
         # without reading it back (a failed one may or may not have).
         record, info = self.shown_record, self.model_info
@@ -737,6 +955,10 @@ class WindowPresenter:
             self._set_snapshot(tree)  # read by the engine thread, not here
         else:
             self.reload_tree()
+        if target is None and stream is not None:
+            target = self._unanswered(stream)
+        if target is None:
+            target = self._stored_active_node()
         # Same path, now complete: a user reading higher up stays there. The
         # job stored it as the place to reopen already: nothing to write.
         self._show_active(target, follow=False)
@@ -744,6 +966,31 @@ class WindowPresenter:
         cut = reply is not None and reply.stats.stop_reason == "context_full"
         if result.context_full or cut:
             self._offer_ways_on(result.error or "The reply was cut off.")
+
+    def _unanswered(self, stream: ReplyStream) -> int | None:
+        """The user's message a stopped generation left without a reply."""
+        if stream.pending_text is None or stream.prefix_id not in self.snapshot:
+            return None
+        children = self.snapshot.children
+        for child in reversed(children.get(stream.prefix_id, [])):
+            node = self.snapshot.nodes[child]
+            text = stream.pending_text.strip()
+            if node.role == "user" and node.text == text and not children.get(child):
+                return child
+        return None
+
+    def _ended_elsewhere(self, stream: ReplyStream, result: JobResult) -> None:
+        """A reply ended while the user read something else: leave them there,
+        show what changed, and take the engine to where they are."""
+        if self.conversation_id == stream.conversation_id:
+            self.reload_tree()
+        self.view.refresh_list(self.conversation_id)
+        if result.context_full:
+            self.view.show_message(
+                "The reply in the other conversation filled the context; "
+                "open it to choose how to go on."
+            )
+        self.activate(self.active_id, follow=False)
 
     def _offer_ways_on(self, message: str) -> None:
         """The branch filled the context: the view lets the user choose how on."""
@@ -754,6 +1001,11 @@ class WindowPresenter:
 
     def _model_loaded(self, result: JobResult) -> None:
         path, self.loading_model = self.loading_model, None
+        if result.stopped and self.model_info is not None:
+            name = shipped_catalog().name_for(self.model_info.path)
+            self.view.show_message(f"Loading stopped; {name} is loaded again.")
+        elif result.stopped:
+            self.view.show_message("Loading stopped.")
         if result.model is None:
             # A failed load keeps the model there was, unless it could not
             # come back (the worker loads it again), and the settings it runs
@@ -806,6 +1058,18 @@ class WindowPresenter:
         record = self._stored_record(conversation_id)
         if record is not None:
             self.view.show_title(conversation_id, record.title)
+
+
+class _Keep(Protocol):
+    """Keeps a streamed piece in a ``ReplyStream``."""
+
+    def __call__(self, stream: ReplyStream, piece: str, /) -> None: ...
+
+
+class _Show(Protocol):
+    """Shows a streamed piece in the view."""
+
+    def __call__(self, piece: str, /) -> None: ...
 
 
 class _Move(Protocol):

@@ -24,7 +24,7 @@ from storage.errors import NotFound
 
 VIEW_METHODS = {name for name in vars(View) if not name.startswith("_")}
 WRITABLE_ACTIONS = {spec.name for spec in ACTIONS if spec.when is When.WRITABLE}
-IDLE_ACTIONS = {spec.name for spec in ACTIONS if spec.when is When.IDLE}
+GO_ACTIONS = {"previous_branch", "next_branch", "parent_message", "child_message"}
 
 
 class RecordingView:
@@ -86,6 +86,8 @@ class Session:
         self.engine.worker.started.connect(self.presenter.on_started)
         self.engine.worker.failed.connect(self.presenter.on_failed)
         self.engine.worker.finished.connect(self.presenter.on_finished)
+        self.engine.worker.token_received.connect(self.presenter.on_token)
+        self.engine.worker.progress.connect(self.presenter.on_progress)
 
     def stored_active(self, conversation_id: int) -> int | None:
         return repository.get_conversation(self.db, conversation_id).active_node_id
@@ -219,7 +221,7 @@ def test_a_read_only_database_is_browsed_without_a_single_job(
     assert s.engine.submitted == []
     states = p.action_states()
     assert not any(states[name] for name in WRITABLE_ACTIONS)
-    assert all(states[name] for name in IDLE_ACTIONS)
+    assert all(states[name] for name in GO_ACTIONS)
     assert p.composer_state() == (False, "Read-only: you can read, not write.")
 
     # Asked anyway (the sidebar's menu): the worker refuses and says why.
@@ -248,8 +250,10 @@ def test_replies_regenerate_and_branch_switches_through_jobs(open_session, tiny_
     assert isinstance(job, jobs.Send) and job.text == "hello"
     assert p.generating and s.view.said("begin_reply")[-1] == (p.active_id, "hello", 0)
     states = p.action_states()
-    assert not any(states[name] for name in WRITABLE_ACTIONS | IDLE_ACTIONS)
+    assert not any(states[name] for name in WRITABLE_ACTIONS)
+    # Reading goes on while the reply streams: finding, walking the tree.
     assert states["stop"] and states["find"]
+    assert all(states[name] for name in GO_ACTIONS)
     s.engine.run_jobs()
     assert not p.generating and s.view.said("show_reply_stats")
     first = p.active_id
@@ -344,3 +348,257 @@ def test_the_action_table_is_consistent():
     for spec in ACTIONS:
         keys = [k for k in spec.shortcuts if not k.startswith("Standard:")]
         assert not keys or any(k in SHORTCUTS_HELP for k in keys), spec.name
+
+
+# --- typing on a message of yours, reading while a reply streams, Stop -----------
+
+
+def _loaded(open_session, model: Path, **backend) -> Session:
+    s = open_session()
+    p = s.presenter
+    if backend:
+        p.prefs = replace(p.prefs, backend=replace(p.prefs.backend, **backend))
+    p.start(model)
+    s.engine.run_jobs()
+    assert p.model_info is not None
+    return s
+
+
+def test_text_typed_on_a_message_of_yours_is_sent_as_its_new_version(
+    open_session, tiny_model
+):
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    p.send("first question", None)
+    s.engine.run_jobs()
+    question = p.last_of_role("user")
+    p.activate(question)
+    s.engine.run_jobs()
+    available, placeholder = p.composer_state()
+    assert available and "new version" in placeholder and "reply" in placeholder
+
+    # Typed text: a sibling of the selected message, and the text is taken.
+    assert p.send("second question", None) is True
+    job = s.engine.submitted[-1]
+    assert isinstance(job, jobs.Edit) and job.node_id == question
+    s.engine.run_jobs()
+    assert len(p.snapshot.siblings(question)) == 2
+    assert p.snapshot.nodes[p.last_of_role("user")].text == "second question"
+
+    # An empty box on a message of yours: its reply, as its own action does.
+    p.activate(question)
+    s.engine.run_jobs()
+    assert p.send("   ", None) is False
+    assert isinstance(s.engine.submitted[-1], jobs.GenerateReply)
+    s.engine.run_jobs()
+    p.activate(question)
+    s.engine.run_jobs()
+    p.reply_to_active()
+    assert s.engine.submitted[-1] == jobs.GenerateReply(
+        question, p.prefs.sampling, p.prefs.checkpoint_budget_bytes
+    )
+    s.engine.run_jobs()
+    assert len(p.snapshot.children[question]) == 3
+
+
+def test_reading_elsewhere_while_a_reply_streams_and_coming_back(
+    open_session, tiny_model
+):
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    p.prefs = replace(p.prefs, sampling=replace(p.prefs.sampling, max_tokens=24))
+    streaming = p.conversation_id
+    other, other_root = _conversation(s.db, "Other")
+    asked = repository.add_node(s.db, other_root, "user", "elsewhere")
+    repository.add_node(s.db, asked.id, "assistant", "an old answer")
+
+    seen: list[str] = []
+    s.engine.worker.token_received.connect(seen.append)
+
+    def wander(_piece: str) -> None:
+        # Mid-reply, as a user would: read the other conversation, walk its
+        # tree, then come back to the reply as it streams.
+        if len(seen) == 3:
+            p.select_conversation(other)
+            p.parent_message()
+        elif len(seen) == 8:
+            p.select_conversation(streaming)
+
+    s.engine.worker.token_received.connect(wander)
+    assert p.send("tell me a story", None) is True
+    s.engine.run_jobs()
+
+    reply = s.engine.results[-1].reply
+    assert len(seen) > 9, "the reply must stream on after the user came back"
+    assert reply is not None and "".join(seen) == reply.text
+    # While away nothing streamed into the transcript; coming back showed the
+    # reply as far as it got (one piece), then it streamed on.
+    appended = [args[0] for args in s.view.said("append_stream")]
+    assert appended[:3] == seen[:3]
+    assert appended[3] == "".join(seen[:8]) and appended[4:] == seen[8:]
+    assert [args[:2] for args in s.view.said("begin_reply")] == [
+        (p.snapshot.root_id, "tell me a story"),
+        (p.snapshot.root_id, "tell me a story"),
+    ]
+    # The list said a reply was being written there, then no longer.
+    said = s.view.said("show_generating")
+    assert said[0] == (streaming, "Writing a reply…") and said[-1] == (streaming, None)
+    assert p.conversation_id == streaming and p.active_id == reply_node(s)
+    # Reading asked nothing of the engine while it generated.
+    assert isinstance(s.engine.submitted[-1], jobs.Send)
+
+
+def reply_node(s: Session) -> int:
+    node = s.engine.results[-1].node_id
+    assert node is not None
+    return node
+
+
+def test_a_reply_that_ends_while_the_user_reads_elsewhere_leaves_them_there(
+    open_session, tiny_model
+):
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    streaming = p.conversation_id
+    other, other_root = _conversation(s.db, "Other")
+    asked = repository.add_node(s.db, other_root, "user", "elsewhere")
+    p.send("hello", None)
+    p.select_conversation(other)
+    p.activate(asked.id)
+    # Browsing asked nothing of the engine, which is generating.
+    assert isinstance(s.engine.submitted[-1], jobs.Send)
+    assert p.composer_state()[0] is False
+    assert "being written elsewhere" in p.composer_state()[1]
+    s.engine.run_jobs()
+    assert not p.generating
+    assert p.conversation_id == other and p.active_id == asked.id
+    # Now the engine goes where the user is.
+    assert s.engine.submitted[-1] == jobs.Restore(asked.id)
+    assert s.view.said("append_stream") == []
+    s.engine.run_jobs()
+    assert s.stored_active(other) == asked.id
+    stored = repository.get_conversation(s.db, streaming).active_node_id
+    assert repository.get_node(s.db, stored).role == "assistant"
+
+
+def test_stop_while_a_long_prompt_is_read_ends_within_a_batch(open_session, tiny_model):
+    s = _loaded(open_session, tiny_model, n_ctx=2048, n_batch=32)
+    p = s.presenter
+    reports: list[tuple[int, int]] = []
+
+    def stop_at_the_third_batch(done: int, total: int) -> None:
+        reports.append((done, total))
+        if len(reports) == 3:
+            p.stop()
+
+    s.engine.worker.progress.connect(stop_at_the_third_batch)
+    text = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
+    assert p.send(text, None) is True
+    s.engine.run_jobs()
+
+    # Reported batch by batch, and stopped before the fourth batch was read.
+    total = reports[0][1]
+    assert total > 4 * 32
+    assert [done for done, _ in reports] == [0, 32, 64]
+    result = s.engine.results[-1]
+    assert result.stopped and result.reply is None
+    assert s.view.said("show_error") == [] and s.view.said("give_back_text") == []
+    busy = [args[0] for args in s.view.said("set_busy") if args[0]]
+    assert f"Reading the prompt… 64 of {total:,} tokens" in busy
+    # The message is kept, unanswered, and is where the conversation stands.
+    node = p.snapshot.nodes[p.active_id]
+    assert node.role == "user" and node.text == text
+    assert p.snapshot.children[p.active_id] == []
+    assert "empty box" in s.view.said("show_message")[-1][0]
+
+    # Its reply can be asked for at once, and the prompt is read in full.
+    s.engine.worker.progress.disconnect(stop_at_the_third_batch)
+    assert p.send("", None) is False
+    s.engine.run_jobs()
+    assert s.engine.results[-1].reply is not None
+
+
+def test_stop_while_a_model_loads_keeps_the_model_there_was(
+    open_session, tiny_model, other_tiny_model
+):
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    loaded = p.model_info
+    reports: list[int] = []
+
+    def stop_at_once(done: int, _total: int) -> None:
+        reports.append(done)
+        p.stop()
+
+    s.engine.worker.progress.connect(stop_at_once)
+    p.load_model(other_tiny_model)
+    s.engine.run_jobs()
+    result = s.engine.results[-1]
+    assert result.stopped and result.model is None
+    assert reports == [0]  # stopped at its first report
+    assert p.model_info == loaded and s.view.said("show_error") == []
+    assert "Loading stopped" in s.view.said("show_message")[-1][0]
+    assert s.engine.worker._service.engine is not None
+    assert s.engine.worker._service.engine.path == Path(loaded.path)
+
+
+def test_a_conversation_that_does_not_fit_says_so_when_it_opens(
+    open_session, tiny_model
+):
+    s = _loaded(open_session, tiny_model, n_ctx=256)
+    p = s.presenter
+    big, root = _conversation(s.db, "Too long")
+    asked = repository.add_node(s.db, root, "user", "tell me everything")
+    long_answer = " ".join(["a long answer with many words"] * 80)
+    repository.add_node(s.db, asked.id, "assistant", long_answer)
+
+    p.select_conversation(big)
+    s.engine.run_jobs()
+    assert isinstance(s.engine.results[-1].job, jobs.Restore)
+    assert s.engine.results[-1].context_full
+    # Said at once, with the ways on (branch, a larger context, a summary).
+    assert s.view.said("show_context_full") == [()]
+    ((message, n_ctx, _n_ctx_train),) = s.view.said("offer_ways_on")
+    assert n_ctx == p.model_info.n_ctx and "256" in message
+    assert s.view.said("show_error") == []
+
+
+def test_new_conversations_left_unused_are_not_kept(open_session):
+    s = open_session()
+    p = s.presenter
+    p.start(None)
+    s.engine.run_jobs()
+    first = p.conversation_id
+    # New conversation on a new one: nothing is added.
+    p.new_conversation()
+    assert s.engine.queue == deque() and "new" in s.view.said("show_message")[-1][0]
+    used, root = _conversation(s.db, "Used")
+    repository.add_node(s.db, root, "user", "kept")
+    # Leaving an unused one deletes it; one with a message stays.
+    p.select_conversation(used)
+    s.engine.run_jobs()
+    assert s.view.said("conversation_removed") == [(first,)]
+    titles = [c.title for c in repository.list_conversations(s.db)]
+    assert titles == ["Used"]
+    # A conversation with a system prompt is the user's: it stays.
+    p.new_conversation(system_prompt="Answer in French.")
+    s.engine.run_jobs()
+    prompted = p.conversation_id
+    p.select_conversation(used)
+    s.engine.run_jobs()
+    assert {c.id for c in repository.list_conversations(s.db)} == {used, prompted}
+
+
+def test_conversations_can_be_read_without_a_model(open_session):
+    s = open_session()
+    conversation, root = _conversation(s.db, "Read me")
+    repository.add_node(s.db, root, "user", "an old question")
+    p = s.presenter
+    p.start(None)
+    s.engine.run_jobs()
+    # The transcript, not the page that asks for a model; the composer says why
+    # it cannot send.
+    assert s.view.said("show_chat") == [(True,)]
+    assert p.conversation_id == conversation
+    assert p.composer_state()[0] is False
+    assert "Choose a model" in p.composer_state()[1]

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,12 @@ from app.backend import (
     reasoning,
 )
 from app.backend.chat_format import ChatFormat
-from app.backend.errors import BackendError, ContextFullError, ModelFileError
+from app.backend.errors import (
+    BackendError,
+    ContextFullError,
+    Interrupted,
+    ModelFileError,
+)
 from app.backend.kv_state import CombinedState, DeltaLayout
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.offload import OffloadCost
@@ -63,6 +68,12 @@ CHECKPOINT_FORMAT = 1
 # attention a call costs a quarter of that. Larger deltas go one call each,
 # straight from the buffer they were read into.
 RUN_BYTES = 2 << 20
+
+# Told how far a long decode got: (tokens decoded, tokens in all); returns
+# whether to go on. Set by the thread that owns the engine, for one job.
+DecodeWatch = Callable[[int, int], bool]
+# Told how far a model load got (0 to 1); returns whether to go on.
+LoadWatch = Callable[[float], bool]
 
 # Token attributes, from llama.h (the binding lists them only in a comment).
 _TOKEN_ATTR_CONTROL = 1 << 3
@@ -107,7 +118,12 @@ class LlamaEngine:
     at that position.
     """
 
-    def __init__(self, model_path: Path, settings: BackendSettings) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        settings: BackendSettings,
+        load_watch: LoadWatch | None = None,
+    ) -> None:
         devices.load_backends()
         model_path = Path(model_path).expanduser().resolve()
         check_model_file(model_path)
@@ -119,8 +135,12 @@ class LlamaEngine:
         # A NULL-terminated device list holding no device (CPU only).
         self._no_devices = (ctypes.c_void_p * 1)(None)
         self._batch: Any = None
+        # Asked between the batches of a decode of more than one (a long
+        # prompt, a reprocessed branch): the only place such a decode can
+        # report progress and stop, since one llama_decode cannot be broken.
+        self.decode_watch: DecodeWatch | None = None
 
-        self._model = self._load_model(model_path)
+        self._model = self._load_model(model_path, load_watch)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self.n_swa = int(llama_cpp.llama_model_n_swa(self._model))
@@ -262,9 +282,28 @@ class LlamaEngine:
             )
         return self._probed_cost
 
-    def _load_model(self, model_path: Path) -> Any:
-        """Load the weights; a failure carries llama.cpp's own reason."""
+    def _load_model(self, model_path: Path, watch: LoadWatch | None) -> Any:
+        """Load the weights; a failure carries llama.cpp's own reason.
+
+        ``watch`` hears the progress; when it returns False llama.cpp stops
+        loading and ``Interrupted`` is raised.
+        """
         model_params = llama_cpp.llama_model_default_params()
+        stopped = False
+
+        def on_progress(progress: float, _user_data: ctypes.c_void_p) -> bool:
+            nonlocal stopped
+            if watch is None or stopped:
+                return not stopped
+            try:
+                stopped = not watch(progress)
+            except Exception:  # an exception must not cross the C frames
+                log.exception("the model load's progress callback failed")
+            return not stopped
+
+        # Kept in a local until the load returns: llama.cpp calls it meanwhile.
+        callback = llama_cpp.llama_progress_callback(on_progress)
+        model_params.progress_callback = callback
         model_params.n_gpu_layers = self._gpu_layers(model_path)
         if model_params.n_gpu_layers == 0:
             # No device at all, not merely no layers: llama.cpp would still
@@ -280,6 +319,8 @@ class LlamaEngine:
             )
         finally:
             self._load_log = native_log.stop_recording()
+        if not model and stopped:
+            raise Interrupted(f"Loading {model_path.name} was stopped.")
         if not model:
             detail = native_log.errors("it gave no reason")
             raise ModelFileError(
@@ -563,7 +604,10 @@ class LlamaEngine:
 
         ``chunks`` are batch sizes to use (a replay of how the tokens were first
         decoded, which keeps floating-point results bit-identical); by default
-        batches of ``n_batch``. Returns the batch sizes used.
+        batches of ``n_batch``. Returns the batch sizes used. A decode of
+        more than one batch tells ``decode_watch`` before each batch, and
+        raises ``Interrupted`` (the batches before it decoded) when told to
+        stop.
         """
         tokens = list(tokens)
         if not tokens:
@@ -581,10 +625,17 @@ class LlamaEngine:
         ):
             step = self.n_batch
             chunks = [min(step, len(tokens) - i) for i in range(0, len(tokens), step)]
+        watch = self.decode_watch if len(chunks) > 1 else None
         offset = 0
         for size in chunks:
+            if watch is not None and not watch(offset, len(tokens)):
+                raise Interrupted(
+                    f"Stopped after reading {offset:,} of {len(tokens):,} tokens."
+                )
             self._decode_batch(tokens[offset : offset + size])
             offset += size
+        if watch is not None:
+            watch(offset, len(tokens))
         return list(chunks)
 
     def _decode_batch(self, tokens: list[int]) -> None:

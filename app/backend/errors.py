@@ -17,3 +17,7 @@ class ContextFullError(BackendError):
 
 class InvalidSetting(BackendError):
     """A backend or sampling setting out of its range (the message says which)."""
+
+
+class Interrupted(BackendError):
+    """The user stopped a prompt being read or a model being loaded."""

@@ -1080,6 +1080,9 @@ class ConversationService:
             "stop_reason": stop_reason,
             "generated_tokens": len(sampled.tokens),
             "tokens_per_second": round(stats.tokens_per_second, 2),
+            # The wait before the first token: the prompt read (what the
+            # user waited for), shown with the reply's other figures.
+            "prompt_ms": round(stats.prompt_ms, 1),
         }
         reply = repository.update_node(
             self.db,

@@ -20,6 +20,8 @@ from storage.db import Database
 
 ConversationIdRole = Qt.ItemDataRole.UserRole + 1
 SubtitleRole = Qt.ItemDataRole.UserRole + 2
+# What is happening in the conversation now (None: nothing).
+ProgressRole = Qt.ItemDataRole.UserRole + 3
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -40,6 +42,9 @@ class ConversationListModel(QAbstractListModel):
         self._db = db
         self._records: list[ConversationRecord] = []
         self._filter = ""
+        # What is happening in a conversation now (a reply being written),
+        # said in its row instead of its figures.
+        self._progress: dict[int, str] = {}
 
     def refresh(self, text_filter: str | None = None) -> None:
         """Reload from the database, optionally with a new text filter."""
@@ -77,6 +82,9 @@ class ConversationListModel(QAbstractListModel):
             return record.title
         if role == ConversationIdRole:
             return record.id
+        progress = self._progress.get(record.id)
+        if progress is not None and role in (SubtitleRole, ProgressRole):
+            return progress
         if role in (SubtitleRole, Qt.ItemDataRole.ToolTipRole):
             messages = max(0, record.node_count - 1)  # the root is not a message
             when = record.updated_at.astimezone().strftime("%b %d, %H:%M")
@@ -92,6 +100,17 @@ class ConversationListModel(QAbstractListModel):
         self._records[row] = replace(self._records[row], title=title)
         index = self.index(row, 0)
         self.dataChanged.emit(index, index)
+
+    def set_progress(self, conversation_id: int, text: str | None) -> None:
+        """Say what is happening in a conversation (None: nothing any more)."""
+        if text is None:
+            self._progress.pop(conversation_id, None)
+        else:
+            self._progress[conversation_id] = text
+        row = self.row_of(conversation_id)
+        if row >= 0:
+            index = self.index(row, 0)
+            self.dataChanged.emit(index, index)
 
     def remove(self, conversation_id: int) -> None:
         """Stop listing a conversation (the worker is deleting it)."""

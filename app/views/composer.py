@@ -3,13 +3,17 @@
 The send shortcut belongs to the window's Send action (so menus show it);
 the composer shows the convention in its hint and turns its button into Stop
 while a reply streams. Beside the hint, for models whose chat template has a
-reasoning switch, a small "Reasoning" box sets it for the conversation.
+reasoning switch, a small "Reasoning" box sets it for the conversation; in a
+narrow window (a small or scaled screen) it goes below the hint, and the
+margins narrow.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QComboBox,
     QFrame,
     QHBoxLayout,
@@ -32,6 +36,13 @@ EDIT_HINT = (
     "Editing a message: Ctrl+Enter sends it as a new branch (the original stays)"
     " · Esc cancels"
 )
+# Below this width the reasoning box goes below the hint and the side margins
+# narrow: side by side, with the margins of the transcript's rows, they need
+# about 310 px, more than the chat page has beside the panels on a 720 px wide
+# screen (1440 px at 200 %).
+NARROW_WIDTH = 400
+WIDE_MARGIN = 24
+NARROW_MARGIN = 16
 
 
 class Composer(QWidget):
@@ -62,7 +73,7 @@ class Composer(QWidget):
         self._generating = False
 
         outer = QVBoxLayout(self)
-        outer.setContentsMargins(24, 6, 24, 10)
+        outer.setContentsMargins(WIDE_MARGIN, 6, WIDE_MARGIN, 10)
         outer.setSpacing(4)
 
         self.edit_banner = QFrame()
@@ -72,6 +83,9 @@ class Composer(QWidget):
         banner_label = QLabel(
             "Editing a message — sending creates a new branch; nothing is erased."
         )
+        # Wrapped, the explanations fit a narrow window (a small or scaled
+        # screen) on more lines instead of asking for their whole width.
+        banner_label.setWordWrap(True)
         banner_layout.addWidget(banner_label, 1)
         cancel = QToolButton()
         cancel.setText("Cancel")
@@ -101,11 +115,12 @@ class Composer(QWidget):
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addWidget(self.frame)
 
-        footer = QHBoxLayout()
+        self._footer = footer = QBoxLayout(QBoxLayout.Direction.LeftToRight)
         footer.setContentsMargins(0, 0, 0, 0)
         footer.setSpacing(6)
         self.hint = QLabel(HINT)
         self.hint.setObjectName("ComposerHint")
+        self.hint.setWordWrap(True)
         footer.addWidget(self.hint, 1)
         self.reasoning_label = QLabel("Reasoning:")
         self.reasoning_label.setObjectName("ComposerHint")
@@ -119,8 +134,13 @@ class Composer(QWidget):
         # "activated", not "currentIndexChanged": only the user's choices are
         # requests; showing a conversation's stored choice is not.
         self.reasoning_box.activated.connect(self._on_reasoning_box_activated)
-        footer.addWidget(self.reasoning_label)
-        footer.addWidget(self.reasoning_box)
+        reasoning = QHBoxLayout()
+        reasoning.setSpacing(6)
+        reasoning.addWidget(self.reasoning_label)
+        reasoning.addWidget(self.reasoning_box)
+        footer.addLayout(reasoning)
+        # Below the hint, at the left rather than stretched across.
+        footer.setAlignment(reasoning, Qt.AlignmentFlag.AlignLeft)
         outer.addLayout(footer)
         self.set_reasoning_choices((), None)
 
@@ -204,6 +224,24 @@ class Composer(QWidget):
         self.editing_node = None
         self.edit_banner.hide()
         self.hint.setText(HINT)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        # Each arrangement fits every width on its side of NARROW_WIDTH, so
+        # the switch never brings about the width that switches it back.
+        narrow = event.size().width() < NARROW_WIDTH
+        direction = (
+            QBoxLayout.Direction.TopToBottom
+            if narrow
+            else QBoxLayout.Direction.LeftToRight
+        )
+        if self._footer.direction() != direction:
+            self._footer.setDirection(direction)
+            margin = NARROW_MARGIN if narrow else WIDE_MARGIN
+            margins = self.layout().contentsMargins()
+            margins.setLeft(margin)
+            margins.setRight(margin)
+            self.layout().setContentsMargins(margins)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         # The frame draws the focus ring around the whole composer.

@@ -11,13 +11,14 @@ from PySide6.QtWidgets import (
     QStyleOptionViewItem,
 )
 
-from app.models.conversation_list import SubtitleRole
+from app.models.conversation_list import ProgressRole, SubtitleRole
 
 PADDING = 8
 
 
 class ConversationDelegate(QStyledItemDelegate):
-    """Draws the title and, below it in a smaller font, messages · size · date."""
+    """Draws the title and, below it in a smaller font, messages · size · date
+    (or what is happening there now: a reply being written)."""
 
     def paint(
         self,
@@ -56,7 +57,15 @@ class ConversationDelegate(QStyledItemDelegate):
         )
         painter.setFont(small)
         if not selected:
-            painter.setPen(opt.palette.color(QPalette.ColorRole.PlaceholderText))
+            # A reply being written there stands out from the figures.
+            busy = index.data(ProgressRole) is not None
+            painter.setPen(
+                opt.palette.color(
+                    QPalette.ColorRole.Link
+                    if busy
+                    else QPalette.ColorRole.PlaceholderText
+                )
+            )
         subtitle = painter.fontMetrics().elidedText(
             str(index.data(SubtitleRole) or ""),
             Qt.TextElideMode.ElideRight,

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Slot
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QTextCursor
 from PySide6.QtWidgets import QInputDialog, QMainWindow, QMessageBox, QWidget
 
 from app.actions import SHORTCUTS_HELP
@@ -46,7 +46,7 @@ from app.views.status_bar import ReplyFigures, SyncFigures
 from app.views.theme import app_icon
 from app.views.welcome import choose_model_file, start_folder
 from app.views.window_actions import build_actions, fill_recent_menu
-from app.views.window_layout import build_layout
+from app.views.window_layout import build_layout, fit_to_screen
 from app.workers.engine_thread import EngineController
 from app.workers.library_worker import ModelServices
 from storage.db import Database
@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Arbor")
         self.setWindowIcon(app_icon())
         self.resize(1280, 800)
+        fit_to_screen(self)  # a small or scaled screen (issue 22)
         self.list_model = ConversationListModel(db, self)
         self.tree_model = ConversationTreeModel(self)
         widgets = build_layout(self, db, prefs, self.list_model, self.tree_model)
@@ -121,9 +122,12 @@ class MainWindow(QMainWindow):
         self.engine.started.connect(presenter.on_started)
         self.engine.failed.connect(presenter.on_failed)
         self.engine.finished.connect(presenter.on_finished)
-        self.engine.token_received.connect(self.transcript.append_stream)
-        self.engine.thinking_received.connect(self.transcript.append_thinking)
-        self.engine.alternative_received.connect(self.transcript.append_alternative)
+        # Through the presenter, which keeps what streamed: the user may be
+        # reading another conversation, and come back to the reply.
+        self.engine.token_received.connect(presenter.on_token)
+        self.engine.thinking_received.connect(presenter.on_thinking)
+        self.engine.alternative_received.connect(presenter.on_alternative)
+        self.engine.progress.connect(presenter.on_progress)
         self.sidebar.conversation_selected.connect(presenter.select_conversation)
         self.sidebar.new_requested.connect(presenter.new_conversation)
         self.sidebar.rename_requested.connect(self.ask_rename)
@@ -136,6 +140,7 @@ class MainWindow(QMainWindow):
         self.transcript.regenerate_requested.connect(presenter.regenerate)
         self.transcript.alternatives_requested.connect(presenter.alternatives)
         self.transcript.branch_requested.connect(presenter.choose_node)
+        self.transcript.example_chosen.connect(self._on_transcript_example_chosen)
         self.composer.send_clicked.connect(self.send)
         self.composer.stop_clicked.connect(self.stop)
         self.composer.reasoning_changed.connect(presenter.set_reasoning)
@@ -247,6 +252,34 @@ class MainWindow(QMainWindow):
         else:
             self.transcript.begin_stream(pending_text)
 
+    def append_stream(self, piece: str) -> None:
+        """A piece of the streaming reply's answer."""
+        self.transcript.append_stream(piece)
+
+    def append_thinking(self, piece: str) -> None:
+        """A piece of the streaming reply's reasoning."""
+        self.transcript.append_thinking(piece)
+
+    def show_reply_progress(self, text: str) -> None:
+        """Say in the streaming reply what it waits for."""
+        self.transcript.show_reply_progress(text)
+
+    def append_alternative(self, index: int, piece: str) -> None:
+        """A piece of alternative ``index``'s answer."""
+        self.transcript.append_alternative(index, piece)
+
+    def show_generating(self, conversation_id: int, text: str | None) -> None:
+        """Say in the conversation list that a reply is being written there."""
+        self.list_model.set_progress(conversation_id, text)
+
+    def show_progress(self, done: int, total: int) -> None:
+        """How far the engine's long work got."""
+        self.status.set_progress(done, total)
+
+    def show_context_full(self) -> None:
+        """The shown branch does not fit the loaded context."""
+        self.status.set_context_full()
+
     def refresh_list(self, selected: int | None) -> None:
         """Re-read the conversation list."""
         self.sidebar.refresh(selected)
@@ -282,6 +315,7 @@ class MainWindow(QMainWindow):
     def model_loaded(self, info: ModelInfo, n_ctx: int) -> None:
         """Show the loaded model, its reasoning choices and the chat."""
         self.status.set_model(info)
+        self.transcript.set_model(info)
         self.composer.set_reasoning_choices(
             info.reasoning_choices, info.reasoning_default
         )
@@ -297,6 +331,7 @@ class MainWindow(QMainWindow):
 
     def model_missing(self) -> None:
         """No model could be loaded: the welcome page asks for another."""
+        self.transcript.set_model(None)
         self.welcome.set_message(
             "That model could not be loaded. Choose another .gguf file "
             "(the details are in the message)."
@@ -341,12 +376,11 @@ class MainWindow(QMainWindow):
     def state_changed(self) -> None:
         """Enable what can be done now; the composer says what it takes."""
         presenter = self.presenter
-        self.composer.set_generating(presenter.generating)
+        # Stop also stops a model being loaded.
+        self.composer.set_generating(presenter.stoppable)
         self.composer.set_available(*presenter.composer_state())
         for name, enabled in presenter.action_states().items():
             self.actions_by_name[name].setEnabled(enabled)
-        self.sidebar.setEnabled(not presenter.generating)
-        self.tree_panel.view.setEnabled(not presenter.generating)
         self.tree_panel.delete_button.setEnabled(presenter.writable)
         self.composer.reasoning_box.setEnabled(presenter.writable)
         self.transcript.set_actions_enabled(presenter.can_reply)
@@ -448,20 +482,15 @@ class MainWindow(QMainWindow):
         """Open the search in all conversations."""
         if self._search_dialog is None:
             self._search_dialog = SearchDialog(self.db, self)
+            fit_to_screen(self._search_dialog)
             self._search_dialog.hit_chosen.connect(self._on_search_dialog_hit_chosen)
         self._search_dialog.open_search()
 
     @Slot(int, int)
     def _on_search_dialog_hit_chosen(self, conversation_id: int, node_id: int) -> None:
         assert self._search_dialog is not None
-        if self.presenter.open_search_hit(conversation_id, node_id):
-            self._search_dialog.hide()
-        else:
-            # As for a click in the tree: the path cannot change mid-reply.
-            self._search_dialog.set_note(
-                "A reply is being generated: stop it (Esc) or wait, then open "
-                "the message."
-            )
+        self.presenter.open_search_hit(conversation_id, node_id)
+        self._search_dialog.hide()
 
     def ask_export(self) -> None:
         """Ask for a file and export the shown conversation to it."""
@@ -493,6 +522,7 @@ class MainWindow(QMainWindow):
             self._models_dialog = ModelsDialog(
                 self.models, self.prefs.backend.n_ctx, self
             )
+            fit_to_screen(self._models_dialog)
             self._models_dialog.load_requested.connect(
                 self._on_models_dialog_load_requested
             )
@@ -531,6 +561,7 @@ class MainWindow(QMainWindow):
         dialog = StorageDialog(
             self.db, self.engine, self.prefs.checkpoint_budget_mb, self
         )
+        fit_to_screen(dialog)
         dialog.exec()
         dialog.deleteLater()
         # The tree and the list are read again when its jobs are done (the
@@ -555,6 +586,13 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_tree_panel_mode_changed(self, mode: str) -> None:
         self.presenter.save_preferences(replace(self.prefs, tree_view=mode))
+
+    @Slot(str)
+    def _on_transcript_example_chosen(self, text: str) -> None:
+        # In the composer, to change or send: an example is never sent unasked.
+        self.composer.edit.setPlainText(text)
+        self.composer.edit.moveCursor(QTextCursor.MoveOperation.End)
+        self.composer.edit.setFocus()
 
     @Slot(str)
     def _on_welcome_model_chosen(self, path: str) -> None:

@@ -7,6 +7,9 @@ Markdown. The card only emits requests; the window decides.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from PySide6.QtCore import QSize, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
@@ -40,6 +43,36 @@ STATUS_NOTES = {
         "raise the context size."
     ),
 }
+
+# A badge for a complete reply that ended at the length limit, not by itself.
+LENGTH_BADGE = "length limit"
+LENGTH_TOOLTIP = (
+    "The reply stopped at the most tokens a reply may have (Settings → "
+    "Max tokens), not where the model ended it."
+)
+
+
+def reply_figures(generation: Mapping[str, Any] | None) -> str:
+    """A reply's figures for people: tokens, speed, wait for the first token,
+    why it ended ("" when it has none, e.g. a message of the user's)."""
+    if not generation or "generated_tokens" not in generation:
+        return ""
+    parts = [f"{int(generation['generated_tokens']):,} tokens"]
+    speed = generation.get("tokens_per_second")
+    if speed:
+        parts.append(f"{float(speed):,.1f} tokens/s")
+    waited = generation.get("prompt_ms")
+    if waited is not None:
+        parts.append(f"first token after {float(waited) / 1000:,.2f} s")
+    ended = {
+        "max_tokens": "ended at the length limit",
+        "stopped": "stopped by you",
+        "context_full": "cut off: the context is full",
+    }.get(str(generation.get("stop_reason")))
+    if ended:
+        parts.append(ended)
+    return " · ".join(parts)
+
 
 # The "Regenerate N times" choices of a reply's regenerate menu: as many
 # replies as the engine generates together.
@@ -100,10 +133,17 @@ class MessageCard(QFrame):
         title.setObjectName("MessageRole")
         title.setProperty("role", role)
         header.addWidget(title)
+        self._title = title
         if status in STATUS_LABELS:
             badge = QLabel(STATUS_LABELS[status])
             badge.setObjectName("MessageStatus")
             header.addWidget(badge)
+        # Shown for a reply that ended at the length limit (``show_generation``).
+        self.length_badge = QLabel(LENGTH_BADGE)
+        self.length_badge.setObjectName("MessageStatus")
+        self.length_badge.setToolTip(LENGTH_TOOLTIP)
+        self.length_badge.hide()
+        header.addWidget(self.length_badge)
         header.addStretch(1)
         self._header = header
         # Where the "< 2/3 >" navigator goes (made when a sibling appears).
@@ -126,6 +166,17 @@ class MessageCard(QFrame):
             note.setObjectName("MessageNote")
             note.setWordWrap(True)
             layout.addWidget(note)
+
+    def show_generation(self, generation: Mapping[str, Any] | None) -> None:
+        """Show how a reply was made: its figures on hover, a badge when it
+        ended at the length limit."""
+        figures = reply_figures(generation)
+        self._title.setToolTip(figures)
+        self.setToolTip(figures)
+        at_limit = generation is not None and (
+            generation.get("stop_reason") == "max_tokens"
+        )
+        self.length_badge.setVisible(at_limit)
 
     @property
     def text(self) -> str:
@@ -225,6 +276,12 @@ class MessageCard(QFrame):
                 self.body.setHtml("<i>(empty)</i>")
             return
         self.body.set_markdown(text, self._code_background())
+
+    def show_waiting(self, note: str) -> None:
+        """Say what a reply that has no text yet waits for (a long prompt
+        being read); its first text replaces the note."""
+        if self.node_id is None and not self._text:
+            self.body.setPlainText(note)
 
     def _code_background(self) -> QColor:
         if self.role == "user":

@@ -1,12 +1,32 @@
 """``ArborStatusBar``: model, layers, context use, last restore, speed, busy state,
 the download under way, and a note when the model has no chat template of its
-own."""
+own.
+
+Its texts never decide the window's width. A plain ``QLabel`` asks for its
+whole text as its minimum width, so a long model name or restore figure made
+the window wider than a small or scaled screen (1,898 px at 200 %, issue 22)
+and widened it whenever a text grew. Each text is a ``StatusLabel``: it asks
+for a few characters at least, paints its text elided to the width it gets,
+and then tells the whole text in its tooltip. How many characters each keeps
+ranks them: Qt's box layout takes the same number of pixels from every label
+until each is down to its minimum, so a label with a higher minimum (the busy
+state, the context) keeps its text longest, one with a low minimum (the
+restore figures, the template note) gives it up first.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtCore import QMargins, QRect, QSize, Qt
+from PySide6.QtGui import QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import (
+    QLabel,
+    QProgressBar,
+    QStatusBar,
+    QStyle,
+    QWidget,
+)
 
 from app.library.catalog import shipped_catalog
 
@@ -103,32 +123,148 @@ def describe_layers(info: ModelInfo) -> str:
     return f"GPU: {info.offloaded_layers}/{info.offloadable_layers} layers"
 
 
+# How many characters (of average width) each status text keeps before it
+# gives up space to the others: the higher, the longer it stays whole. With
+# every label shown they add up to less than 720 px, the width of a 1440 px
+# screen at 200 %: there each label keeps what it is given here.
+KEEP_BUSY = 18  # "Loading the model…": what the app is doing now
+KEEP_CONTEXT = 22  # "context 3,999 / 4,096…": with the meter, how full it is
+KEEP_MODEL = 8
+KEEP_DOWNLOAD = 6
+# The speed, the layers, the restore figures, the template note: "…" at the
+# least, and the whole text in the tooltip.
+KEEP_MINOR = 0
+ELLIPSIS = "…"
+
+
+class StatusLabel(QLabel):
+    """A one-line text that elides to the width it is given.
+
+    ``text()`` stays the whole text; the label paints it elided and then puts
+    it in its tooltip, above the label's own explanation (``set_detail``).
+
+    Parameters
+    ----------
+    name
+        The object name (the stylesheet's and the tests' handle).
+    text
+        The first text.
+    keep
+        How many characters (of average width) the label asks for at least;
+        a shorter text asks for its own width.
+    """
+
+    def __init__(self, name: str, text: str = "", keep: int = KEEP_MINOR) -> None:
+        super().__init__(text)
+        self.setObjectName(name)
+        self._keep = keep
+        self._detail = ""
+        # QLabel indents a framed text (the template note's) by half an "x".
+        # The stylesheet's padding spaces it already, and without the indent
+        # the painting below, elided to the contents rectangle, matches the
+        # size hints.
+        self.setIndent(0)
+
+    def setText(self, text: str) -> None:
+        """Set the whole text (painted elided when it does not fit)."""
+        super().setText(text)
+        self._update_tooltip()
+
+    def set_detail(self, detail: str) -> None:
+        """Set the tooltip's explanation, shown below the whole text when elided."""
+        self._detail = detail
+        self._update_tooltip()
+
+    def detail(self) -> str:
+        """The tooltip's explanation."""
+        return self._detail
+
+    def shown_text(self) -> str:
+        """The text as painted: elided to the label's width when it is too long."""
+        return self.fontMetrics().elidedText(
+            self.text(), Qt.TextElideMode.ElideRight, self._text_rect().width()
+        )
+
+    def is_elided(self) -> bool:
+        """Whether the label is too narrow for its whole text."""
+        return self.shown_text() != self.text()
+
+    def minimumSizeHint(self) -> QSize:
+        hint = self.sizeHint()
+        metrics = self.fontMetrics()
+        # Padding, frame and margins: what the hint holds besides the text.
+        chrome = hint.width() - metrics.horizontalAdvance(self.text())
+        keep = (
+            chrome
+            + metrics.averageCharWidth() * self._keep
+            + metrics.horizontalAdvance(ELLIPSIS)
+        )
+        return QSize(min(hint.width(), keep), hint.height())
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        # QLabel paints its whole text, cut off at the edge; this paints it
+        # elided, as QLabel would otherwise (frame, alignment, palette).
+        painter = QPainter(self)
+        self.drawFrame(painter)
+        alignment = QStyle.visualAlignment(self.layoutDirection(), self.alignment())
+        self.style().drawItemText(
+            painter,
+            self._text_rect(),
+            int(alignment.value),
+            self.palette(),
+            self.isEnabled(),
+            self.shown_text(),
+            self.foregroundRole(),
+        )
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        # Narrower or wider, the text may now fit, or no longer.
+        self._update_tooltip()
+
+    def _text_rect(self) -> QRect:
+        margin = self.margin()
+        return self.contentsRect().marginsRemoved(
+            QMargins(margin, margin, margin, margin)
+        )
+
+    def _update_tooltip(self) -> None:
+        parts = [self.text()] if self.is_elided() else []
+        if self._detail:
+            parts.append(self._detail)
+        self.setToolTip("\n\n".join(parts))
+
+
 class ArborStatusBar(QStatusBar):
-    """The window's status bar; every figure is a label tests can read."""
+    """The window's status bar; every figure is a label tests can read.
+
+    The texts on the left say what goes on now (busy state, download); those
+    on the right, what is loaded and how the last move and reply went.
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setSizeGripEnabled(False)
         self.busy_bar = QProgressBar()
         self.busy_bar.setRange(0, 0)  # indeterminate
-        self.busy_bar.setFixedSize(90, 12)
+        self.busy_bar.setFixedSize(48, 12)
         self.busy_bar.setTextVisible(False)
         self.busy_bar.hide()
-        self.busy_label = QLabel()
+        self.busy_label = StatusLabel("StatusBusy", keep=KEEP_BUSY)
         # A download goes on with the Models dialog closed: it shows here.
-        self.download_label = self._label("StatusDownload", "")
+        self.download_label = StatusLabel("StatusDownload", keep=KEEP_DOWNLOAD)
         self.download_label.hide()
-        self.model_label = self._label("StatusModel", "No model loaded")
-        self.layers_label = self._label("StatusLayers", "")
-        self.context_label = self._label("StatusContext", "")
+        self.model_label = StatusLabel("StatusModel", "No model loaded", KEEP_MODEL)
+        self.layers_label = StatusLabel("StatusLayers")
+        self.context_label = StatusLabel("StatusContext", keep=KEEP_CONTEXT)
         self.context_meter = QProgressBar()
         self.context_meter.setObjectName("ContextMeter")
         self.context_meter.setFixedSize(64, 8)
         self.context_meter.setTextVisible(False)
         self.context_meter.hide()
-        self.restore_label = self._label("StatusRestore", "")
-        self.speed_label = self._label("StatusSpeed", "")
-        self.chat_format_label = self._label("StatusChatFormat", CHATML_NOTE)
+        self.restore_label = StatusLabel("StatusRestore")
+        self.speed_label = StatusLabel("StatusSpeed")
+        self.chat_format_label = StatusLabel("StatusChatFormat", CHATML_NOTE)
         self.chat_format_label.hide()
         self.addWidget(self.busy_bar)
         self.addWidget(self.busy_label)
@@ -144,10 +280,11 @@ class ArborStatusBar(QStatusBar):
             self.addPermanentWidget(label)
         self.addPermanentWidget(self.model_label)
 
-    def _label(self, name: str, text: str) -> QLabel:
-        label = QLabel(text)
-        label.setObjectName(name)
-        return label
+    def minimumSizeHint(self) -> QSize:
+        # The window's width is for its panels to decide: below the labels'
+        # minimums the layout squeezes them further (the widest first), so a
+        # text that grows, or a label that appears, never widens the window.
+        return QSize(0, super().minimumSizeHint().height())
 
     def set_busy(self, text: str | None) -> None:
         """Show the busy indicator with ``text``, or hide it (None)."""
@@ -167,13 +304,14 @@ class ArborStatusBar(QStatusBar):
             self.chat_format_label.setText(
                 CHATML_NOTE if info.chat_format == "chatml" else GUESSED_NOTE
             )
-            self.chat_format_label.setToolTip(describe_chat_format(info))
+            self.chat_format_label.set_detail(describe_chat_format(info))
         if info is None:
             self.model_label.setText("No model loaded")
+            self.model_label.set_detail("")
             self.layers_label.setText("")
             return
         self.model_label.setText(shipped_catalog().name_for(info.path))
-        self.model_label.setToolTip(
+        self.model_label.set_detail(
             f"{info.path}\nstate: {info.state_kind} — {info.state_note}"
         )
         self.layers_label.setText(describe_layers(info))
@@ -193,8 +331,8 @@ class ArborStatusBar(QStatusBar):
         self.context_meter.style().polish(self.context_meter)
         self.context_meter.show()
         tooltip = describe_context(used, n_ctx)
-        for widget in (self.context_meter, self.context_label):
-            widget.setToolTip(tooltip)
+        self.context_meter.setToolTip(tooltip)
+        self.context_label.set_detail(tooltip)
 
     def set_restore(self, stats: SyncFigures) -> None:
         """Show how the last move between nodes was done."""
@@ -203,3 +341,25 @@ class ArborStatusBar(QStatusBar):
     def set_speed(self, tokens_per_second: float) -> None:
         """Show the last reply's generation speed."""
         self.speed_label.setText(f"{tokens_per_second:,.1f} tok/s")
+
+    def set_progress(self, done: int, total: int) -> None:
+        """Fill the busy indicator to ``done`` of ``total`` (0: it only moves)."""
+        if total <= 0:
+            self.busy_bar.setRange(0, 0)
+            return
+        self.busy_bar.setRange(0, total)
+        self.busy_bar.setValue(min(done, total))
+
+    def set_context_full(self) -> None:
+        """The shown branch does not fit the loaded context: say so in place
+        of the figures of a branch shown before."""
+        self.context_label.setText("context: this branch does not fit")
+        self.context_label.set_detail(
+            "The messages to this point need more tokens than the loaded "
+            "context holds. Branch from an earlier message, raise the context "
+            "size in the settings, or continue from a summary."
+        )
+        self.context_meter.setProperty("level", "full")
+        self.context_meter.setValue(self.context_meter.maximum())
+        self.context_meter.style().unpolish(self.context_meter)
+        self.context_meter.style().polish(self.context_meter)

@@ -33,7 +33,6 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
-    QLabel,
     QScrollArea,
     QToolButton,
     QVBoxLayout,
@@ -41,7 +40,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.models.tree_snapshot import PathEntry
+from app.values import ModelInfo
 from app.views.alternatives import AlternativesRow
+from app.views.empty_state import EmptyState
 from app.views.message_card import MessageCard
 from storage.repository import NodeSummary
 
@@ -72,6 +73,8 @@ class TranscriptView(QScrollArea):
     sibling_requested(int), edit_requested(int), regenerate_requested(int),
     alternatives_requested(int, int), branch_requested(int)
         Forwarded from the message cards.
+    example_chosen(str)
+        An example prompt of the empty state was clicked (see ``EmptyState``).
     """
 
     sibling_requested = Signal(int)
@@ -79,6 +82,7 @@ class TranscriptView(QScrollArea):
     regenerate_requested = Signal(int)
     alternatives_requested = Signal(int, int)
     branch_requested = Signal(int)
+    example_chosen = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -113,10 +117,11 @@ class TranscriptView(QScrollArea):
         self._repaint_timer.setSingleShot(True)
         self._repaint_timer.setInterval(STREAM_REPAINT_MS)
         self._repaint_timer.timeout.connect(self._on_repaint_timer_timeout)
-        self._placeholder = QLabel("Say something to start the conversation.")
-        self._placeholder.setObjectName("PanelHint")
-        self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self._layout.insertWidget(0, self._placeholder)
+        # Shown until the first message, in the room the stretch below the
+        # cards would take (half of it: the page sits above the middle).
+        self.empty_state = EmptyState()
+        self.empty_state.example_chosen.connect(self.example_chosen)
+        self._layout.insertWidget(0, self.empty_state, 1)
         self._build_follow_mode()
 
     # --- showing ------------------------------------------------------------------
@@ -176,8 +181,11 @@ class TranscriptView(QScrollArea):
         self.cards = self.cards[:same]
         for card in wanted[same:]:
             self._add_card(card)
-        self._placeholder.setVisible(not self.cards)
-        if follow or self.following:
+        empty = all(card.role == "root" for card in self.cards)
+        self._show_empty_state(empty)
+        if empty:
+            self._scroll_to_top()  # its title first: nothing to follow yet
+        elif follow or self.following:
             self._scroll_to_end()
 
     def begin_stream(self, pending_user_text: str | None) -> None:
@@ -189,7 +197,7 @@ class TranscriptView(QScrollArea):
         self._stream_parts = []
         self._thinking_parts = []
         self._add_card(self.streaming_card)
-        self._placeholder.hide()
+        self.empty_state.hide()
         self._scroll_to_end()
 
     def begin_alternatives(self, n: int) -> None:
@@ -197,7 +205,7 @@ class TranscriptView(QScrollArea):
         self.alternatives = AlternativesRow(n)
         self._layout.insertWidget(self._layout.count() - 1, self.alternatives)
         self.alternatives.show()
-        self._placeholder.hide()
+        self.empty_state.hide()
         self._scroll_to_end()
 
     def append_alternative(self, index: int, piece: str) -> None:
@@ -217,6 +225,11 @@ class TranscriptView(QScrollArea):
         if not self._repaint_timer.isActive():
             self._repaint_timer.start()
 
+    def show_reply_progress(self, note: str) -> None:
+        """Say in the streaming reply what it waits for (until it has text)."""
+        if self.streaming_card is not None and not self._stream_parts:
+            self.streaming_card.show_waiting(note)
+
     @property
     def streamed_text(self) -> str:
         """The reply text (the answer) received so far."""
@@ -232,6 +245,10 @@ class TranscriptView(QScrollArea):
         self._actions_enabled = enabled
         for card in self.cards:
             self._enable_actions(card, enabled)
+
+    def set_model(self, info: ModelInfo | None) -> None:
+        """Say in the empty state which model answers (None: none is loaded)."""
+        self.empty_state.set_model(info)
 
     def card_for(self, node_id: int) -> MessageCard | None:
         """The card showing ``node_id``, if shown."""
@@ -286,6 +303,7 @@ class TranscriptView(QScrollArea):
         # The user scrolled: follow again only once they are back at the end.
         self.following = self.is_at_end()
         visible = not self.following and bool(self.cards)
+        visible = visible and self.empty_state.isHidden()
         if visible and self._jump_button.isHidden():
             self._place_jump_button()
             self._jump_button.raise_()
@@ -313,6 +331,13 @@ class TranscriptView(QScrollArea):
             card.previous_button.setEnabled(enabled and position > 1)
             card.next_button.setEnabled(enabled and position < count)
 
+    def _show_empty_state(self, shown: bool) -> None:
+        """Show the empty state (below a system prompt's card), or hide it."""
+        if shown:
+            self._layout.removeWidget(self.empty_state)
+            self._layout.insertWidget(self._layout.count() - 1, self.empty_state, 1)
+        self.empty_state.setVisible(shown)
+
     def _add_card(self, card: MessageCard) -> None:
         if card.node_id is not None:
             self._enable_actions(card, self._actions_enabled)
@@ -330,10 +355,22 @@ class TranscriptView(QScrollArea):
         shown: dict[int | None, MessageCard],
         unsaved: list[MessageCard],
     ) -> MessageCard:
-        """The card of a message: the one shown (``shown``, by node id) or kept
-        if it shows the same text, else the first of the ``unsaved`` cards
-        (shown before their messages were stored) that can show it, else a new
-        one."""
+        """The card of a message, with how it was made (figures, badges)."""
+        card = self._pick_card(node, siblings, thinking, shown, unsaved)
+        card.show_generation(node.generation)
+        return card
+
+    def _pick_card(
+        self,
+        node: NodeSummary,
+        siblings: list[int],
+        thinking: str,
+        shown: dict[int | None, MessageCard],
+        unsaved: list[MessageCard],
+    ) -> MessageCard:
+        """The one shown (``shown``, by node id) or kept if it shows the same
+        text, else the first of the ``unsaved`` cards (shown before their
+        messages were stored) that can show it, else a new one."""
         card = shown.get(node.id) or self._kept.pop(node.id, None)
         if card is None:
             card = self._adopt(node, siblings, thinking, unsaved)
@@ -416,6 +453,16 @@ class TranscriptView(QScrollArea):
         self.following = True
         self._jump_button.hide()
         self._move_to_bottom()
+
+    def _scroll_to_top(self) -> None:
+        """Show the top and stay there (the empty state: nothing streams)."""
+        self.following = False
+        self._jump_button.hide()
+        self._moving = True
+        try:
+            self.verticalScrollBar().setValue(0)
+        finally:
+            self._moving = False
 
     def _move_to_bottom(self) -> None:
         bar = self.verticalScrollBar()

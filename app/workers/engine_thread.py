@@ -30,7 +30,8 @@ class EngineController(QObject):
     Signals
     -------
     started(object), token_received(str), thinking_received(str),
-    alternative_received(int, str), failed(object, str), finished(object)
+    alternative_received(int, str), progress(int, int), failed(object, str),
+    finished(object)
         Forwarded from the worker (see ``EngineWorker``), delivered on the
         GUI thread.
     """
@@ -39,6 +40,7 @@ class EngineController(QObject):
     token_received = Signal(str)
     thinking_received = Signal(str)
     alternative_received = Signal(int, str)
+    progress = Signal(int, int)
     failed = Signal(object, str)
     finished = Signal(object)
 
@@ -55,6 +57,7 @@ class EngineController(QObject):
         self._worker.token_received.connect(self.token_received)
         self._worker.thinking_received.connect(self.thinking_received)
         self._worker.alternative_received.connect(self.alternative_received)
+        self._worker.progress.connect(self.progress)
         self._worker.failed.connect(self.failed)
         self._worker.finished.connect(self._on_worker_finished)
         self._pending = 0
@@ -79,7 +82,9 @@ class EngineController(QObject):
         self._job_requested.emit(job)
 
     def stop(self) -> None:
-        """Ask the running generation to stop after the current token."""
+        """Ask the running job to stop: a generation after the current token,
+        a prompt read or a branch reprocessed after the current batch, a
+        model load at its next progress report."""
         self._worker.cancel_requested.set()
 
     def shut_down(self) -> None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, assert_never
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.backend.errors import BackendError, ContextFullError
+from app.backend.errors import BackendError, ContextFullError, Interrupted
 from app.backend.model_file import check_model_file
 from app.backend.settings import BackendSettings
 from app.conversation.checkpoint_writer import CheckpointWriter
@@ -72,6 +73,9 @@ class EngineWorker(QObject):
     alternative_received(int, str)
         A piece of the answer of alternative ``index`` (replies generated
         together); their reasoning is not streamed.
+    progress(int, int)
+        How far long work of this job got: tokens of a prompt (or of a branch
+        reprocessed) decoded and in all, or a model load's per mille and 1000.
     failed(object, str)
         This job failed with a message written for a person.
     finished(object)
@@ -82,6 +86,7 @@ class EngineWorker(QObject):
     token_received = Signal(str)
     thinking_received = Signal(str)
     alternative_received = Signal(int, str)
+    progress = Signal(int, int)
     failed = Signal(object, str)
     finished = Signal(object)
 
@@ -99,6 +104,9 @@ class EngineWorker(QObject):
         self.cancel_requested.clear()
         self.started.emit(job)
         name = type(job).__name__
+        engine = self._service.engine
+        if engine is not None:
+            engine.decode_watch = self._watch_decode
         try:
             result = self._dispatch(job)
             # A job ends with its checkpoints written: the window then reads
@@ -111,6 +119,11 @@ class EngineWorker(QObject):
             self._db.flush_deferred()
             if jobs.is_generating(job):
                 result = self._with_tree(result)
+        except Interrupted as exc:
+            # The user asked for it: no error dialog. What was stored stays
+            # (a message sent is saved before its prompt is read).
+            log.info("%s stopped: %s", name, exc)
+            result = JobResult(job, error=str(exc), stopped=True)
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
             log.info("%s: the context is full: %s", name, exc)
@@ -126,7 +139,30 @@ class EngineWorker(QObject):
             # reach sys.excepthook (the crash dialog) with its traceback.
             self.finished.emit(JobResult(job, error="internal error"))
             raise
+        finally:
+            if engine is not None:
+                engine.decode_watch = None
         self.finished.emit(result)
+
+    def _watch_decode(self, done: int, total: int) -> bool:
+        """Between the batches of a long decode: report, and go on unless the
+        user asked to stop."""
+        self.progress.emit(done, total)
+        return not self.cancel_requested.is_set()
+
+    def _watch_load(self) -> Callable[[float], bool]:
+        """A model load's progress callback: reports each per mille once."""
+        reported = -1
+
+        def watch(progress: float) -> bool:
+            nonlocal reported
+            per_mille = int(progress * 1000)
+            if per_mille != reported:
+                reported = per_mille
+                self.progress.emit(per_mille, 1000)
+            return not self.cancel_requested.is_set()
+
+        return watch
 
     @Slot()
     def shut_down(self) -> None:
@@ -241,11 +277,15 @@ class EngineWorker(QObject):
         check_model_file(Path(job.path))  # not a GGUF at all: nothing is unloaded
         self.close()  # free the old model's memory before loading the next
         try:
-            return self._open_model(job, job.path, window_settings(job.settings))
+            return self._open_model(
+                job, job.path, window_settings(job.settings), self._watch_load()
+            )
         except USER_ERRORS as exc:
             if previous is None:
                 raise
             try:
+                # Not stoppable: a Stop that ended the first load must not
+                # end this one, and the window would be left without a model.
                 self._open_model(job, *previous)
             except USER_ERRORS as again:
                 raise PreviousModelLost(
@@ -256,13 +296,17 @@ class EngineWorker(QObject):
             raise
 
     def _open_model(
-        self, job: jobs.LoadModel, path: Path, settings: BackendSettings
+        self,
+        job: jobs.LoadModel,
+        path: Path,
+        settings: BackendSettings,
+        watch: Callable[[float], bool] | None = None,
     ) -> JobResult:
         # Imported here: loading llama.cpp's library is only needed once a
         # model is asked for, and the window must appear before that.
         from app.backend.engine import LlamaEngine
 
-        engine = LlamaEngine(path, settings)
+        engine = LlamaEngine(path, settings, watch)
         self._service = ConversationService(
             self._db, engine, CheckpointWriter(self._db)
         )

@@ -218,6 +218,9 @@ class JobResult:
     # A model load failed and the model loaded before could not come back:
     # none is loaded now (otherwise a failed load keeps the one there was).
     model_lost: bool = False
+    # The user stopped the job before it ended (a prompt being read, a model
+    # being loaded): no error to show; what was stored before stays.
+    stopped: bool = False
     conversation_id: int | None = None
     node_id: int | None = None
     reply: Reply | None = None

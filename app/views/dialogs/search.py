@@ -196,10 +196,6 @@ class SearchDialog(QDialog):
         else:
             self._set_status("Type words from any message; the last may be unfinished.")
 
-    def set_note(self, text: str) -> None:
-        """Say something below the results (e.g. why a jump cannot happen now)."""
-        self._set_status(text)
-
     def _set_status(self, text: str) -> None:
         self.status_label.setText(text)
 

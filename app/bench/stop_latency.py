@@ -1,0 +1,120 @@
+"""How soon Stop takes effect while a long prompt is read.
+
+A prompt is decoded in batches of ``n_batch`` tokens and one llama_decode
+cannot be broken, so Stop is checked between batches (``decode_watch``):
+the wait after Stop should be at most one batch's time. This measures it on
+a real model: a prompt of ``--tokens`` tokens is read once in full (the time
+per batch), then read again several times with Stop asked at a random
+moment from another thread, as the window's Stop button does; the latency
+is from Stop to the decode's return.
+
+Run: ``python -m app.bench.stop_latency [MODEL] [--tokens N] [--runs N]``
+(the starter model by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+from app.backend.engine import LlamaEngine
+from app.backend.errors import Interrupted
+from app.backend.settings import BackendSettings
+from app.starter_model import starter_model_path
+
+SENTENCE = "the quick brown fox jumps over the lazy dog while a river runs by"
+
+
+def prompt_tokens(engine: LlamaEngine, n_tokens: int) -> list[int]:
+    """About ``n_tokens`` tokens of plain English words."""
+    tokens: list[int] = []
+    while len(tokens) < n_tokens:
+        tokens += engine.tokenize(" " + SENTENCE)
+    return tokens[:n_tokens]
+
+
+def read_in_full(engine: LlamaEngine, tokens: list[int]) -> tuple[float, int]:
+    """Decode ``tokens`` from an empty context: (milliseconds, progress reports)."""
+    reports = 0
+
+    def watch(_done: int, _total: int) -> bool:
+        nonlocal reports
+        reports += 1
+        return True
+
+    engine.truncate(0)
+    engine.decode_watch = watch
+    started = time.perf_counter()
+    engine.decode(tokens)
+    elapsed = (time.perf_counter() - started) * 1000
+    engine.decode_watch = None
+    return elapsed, reports
+
+
+def stop_latency(engine: LlamaEngine, tokens: list[int], after_ms: float) -> float:
+    """Decode ``tokens``, ask Stop after ``after_ms``; ms from Stop to return."""
+    stop = threading.Event()
+    asked_at = 0.0
+
+    def ask() -> None:
+        nonlocal asked_at
+        asked_at = time.perf_counter()
+        stop.set()
+
+    timer = threading.Timer(after_ms / 1000, ask)
+    engine.truncate(0)
+    engine.decode_watch = lambda _done, _total: not stop.is_set()
+    timer.start()
+    try:
+        engine.decode(tokens)
+    except Interrupted:
+        return (time.perf_counter() - asked_at) * 1000
+    finally:
+        timer.cancel()
+        engine.decode_watch = None
+    raise RuntimeError("the prompt was read in full before Stop was asked")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the time per batch and the latency of Stop, side by side."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", type=Path, default=starter_model_path())
+    parser.add_argument("--tokens", type=int, default=4000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--n-batch", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.model is None:
+        print("no model given and no starter model installed", file=sys.stderr)
+        return 2
+    settings = BackendSettings(
+        n_ctx=args.tokens + 64, n_batch=args.n_batch, n_threads=args.threads
+    )
+    with LlamaEngine(args.model, settings) as engine:
+        tokens = prompt_tokens(engine, args.tokens)
+        full_ms, reports = read_in_full(engine, tokens)
+        batches = len(engine.batch_sizes(len(tokens)))
+        per_batch = full_ms / batches
+        rng = random.Random(0)
+        latencies = [
+            stop_latency(engine, tokens, rng.uniform(0.1, 0.8) * full_ms)
+            for _ in range(args.runs)
+        ]
+    print(f"model: {args.model.name}, n_batch {engine.n_batch}, {len(tokens):,} tokens")
+    print(f"read in full: {full_ms:,.0f} ms in {batches} batches, {reports} reports")
+    print(f"one batch: {per_batch:,.0f} ms")
+    print(
+        f"Stop to return over {len(latencies)} runs: median "
+        f"{statistics.median(latencies):,.0f} ms, max {max(latencies):,.0f} ms "
+        f"({max(latencies) / per_batch:.2f} batches)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
