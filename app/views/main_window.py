@@ -223,6 +223,8 @@ class MainWindow(QMainWindow):
         """A conversation is now shown: its title, its reasoning choice."""
         self.composer.set_reasoning(record.reasoning)
         self.setWindowTitle(f"{record.title} — Arbor")
+        # The last move's and reply's figures were the conversation before's.
+        self.status.clear_figures()
         self.sidebar.select(record.id)
 
     def show_title(self, conversation_id: int, title: str) -> None:

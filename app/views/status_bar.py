@@ -52,8 +52,19 @@ class ReplyFigures(SyncFigures, Protocol):
     n_ctx: int
 
 
+def summarize_sync(stats: SyncFigures) -> str:
+    """How the model got to the message shown, in plain words, e.g.
+    "Resumed instantly · 6 ms" (the figures are in ``describe_sync``)."""
+    if stats.reprocessed_tokens:
+        total = stats.restore_ms + stats.reprocess_ms
+        return f"Read {stats.reprocessed_tokens:,} tokens · {total:,.0f} ms"
+    if stats.restored_tokens:
+        return f"Resumed instantly · {stats.restore_ms:,.0f} ms"
+    return "Already in memory"
+
+
 def describe_sync(stats: SyncFigures) -> str:
-    """One line for people, e.g. "restored 1,812 tokens from checkpoints in 6 ms"."""
+    """The figures, e.g. "restored 1,812 tokens from checkpoints in 6 ms"."""
     parts = []
     if stats.restored_tokens:
         parts.append(
@@ -335,12 +346,27 @@ class ArborStatusBar(QStatusBar):
         self.context_label.set_detail(tooltip)
 
     def set_restore(self, stats: SyncFigures) -> None:
-        """Show how the last move between nodes was done."""
-        self.restore_label.setText(describe_sync(stats))
+        """Show how the last move between nodes was done: in plain words, the
+        figures on hover."""
+        self.restore_label.setText(summarize_sync(stats))
+        self.restore_label.set_detail(
+            f"{describe_sync(stats)}.\nEvery message is saved with the model's "
+            "state after it, so going back to it restores that state instead "
+            "of reading the conversation again."
+        )
 
     def set_speed(self, tokens_per_second: float) -> None:
-        """Show the last reply's generation speed."""
-        self.speed_label.setText(f"{tokens_per_second:,.1f} tok/s")
+        """Show the last reply's generation speed (none: nothing)."""
+        self.speed_label.setText(
+            f"{tokens_per_second:,.1f} tok/s" if tokens_per_second > 0 else ""
+        )
+
+    def clear_figures(self) -> None:
+        """Forget the last move's and reply's figures (another conversation is
+        shown: they were about the one before)."""
+        self.restore_label.setText("")
+        self.restore_label.set_detail("")
+        self.speed_label.setText("")
 
     def set_progress(self, done: int, total: int) -> None:
         """Fill the busy indicator to ``done`` of ``total`` (0: it only moves)."""

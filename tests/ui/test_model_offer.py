@@ -36,7 +36,7 @@ def test_switch_back_to_the_model_a_conversation_was_made_with(
     assert offer.keep_button.text() == "Continue with tiny other"
     # Nothing was restored under the other model, and its tree has no marks:
     # none of these checkpoints restores under it.
-    assert "restored" not in window.status.restore_label.text()
+    assert "restored" not in window.status.restore_label.detail()
     assert _checkpointed(window) == []
 
     qtbot.mouseClick(offer.switch_button, Qt.MouseButton.LeftButton)
@@ -44,7 +44,7 @@ def test_switch_back_to_the_model_a_conversation_was_made_with(
     assert window.model_info.path == str(tiny_model)
     assert not offer.isVisible()
     assert sorted(_checkpointed(window)) == sorted(made)
-    assert "0 reprocessed" in window.status.restore_label.text()
+    assert "0 reprocessed" in window.status.restore_label.detail()
 
 
 def test_continue_with_the_loaded_model(qtbot, make_window, other_tiny_model):
@@ -59,7 +59,7 @@ def test_continue_with_the_loaded_model(qtbot, make_window, other_tiny_model):
     wait_idle(qtbot, window)
     assert not offer.isVisible()
     # Restored now, under this model: its own checkpoints are made.
-    assert "reprocessed" in window.status.restore_label.text()
+    assert "reprocessed" in window.status.restore_label.detail()
     assert _checkpointed(window)
     send(qtbot, window, "And now?")
     # The conversation is now this model's: no offer when it is shown again.

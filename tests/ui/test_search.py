@@ -44,7 +44,7 @@ def test_typed_words_find_a_message_and_enter_jumps_to_it(
     assert window.sidebar.current_conversation() == first_conversation
     # ...and the engine restores it in the background, as a click in the tree.
     wait_idle(qtbot, window)
-    assert window.status.restore_label.text().startswith("restored ")
+    assert window.status.restore_label.detail().startswith("restored ")
     stored = repository.get_conversation(window.db, first_conversation)
     assert stored.active_node_id == question
 

@@ -150,9 +150,10 @@ def test_an_elided_status_text_is_whole_in_its_tooltip(qtbot, make_window):
 
     restore = status.restore_label
     full = restore.text()
-    assert full.startswith("restored 12,812 tokens from checkpoints")
+    assert full.startswith("Read 3,456 tokens")
     assert restore.is_elided() and restore.shown_text().endswith("…")
     assert full in restore.toolTip()
+    assert "restored 12,812 tokens from checkpoints" in restore.toolTip()
 
     # A label with an explanation of its own keeps it below the whole text.
     model = status.model_label

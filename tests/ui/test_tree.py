@@ -56,9 +56,11 @@ def test_clicking_an_earlier_node_restores_from_checkpoints_and_sending_branches
     assert window.transcript.cards[0].text == "first"
     assert window.transcript.cards[-1].node_id == first_reply
     wait_idle(qtbot, window)
-    restore = window.status.restore_label.text()
+    restore = window.status.restore_label.detail()
     assert restore.startswith("restored ") and "from checkpoints" in restore
     assert "0 reprocessed" in restore
+    # In plain words on the bar itself.
+    assert window.status.restore_label.text().startswith("Resumed instantly · ")
 
     send(qtbot, window, "a new branch")
     children = repository.get_children(window.db, first_reply)
@@ -120,7 +122,7 @@ def test_close_and_reopen_continues_where_it_was(qtbot, make_window):
     again = make_window()
     assert again.conversation_id == conversation and again.active_id == reply
     assert [c.text for c in again.transcript.cards] == texts
-    restore = again.status.restore_label.text()
+    restore = again.status.restore_label.detail()
     assert restore.startswith("restored ") and "0 reprocessed" in restore
 
     send(qtbot, again, "and continue")
@@ -194,7 +196,9 @@ def test_tree_model_turns_snapshots_into_row_changes(qtbot, qtmodeltester):
     # Node 1 is a fork now: its two branches (2, 3 and 4, 5) are rows under it.
     assert model.index_of(2).parent() == model.index_of(4).parent() == model.index_of(1)
     assert model.rowCount(model.index_of(1)) == 4
-    assert model.index_of(5, 2).data() == "✓ 2.0 KB"
+    # A mark in the row; the size, in words, in the tooltip.
+    assert model.index_of(5, 2).data() == "✓"
+    assert "saved (2.0 KB)" in model.index_of(5).data(Qt.ItemDataRole.ToolTipRole)
     qtmodeltester.check(model)
 
     changed = [
@@ -215,5 +219,5 @@ def test_tree_model_turns_snapshots_into_row_changes(qtbot, qtmodeltester):
     with qtbot.waitSignal(model.modelReset):
         model.set_snapshot(TreeSnapshot(8, [_summary(9, None, "root", "Be brief.")]))
     assert model.index(0, 0).data(NodeIdRole) == 9
-    assert model.index(0, 0).data() == "Start: Be brief."
+    assert model.index(0, 0).data() == "System prompt: Be brief."
     qtmodeltester.check(model)

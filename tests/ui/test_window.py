@@ -298,10 +298,10 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     window.activate(first_reply)
     wait_idle(qtbot, window)
     assert [c.text for c in window.transcript.cards] == texts[:2]
-    assert window.status.restore_label.text().startswith("kept ")  # still in memory
+    assert window.status.restore_label.detail().startswith("kept ")  # still in memory
     window.close()
     again = make_window()
-    assert again.status.restore_label.text().startswith("reprocessed ")
+    assert again.status.restore_label.detail().startswith("reprocessed ")
 
 
 def test_closing_the_storage_dialog_saves_the_budget_only_if_it_changed(

@@ -198,3 +198,16 @@ def test_a_reply_at_the_length_limit_says_so_and_shows_its_figures(qtbot, make_w
     # A message of the user's has neither.
     question = window.transcript.cards[-2]
     assert question.toolTip() == "" and not question.length_badge.isVisibleTo(question)
+
+
+def test_the_status_bar_speaks_of_the_conversation_shown(qtbot, make_window):
+    window = make_window()
+    status = window.status
+    assert status.speed_label.text() == ""  # no reply yet: no "0.0 tok/s"
+    send(qtbot, window, "hello")
+    assert status.speed_label.text().endswith("tok/s")
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    wait_idle(qtbot, window)
+    # The reply's speed was the other conversation's; the move is this one's.
+    assert status.speed_label.text() == ""
+    assert status.restore_label.text().startswith(("Read ", "Resumed ", "Already"))
