@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal, Slot
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.library.catalog import shipped_catalog
+from app.views.button_row import ButtonRow
 
 
 class ModelOfferBar(QFrame):
@@ -33,17 +34,21 @@ class ModelOfferBar(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("ModelOfferBar")
-        layout = QHBoxLayout(self)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 6, 12, 6)
         self.label = QLabel()
         self.label.setWordWrap(True)
-        layout.addWidget(self.label, 1)
+        layout.addWidget(self.label)
+        # Below the text, stacked when narrow: the buttons name models, and
+        # side by side they could widen the window on a small screen.
+        self.buttons = ButtonRow()
         self.switch_button = QPushButton()
         self.switch_button.clicked.connect(self._on_switch_button_clicked)
-        layout.addWidget(self.switch_button)
+        self.buttons.add(self.switch_button)
         self.keep_button = QPushButton()
         self.keep_button.clicked.connect(self._on_keep_button_clicked)
-        layout.addWidget(self.keep_button)
+        self.buttons.add(self.keep_button)
+        layout.addWidget(self.buttons)
         self.hide()
 
     def offer(self, made_with: str | None, loaded: str | None) -> None:

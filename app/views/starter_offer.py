@@ -12,7 +12,6 @@ from __future__ import annotations
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
     QFrame,
-    QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
@@ -20,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.views.button_row import ButtonRow
 from app.views.downloads import show_fraction
 
 STARTER_TEXT = (
@@ -52,18 +52,18 @@ class StarterOfferBar(QFrame):
         self.label.setWordWrap(True)
         outer.addWidget(self.label)
         # The buttons below the text: the text gets the bar's whole width.
-        row = QHBoxLayout()
-        row.addStretch(1)
+        # Stacked when narrow: a small or scaled screen keeps its width.
+        self.buttons = ButtonRow()
         self.offer_button = QPushButton()
         self.offer_button.clicked.connect(self._on_offer_button_clicked)
-        row.addWidget(self.offer_button)
+        self.buttons.add(self.offer_button)
         self.browse_button = QPushButton("Browse models…")
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
-        row.addWidget(self.browse_button)
+        self.buttons.add(self.browse_button)
         self.dismiss_button = QPushButton("Not now")
         self.dismiss_button.clicked.connect(self._on_dismiss_button_clicked)
-        row.addWidget(self.dismiss_button)
-        outer.addLayout(row)
+        self.buttons.add(self.dismiss_button)
+        outer.addWidget(self.buttons)
         self.download_bar = QProgressBar()
         self.download_bar.setTextVisible(False)
         self.download_bar.setMaximumHeight(6)

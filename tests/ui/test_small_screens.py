@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pytest
 from PySide6.QtCore import QSize
 from PySide6.QtWidgets import QApplication
 
@@ -183,3 +184,37 @@ def test_the_dialogs_fit_the_screen(qtbot, make_window):
     assert dialog.width() <= room.width() and dialog.height() <= room.height()
     dialog.hide()
     wait_idle(qtbot, window)
+
+
+@pytest.mark.parametrize("which", ["starter_offer", "model_offer"])
+def test_offer_bars_stack_their_buttons_rather_than_widen_the_window(
+    qtbot, make_window, which
+):
+    window = make_window()
+    if which == "starter_offer":
+        window.starter_offer.set_offer(
+            "Download Qwen2.5 1.5B Instruct (1.1 GB)", "A better model for you."
+        )
+        window.starter_offer.show()
+    else:
+        long_name = "/models/" + "A-Very-Long-Model-Name-" * 3 + "Q4_K_M.gguf"
+        window.model_offer.offer(long_name, window.model_info.path)
+    bar = getattr(window, which)
+    assert bar.isVisible()
+    window.resize(SMALL)
+    settle(qtbot)
+    assert_fits(window)
+    assert window.width() == SMALL.width()
+    row = bar.buttons
+    # One under the other where too narrow for them side by side; each whole.
+    assert row.stacked == (row.width() < row.sizeHint().width())
+    for button in row._visible():
+        assert button.width() >= button.sizeHint().width()
+        assert button.height() >= button.sizeHint().height()
+        assert row.rect().contains(button.geometry())
+    if which == "model_offer":
+        assert row.stacked  # its buttons name models: too wide for a row here
+    # With room again they stand side by side.
+    window.resize(1800, 900)
+    settle(qtbot)
+    assert not row.stacked
