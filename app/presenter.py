@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
+from app.conversation.titles import title_from
 from app.library.catalog import shipped_catalog
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences
@@ -535,8 +536,23 @@ class WindowPresenter:
         if not text:
             return False
         job = jobs.Send(self.active_id, text, self._sampling(), budget)
+        self._name_after(text)
         self._begin_generation(job, self.active_id, text)
         return True
+
+    def _name_after(self, first_message: str) -> None:
+        """Show the name a first message gives the shown conversation at once,
+        as the worker stores it with the message (not once the reply is done)."""
+        record = self.shown_record
+        if (
+            record is None
+            or record.title != DEFAULT_TITLE
+            or self.active_id != self.snapshot.root_id
+        ):
+            return
+        title = title_from(first_message)
+        self.shown_record = replace(record, title=title)
+        self.view.show_title(record.id, title)
 
     def reply_to_active(self) -> None:
         """Generate a reply to the active node, a user message."""
@@ -950,6 +966,9 @@ class WindowPresenter:
             )
         else:
             self.shown_record = self._stored_record(self.conversation_id)
+            if self.conversation_id is not None:
+                # A name shown at Send stays only if the message was stored.
+                self._show_stored_title(self.conversation_id)
         tree = result.tree
         if tree is not None and tree.conversation_id == self.conversation_id:
             self._set_snapshot(tree)  # read by the engine thread, not here

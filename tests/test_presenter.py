@@ -602,3 +602,17 @@ def test_conversations_can_be_read_without_a_model(open_session):
     assert p.conversation_id == conversation
     assert p.composer_state()[0] is False
     assert "Choose a model" in p.composer_state()[1]
+
+
+def test_a_first_message_names_the_conversation_as_it_is_sent(open_session, tiny_model):
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    p.send("Which trees grow by rivers?", None)
+    # Before the reply: the list and the window show the name already.
+    assert s.view.said("show_title")[-1] == (
+        p.conversation_id,
+        "Which trees grow by rivers?",
+    )
+    s.engine.run_jobs()
+    stored = repository.get_conversation(s.db, p.conversation_id).title
+    assert stored == "Which trees grow by rivers?"

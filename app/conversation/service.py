@@ -26,9 +26,9 @@ from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
 from app.conversation.context_sync import ContextSync, SyncStats
 from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
+from app.conversation.titles import title_from
 from app.conversation.tree_cache import TreeCache
 from app.conversation.turn_markers import ReplyText
-from app.plain_text import plain_text
 from storage import exchange, repository
 from storage.catalog import ConversationRecord
 from storage.db import Database
@@ -52,23 +52,10 @@ IndexedTokenCallback = Callable[[int, str], None]
 StopCheck = Callable[[], bool]
 
 
-TITLE_LENGTH = 48
-
 # A reply's final status, from why its generation ended. "truncated": the
 # context filled up mid-reply (the turn is still closed and checkpointed, so
 # the node is as usable as a complete one; only its text is cut short).
 _STATUS_BY_STOP_REASON = {"stopped": Status.STOPPED, "context_full": Status.TRUNCATED}
-
-
-def title_from(text: str) -> str:
-    """A conversation title from its first message: its first line of words (no
-    Markdown), cut at a word."""
-    words = plain_text(text).strip()
-    line = words.splitlines()[0].strip() if words else ""
-    if len(line) <= TITLE_LENGTH:
-        return line
-    cut = line[:TITLE_LENGTH].rsplit(" ", 1)[0] or line[:TITLE_LENGTH]
-    return cut.rstrip(" ,.;:") + "…"
 
 
 def _check_text(text: str | None, what: str) -> None:

@@ -1,0 +1,19 @@
+"""A conversation's title from its first message: shown by the window as soon
+as the message is sent, stored by the service with the message."""
+
+from __future__ import annotations
+
+from app.plain_text import plain_text
+
+TITLE_LENGTH = 48
+
+
+def title_from(text: str) -> str:
+    """A conversation title from its first message: its first line of words (no
+    Markdown), cut at a word."""
+    words = plain_text(text).strip()
+    line = words.splitlines()[0].strip() if words else ""
+    if len(line) <= TITLE_LENGTH:
+        return line
+    cut = line[:TITLE_LENGTH].rsplit(" ", 1)[0] or line[:TITLE_LENGTH]
+    return cut.rstrip(" ,.;:") + "…"
