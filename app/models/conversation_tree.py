@@ -60,6 +60,10 @@ ACTIVE_PATH_ROLES = (
 )
 SNIPPET_CHARS = 60
 ROLE_LABELS = {"root": "Start", "user": "You", "assistant": "Assistant"}
+# The root's label when it holds a system prompt.
+ROOT_WITH_PROMPT = "System prompt"
+# The Checkpoint column's mark of a message that restores instantly.
+SAVED_MARK = "✓"
 
 # Translucent so that it reads on light and dark palettes alike.
 ACTIVE_PATH_BACKGROUND = QColor(64, 132, 214, 48)
@@ -265,32 +269,44 @@ class ConversationTreeModel(QAbstractItemModel):
     @staticmethod
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
+            if node.role == "root":
+                # The conversation's start, in plain words: its system prompt
+                # if it has one (the figures are in the tooltip).
+                if node.text.strip():
+                    return f"{ROOT_WITH_PROMPT}: {snippet(node.text)}"
+                return ROLE_LABELS["root"]
             label = ROLE_LABELS.get(node.role, node.role)
             if node.text.strip():
                 text = node.text  # a reply's answer, never its thinking
-            elif node.role == "root":
-                text = "(conversation start)"
             else:
                 text = "(thinking only)" if node.thinking else "(empty)"
             return f"{label}: {snippet(text)}"
         if column == 1:
             return f"{node.n_tokens:,}"
-        return (
-            f"✓ {format_bytes(node.checkpoint_bytes)}" if node.checkpoint_bytes else "—"
-        )
+        # A mark only: the size is in the tooltip, in words.
+        return SAVED_MARK if node.checkpoint_bytes else "—"
 
     @staticmethod
     def _tooltip(node: NodeSummary) -> str:
         checkpoint = (
-            f"checkpoint: {format_bytes(node.checkpoint_bytes)}"
+            f"saved ({format_bytes(node.checkpoint_bytes)}): restores instantly"
             if node.checkpoint_bytes
-            else "no checkpoint (rebuilt from its tokens when needed)"
+            else "not saved: rebuilt from its text when you go back to it"
         )
         status = "" if node.status == "complete" else f" · {node.status}"
         if node.status == "truncated":
             status += " (cut off: the context is full)"
-        figures = f"{node.n_tokens:,} tokens · {checkpoint}{status}"
-        return f"{snippet(node.text, 400)}\n\n{figures}"
+        tokens = f"{node.n_tokens:,} token{'s' if node.n_tokens != 1 else ''}"
+        figures = f"{tokens} · {checkpoint}{status}"
+        if node.role == "root":
+            text = (
+                f"System prompt: {snippet(node.text, 400)}"
+                if node.text.strip()
+                else "The start of the conversation (no system prompt)"
+            )
+        else:
+            text = snippet(node.text, 400)
+        return f"{text}\n\n{figures}"
 
     def _build(self) -> None:
         """Make the rows of ``self._snapshot`` afresh (inside a reset)."""

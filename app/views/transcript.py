@@ -117,11 +117,11 @@ class TranscriptView(QScrollArea):
         self._repaint_timer.setSingleShot(True)
         self._repaint_timer.setInterval(STREAM_REPAINT_MS)
         self._repaint_timer.timeout.connect(self._on_repaint_timer_timeout)
-        # Shown until the first message, in the room the stretch below the
-        # cards would take (half of it: the page sits above the middle).
+        # Shown until the first message, in the room below the cards (see
+        # ``_show_empty_state``).
         self.empty_state = EmptyState()
         self.empty_state.example_chosen.connect(self.example_chosen)
-        self._layout.insertWidget(0, self.empty_state, 1)
+        self._show_empty_state(True)
         self._build_follow_mode()
 
     # --- showing ------------------------------------------------------------------
@@ -334,8 +334,11 @@ class TranscriptView(QScrollArea):
     def _show_empty_state(self, shown: bool) -> None:
         """Show the empty state (below a system prompt's card), or hide it."""
         if shown:
-            self._layout.removeWidget(self.empty_state)
+            self._layout.removeWidget(self.empty_state)  # if there: moved last
             self._layout.insertWidget(self._layout.count() - 1, self.empty_state, 1)
+        # Shown, it takes all the room below the cards, to centre itself in;
+        # hidden, the stretch below the cards has it back (cards stay on top).
+        self._layout.setStretch(self._layout.count() - 1, 0 if shown else 1)
         self.empty_state.setVisible(shown)
 
     def _add_card(self, card: MessageCard) -> None:
