@@ -40,6 +40,11 @@ if TYPE_CHECKING:
     from app.conversation.service import ReplyStats
 
 
+# Tokens kept free beside attached files: the typed words, the turn's markup
+# and the first tokens of a reply.
+ATTACH_MARGIN = 64
+
+
 class WayOn(Enum):
     """What the user chose to do about a branch that filled the context."""
 
@@ -92,6 +97,8 @@ def failure_title(job: jobs.Job) -> str:
             return "Could not create the conversation"
         case jobs.ContinueWithSummary():
             return "Could not continue from a summary"
+        case jobs.CountTokens():
+            return "Could not attach the file"
         case jobs.Restore():
             return "Could not go to that message"
         case jobs.SetActiveNode():
@@ -207,6 +214,12 @@ class View(Protocol):
     def give_back_text(self, text: str) -> None:
         """A message that was not sent goes back to the composer, if it is empty."""
 
+    def attachment_counted(self, name: str, n_tokens: int) -> None:
+        """A file in the composer takes ``n_tokens`` of the context."""
+
+    def refuse_attachment(self, name: str, reason: str) -> None:
+        """A file in the composer cannot go: take it out, say why ("": said)."""
+
     def show_reasoning(self, choice: str | None) -> None:
         """The conversation's stored reasoning choice (after a failed change)."""
 
@@ -273,6 +286,8 @@ class WindowPresenter:
         self.stream_shown = False
         # The job the engine runs now (what a progress report is about).
         self.running_job: jobs.Job | None = None
+        # The tokens of each file attached in the composer, once counted.
+        self.attached_tokens: dict[str, int] = {}
 
     # --- state --------------------------------------------------------------------
 
@@ -554,6 +569,17 @@ class WindowPresenter:
         self.shown_record = replace(record, title=title)
         self.view.show_title(record.id, title)
 
+    def attach(self, name: str, text: str) -> None:
+        """A file was attached in the composer: count what it takes of the
+        context (the engine tokenizes; the answer comes back as a job's)."""
+        self.attached_tokens.pop(name, None)
+        if self.model_info is not None:
+            self.engine.submit(jobs.CountTokens(name, text))
+
+    def detach(self, name: str) -> None:
+        """A file was taken out of the composer."""
+        self.attached_tokens.pop(name, None)
+
     def reply_to_active(self) -> None:
         """Generate a reply to the active node, a user message."""
         if not self.can_reply or self.loading_model or self._active_role() != "user":
@@ -768,6 +794,8 @@ class WindowPresenter:
                 if result.conversation_id is not None:
                     self.view.refresh_list(result.conversation_id)
                     self.show_conversation(result.conversation_id)
+            case jobs.CountTokens(name=name):
+                self._counted(name, result)
             case jobs.Restore() if result.context_full:
                 # The conversation does not fit the loaded context: say so
                 # now it is shown, with the ways on, not at the next Send.
@@ -915,6 +943,8 @@ class WindowPresenter:
         n = job.n if isinstance(job, jobs.RegenerateParallel) else 0
         assert self.conversation_id is not None  # a node is shown
         self.stream = ReplyStream(self.conversation_id, prefix_id, pending_text, n)
+        if pending_text is not None:
+            self.attached_tokens.clear()  # the files went with the message
         self.view.begin_reply(prefix_id, pending_text, n)
         self.stream_shown = True
         self.generating_job = job
@@ -985,6 +1015,27 @@ class WindowPresenter:
         cut = reply is not None and reply.stats.stop_reason == "context_full"
         if result.context_full or cut:
             self._offer_ways_on(result.error or "The reply was cut off.")
+
+    def _counted(self, name: str, result: JobResult) -> None:
+        """A file's tokens are known: keep it if the context has room for it
+        beside the conversation and the other files, else refuse it."""
+        if result.error is not None:  # said already (the job failed)
+            self.view.refuse_attachment(name, "")
+            return
+        others = sum(n for other, n in self.attached_tokens.items() if other != name)
+        # Some room stays for the typed words, the turn's markup and a reply.
+        room = result.n_ctx - result.context_tokens - others - ATTACH_MARGIN
+        if result.n_tokens > room:
+            self.view.refuse_attachment(
+                name,
+                f"{name} takes {result.n_tokens:,} tokens, but the context has "
+                f"room for about {max(room, 0):,} more ({result.n_ctx:,} in all). "
+                "Attach a shorter file or part of it, or raise the context size "
+                "in the settings.",
+            )
+            return
+        self.attached_tokens[name] = result.n_tokens
+        self.view.attachment_counted(name, result.n_tokens)
 
     def _unanswered(self, stream: ReplyStream) -> int | None:
         """The user's message a stopped generation left without a reply."""

@@ -1299,6 +1299,11 @@ class ConversationService:
         )
         return self.new_conversation(system, f"{conversation.title} (continued)")
 
+    def count_tokens(self, text: str) -> list[int]:
+        """``text``'s tokens with the loaded model (a file to attach: what it
+        will take of the context)."""
+        return self._require_engine().tokenize(text)
+
     def _require_engine(self) -> LlamaEngine:
         if self.engine is None or self._sync is None:
             raise ServiceError("No model is loaded.")

@@ -5,13 +5,16 @@ the composer shows the convention in its hint and turns its button into Stop
 while a reply streams. Beside the hint, for models whose chat template has a
 reasoning switch, a small "Reasoning" box sets it for the conversation; in a
 narrow window (a small or scaled screen) it goes below the hint, and the
-margins narrow.
+margins narrow. Files attached (the clip button, or dropped on the editor)
+show as chips above it and go with the message (``message``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QDropEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QBoxLayout,
     QComboBox,
@@ -25,6 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.attachments import Attachment, compose, split
+from app.views.attachment_chips import AttachmentChips
 from app.views.theme import icon
 
 HINT = "Ctrl+Enter to send · Enter for a new line · Esc to stop"
@@ -45,6 +50,14 @@ WIDE_MARGIN = 24
 NARROW_MARGIN = 16
 
 
+def dropped_files(event: QDropEvent) -> list[Path]:
+    """The local files a drag carries (none when it carries text)."""
+    mime = event.mimeData()
+    if not mime.hasUrls():
+        return []
+    return [Path(url.toLocalFile()) for url in mime.urls() if url.isLocalFile()]
+
+
 class Composer(QWidget):
     """The message editor with its Send/Stop button.
 
@@ -54,6 +67,12 @@ class Composer(QWidget):
         The Send button was pressed (the window reads ``text``).
     stop_clicked()
         The Stop button was pressed.
+    attach_clicked()
+        The clip button was pressed (the window asks for files).
+    files_dropped(list)
+        Files (``Path``) were dropped on the editor, to attach.
+    attachment_removed(str)
+        The file with this name was taken out of the message.
     edit_cancelled()
         The user left edit mode without sending.
     reasoning_changed(object)
@@ -63,6 +82,9 @@ class Composer(QWidget):
 
     send_clicked = Signal()
     stop_clicked = Signal()
+    attach_clicked = Signal()
+    files_dropped = Signal(list)
+    attachment_removed = Signal(str)
     edit_cancelled = Signal()
     reasoning_changed = Signal(object)
 
@@ -94,6 +116,11 @@ class Composer(QWidget):
         self.edit_banner.hide()
         outer.addWidget(self.edit_banner)
 
+        # The files going with the message, above it (see ``add_attachment``).
+        self.attachments = AttachmentChips(removable=True)
+        self.attachments.removed.connect(self.attachment_removed)
+        outer.addWidget(self.attachments)
+
         self.frame = QFrame()
         self.frame.setObjectName("ComposerFrame")
         row = QHBoxLayout(self.frame)
@@ -104,7 +131,17 @@ class Composer(QWidget):
         self.edit.setTabChangesFocus(True)
         self.edit.setFixedHeight(72)
         self.edit.installEventFilter(self)
+        self.edit.viewport().installEventFilter(self)
         row.addWidget(self.edit, 1)
+        self.attach_button = QToolButton()
+        self.attach_button.setObjectName("AttachButton")
+        self.attach_button.setIcon(icon("attach"))
+        self.attach_button.setToolTip(
+            "Attach text or code files or PDFs (or drop them here)"
+        )
+        self.attach_button.setAutoRaise(True)
+        self.attach_button.clicked.connect(self.attach_clicked)
+        row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("SendButton")
         self.send_button.setIcon(
@@ -150,13 +187,28 @@ class Composer(QWidget):
         return self.edit.toPlainText()
 
     @property
+    def message(self) -> str:
+        """What Send sends: the typed words, then the attached files."""
+        return compose(self.text, self.attachments.files)
+
+    def add_attachment(self, file: Attachment) -> None:
+        """Attach ``file`` (its chip says "counting…" until ``set_tokens``)."""
+        self.attachments.add(file)
+        self.attachments.set_figure(file.name, "counting tokens…")
+
+    def set_tokens(self, name: str, n_tokens: int) -> None:
+        """The file ``name`` takes ``n_tokens`` of the context."""
+        self.attachments.set_figure(name, f"{n_tokens:,} tokens")
+
+    @property
     def generating(self) -> bool:
         """Whether the button is in its Stop state."""
         return self._generating
 
     def clear(self) -> None:
-        """Empty the editor."""
+        """Empty the editor and take the attached files out."""
         self.edit.clear()
+        self.attachments.set_files([])
 
     def set_generating(self, generating: bool) -> None:
         """Switch the button between Send and Stop."""
@@ -212,9 +264,12 @@ class Composer(QWidget):
         self.reasoning_box.setCurrentIndex(max(index, 0))
 
     def begin_edit(self, node_id: int, text: str) -> None:
-        """Put a user message in the editor to send as its edited sibling."""
+        """Put a user message in the editor to send as its edited sibling
+        (its files as chips again)."""
         self.editing_node = node_id
-        self.edit.setPlainText(text)
+        typed, files = split(text)
+        self.edit.setPlainText(typed)
+        self.attachments.set_files(files)
         self.edit.setFocus()
         self.edit_banner.show()
         self.hint.setText(EDIT_HINT)
@@ -244,6 +299,20 @@ class Composer(QWidget):
             self.layout().setContentsMargins(margins)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        # Files dropped on the editor are attached, not pasted as their paths
+        # (drags reach an editor's viewport).
+        if watched is self.edit.viewport() and event.type() in (
+            QEvent.Type.DragEnter,
+            QEvent.Type.DragMove,
+            QEvent.Type.Drop,
+        ):
+            assert isinstance(event, QDropEvent)
+            paths = dropped_files(event)
+            if paths:
+                event.acceptProposedAction()
+                if event.type() == QEvent.Type.Drop:
+                    self.files_dropped.emit(paths)
+                return True
         # The frame draws the focus ring around the whole composer.
         if watched is self.edit and event.type() in (
             QEvent.Type.FocusIn,

@@ -22,9 +22,16 @@ from pathlib import Path
 
 from PySide6.QtCore import Slot
 from PySide6.QtGui import QCloseEvent, QTextCursor
-from PySide6.QtWidgets import QInputDialog, QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QInputDialog,
+    QMainWindow,
+    QMessageBox,
+    QWidget,
+)
 
 from app.actions import SHORTCUTS_HELP
+from app.attachments import AttachmentError, read_attachment, split
 from app.library.installed import models_dir_for
 from app.models.conversation_list import ConversationListModel
 from app.models.conversation_tree import ConversationTreeModel
@@ -86,6 +93,8 @@ class MainWindow(QMainWindow):
         self.models = models
         self._gpu_supported = gpu_supported
         self._search_dialog: SearchDialog | None = None
+        # Where the file dialog for attachments opens: the last folder used.
+        self._attach_folder = Path.home()
         self._models_dialog: ModelsDialog | None = None
         self.presenter = WindowPresenter(db, engine, prefs, self)
         self.setWindowTitle("Arbor")
@@ -142,6 +151,9 @@ class MainWindow(QMainWindow):
         self.transcript.branch_requested.connect(presenter.choose_node)
         self.transcript.example_chosen.connect(self._on_transcript_example_chosen)
         self.composer.send_clicked.connect(self.send)
+        self.composer.attach_clicked.connect(self.ask_attachments)
+        self.composer.files_dropped.connect(self.attach_files)
+        self.composer.attachment_removed.connect(presenter.detach)
         self.composer.stop_clicked.connect(self.stop)
         self.composer.reasoning_changed.connect(presenter.set_reasoning)
         self.welcome.model_chosen.connect(self._on_welcome_model_chosen)
@@ -345,9 +357,23 @@ class MainWindow(QMainWindow):
         self.center.setCurrentWidget(self.chat_page if chat else self.welcome)
 
     def give_back_text(self, text: str) -> None:
-        """Put unsent text back in the composer, unless something new is there."""
-        if not self.composer.text:
-            self.composer.edit.setPlainText(text)
+        """Put unsent text back in the composer (its files as chips again),
+        unless something new is there."""
+        composer = self.composer
+        if not composer.text and not composer.attachments.files:
+            typed, files = split(text)
+            composer.edit.setPlainText(typed)
+            composer.attachments.set_files(files)
+
+    def attachment_counted(self, name: str, n_tokens: int) -> None:
+        """Show what a file in the composer takes of the context."""
+        self.composer.set_tokens(name, n_tokens)
+
+    def refuse_attachment(self, name: str, reason: str) -> None:
+        """Take a file out of the composer and say why."""
+        self.composer.attachments.remove(name)
+        if reason:
+            show_error(self, "Could not attach the file", reason)
 
     def show_reasoning(self, choice: str | None) -> None:
         """Show the stored reasoning choice."""
@@ -390,9 +416,10 @@ class MainWindow(QMainWindow):
     # --- actions and requests that ask the user first -----------------------------
 
     def send(self) -> None:
-        """Send the composer's text (or the edit, or a reply to the message above)."""
+        """Send the composer's text and files (or the edit, or a reply to the
+        message above)."""
         composer = self.composer
-        if self.presenter.send(composer.text, composer.editing_node):
+        if self.presenter.send(composer.message, composer.editing_node):
             composer.end_edit()
             composer.clear()
 
@@ -408,6 +435,29 @@ class MainWindow(QMainWindow):
         if not self.presenter.generating:
             text = self.presenter.snapshot.nodes[node_id].text
             self.composer.begin_edit(node_id, text)
+
+    def ask_attachments(self) -> None:
+        """Ask for files to attach to the message being written."""
+        paths, _chosen = QFileDialog.getOpenFileNames(
+            self,
+            "Attach files",
+            str(self._attach_folder),
+            "Text, code and PDF files (*);;PDF files (*.pdf)",
+        )
+        self.attach_files([Path(p) for p in paths])
+
+    @Slot(list)
+    def attach_files(self, paths: list[Path]) -> None:
+        """Attach ``paths`` to the message being written; say which cannot be."""
+        for path in paths:
+            try:
+                file = read_attachment(path)
+            except AttachmentError as exc:
+                show_error(self, "Could not attach the file", str(exc))
+                continue
+            self._attach_folder = path.parent
+            self.composer.add_attachment(file)
+            self.presenter.attach(file.name, file.text)
 
     def edit_last_message(self) -> None:
         """Edit the last user message on the active path."""

@@ -23,7 +23,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.actions import TIMES
+from app.attachments import split
 from app.values import MAX_FORKS
+from app.views.attachment_chips import AttachmentChips
 from app.views.message_body import MessageBody
 from app.views.streaming_body import PART_CHARS, StreamingBody
 from app.views.theme import icon
@@ -156,6 +158,9 @@ class MessageCard(QFrame):
         self.thinking_section: ThinkingSection | None = None
         self.body = MessageBody()
         layout.addWidget(self.body)
+        # A message of the user's may carry files: chips below its words.
+        self.attachments = AttachmentChips(removable=False)
+        layout.addWidget(self.attachments)
         # A long reply while it streams, in its place (see ``stream_text``).
         self.streaming_parts: StreamingBody | None = None
         if thinking:
@@ -257,8 +262,11 @@ class MessageCard(QFrame):
         self.streaming_parts.set_markdown(text, self._code_background())
 
     def set_text(self, text: str) -> None:
-        """Show ``text``."""
+        """Show ``text`` (a message of the user's: its words, its files as chips)."""
         self._text = text
+        if self.role == "user":
+            text, files = split(text)
+            self.attachments.set_files(files)
         if self.streaming_parts is not None:
             self.streaming_parts.hide()
             self.streaming_parts.deleteLater()

@@ -228,6 +228,14 @@ class EngineWorker(QObject):
                     node_id, params, self.cancel_requested.is_set
                 )
                 return JobResult(job, conversation_id=conversation, node_id=root)
+            case jobs.CountTokens(text=text):
+                tokens, n_ctx = self._context()
+                return JobResult(
+                    job,
+                    n_tokens=len(service.count_tokens(text)),
+                    context_tokens=tokens,
+                    n_ctx=n_ctx,
+                )
             case jobs.RegenerateParallel():
                 return self._alternatives(job)
             case jobs.Send() | jobs.Edit() | jobs.Regenerate() | jobs.GenerateReply():

@@ -170,6 +170,14 @@ class ContinueWithSummary:
     params: SamplingParams
 
 
+@dataclass(frozen=True)
+class CountTokens:
+    """How many tokens ``text`` (a file to attach, named ``name``) takes."""
+
+    name: str
+    text: str
+
+
 Job = (
     LoadModel
     | NewConversation
@@ -189,6 +197,7 @@ Job = (
     | ClearCheckpoints
     | SavePreferences
     | ContinueWithSummary
+    | CountTokens
 )
 
 
@@ -231,6 +240,8 @@ class JobResult:
     profile_id: int | None = None
     context_tokens: int = 0
     n_ctx: int = 0
+    # CountTokens: the tokens its text takes with the loaded model.
+    n_tokens: int = 0
     # Checkpoint bytes the job deleted: eviction beyond the budget after a
     # reply, EvictCheckpoints, ClearCheckpoints.
     evicted_bytes: int = 0
