@@ -34,7 +34,7 @@ class _Chip(QFrame):
         self.setObjectName("AttachmentChip")
         self.file = file
         layout = QHBoxLayout(self)
-        layout.setContentsMargins(6, 2, 2, 2)
+        layout.setContentsMargins(8, 3, 3, 3)
         layout.setSpacing(4)
         clip = QLabel()
         clip.setPixmap(icon("attach").pixmap(14, 14))
@@ -79,7 +79,7 @@ class AttachmentChips(QWidget):
         self._removable = removable
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
-        self._layout.setSpacing(2)
+        self._layout.setSpacing(4)
         self._chips: dict[str, _Chip] = {}
         self.hide()
 

@@ -230,7 +230,13 @@ class Composer(QWidget):
     def set_available(self, available: bool, placeholder: str) -> None:
         """Enable writing or explain (in the placeholder) why it is not possible."""
         self.edit.setReadOnly(not available)
-        self.edit.setPlaceholderText(placeholder)
+        if placeholder != self.edit.placeholderText():
+            self.edit.setPlaceholderText(placeholder)
+            # Qt repaints an empty editor only when it becomes empty or not
+            # (QPlainTextEditPrivate::updatePlaceholderVisibility), so a new
+            # placeholder would show only at the next repaint for some other
+            # reason: a stale "Write a message…" while a reply streams elsewhere.
+            self.edit.viewport().update()
         self.send_button.setEnabled(available or self._generating)
 
     @property

@@ -362,11 +362,15 @@ class ArborStatusBar(QStatusBar):
         )
 
     def clear_figures(self) -> None:
-        """Forget the last move's and reply's figures (another conversation is
-        shown: they were about the one before)."""
+        """Forget the last move's and reply's figures and the context's (another
+        conversation is shown: they were about the one before)."""
         self.restore_label.setText("")
         self.restore_label.set_detail("")
         self.speed_label.setText("")
+        # The context holds the conversation before until a restore moves it.
+        self.context_label.setText("")
+        self.context_label.set_detail("")
+        self.context_meter.hide()
 
     def set_progress(self, done: int, total: int) -> None:
         """Fill the busy indicator to ``done`` of ``total`` (0: it only moves)."""
