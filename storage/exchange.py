@@ -10,7 +10,11 @@ and its checkpoint made the first time a model visits it, like a
 conversation created before any model was loaded.
 
 An import is checked whole before anything is written and then written in one
-transaction, so a file that is refused leaves the database as it was.
+transaction, so a file that is refused leaves the database as it was. A file
+is first read and its envelope checked (``read_json_file``: is it JSON, is it
+ours, which version), with messages that name it and say what to do; the
+nodes are checked by ``import_json``. An imported conversation's title ends
+in " (imported)", once, so that the copy and the original can be told apart.
 
 It lives in storage because it is a format of the stored data and needs
 nothing else: the window and the CLI both call it directly, as they call the
@@ -42,6 +46,7 @@ from storage import repository
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import ExchangeError
+from storage.models import DEFAULT_TITLE
 from storage.repository import NewNode, NodeRecord
 from storage.values import Role, Status
 
@@ -69,6 +74,13 @@ _PARENT_ROLES = {
     Role.ASSISTANT: (Role.USER,),
 }
 _MAX_TITLE = 200
+# Appended to an imported conversation's title (not again to a copy's copy).
+IMPORTED_MARK = " (imported)"
+# What a refusal of a file that is not ours says to do instead.
+_IMPORT_HINT = "Arbor imports the .json files it exports."
+# How far into a file that is not JSON to look for our format's name, to tell
+# a damaged export from some other file.
+_SNIFF_CHARS = 4096
 _MAX_REASONING = 16
 
 SPEAKERS = {Role.ROOT: "System", Role.USER: "You", Role.ASSISTANT: "Assistant"}
@@ -214,10 +226,13 @@ def _iso(moment: datetime) -> str:
 
 
 def read_json_file(path: Path) -> Any:
-    """The JSON value in ``path``; ``ExchangeError`` for anything unreadable.
+    """The exported conversation in ``path``, its envelope checked (``check_envelope``).
 
+    ``ExchangeError`` names the file and says what is wrong and what to do:
+    it is empty, binary, not JSON, not ours, damaged, or from a newer Arbor.
     Files over ``MAX_IMPORT_BYTES`` are refused before they are read; a
-    missing or unreadable file is refused with the system's reason.
+    missing or unreadable file is refused with the system's reason. The
+    nodes are checked when imported (``import_json``).
     """
     try:
         size = path.stat().st_size
@@ -229,26 +244,81 @@ def read_json_file(path: Path) -> Any:
         data = path.read_bytes()
     except OSError as exc:
         raise ExchangeError(f"Could not read {path}: {_reason(exc)}.") from exc
-    return loads_json(data, path.name)
+    value = loads_json(data, path.name)
+    check_envelope(value, path.name)
+    return value
 
 
 def loads_json(data: bytes, name: str = "The file") -> Any:
-    """Parse exported JSON bytes; ``ExchangeError`` names the first problem."""
+    """Parse exported JSON bytes; ``ExchangeError`` says, in words, why not.
+
+    Never Python's own message ("Expecting value: line 1 column 1 (char
+    0)"): that describes the parser, and the reader wants to know about the
+    file.
+    """
+    if not data.strip():
+        raise ExchangeError(_not_ours(name, "it is empty"))
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        # Windows editors call this "Unicode"; an export saved again in one.
+        raise ExchangeError(_not_ours(name, "it is UTF-16 text, not UTF-8"))
+    if b"\0" in data:
+        # No text file holds NUL bytes, and UTF-8 JSON never does: a picture,
+        # a model, an archive.
+        raise ExchangeError(_not_ours(name, "it is not a text file"))
     try:
         text = data.decode("utf-8-sig")  # a BOM from a Windows editor is fine
-    except UnicodeDecodeError as exc:
-        raise ExchangeError(
-            f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded)."
-        ) from None
+    except UnicodeDecodeError:
+        raise ExchangeError(_not_ours(name, "it is not UTF-8 text")) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ExchangeError(
-            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}, "
-            f"column {exc.colno})."
-        ) from None
+        if f'"{FORMAT}"' not in text[:_SNIFF_CHARS]:
+            raise ExchangeError(_not_ours(name, "it is not JSON")) from None
+        if exc.pos >= len(text.rstrip()):
+            what = "it ends too early, as if it was cut short"
+        else:
+            what = f"its JSON is broken at line {exc.lineno}, column {exc.colno}"
+        raise ExchangeError(_damaged(name, what)) from None
     except RecursionError:
-        raise ExchangeError(f"{name} is nested too deeply to be read.") from None
+        raise ExchangeError(_not_ours(name, "it is nested too deeply")) from None
+
+
+def check_envelope(data: Any, name: str = "The file") -> None:
+    """Refuse ``data`` unless it is our format, a version this Arbor reads,
+    with a list of nodes; ``ExchangeError`` names ``name`` and what to do.
+
+    Cheap (the nodes are not looked at), so the window checks a file as it
+    reads it, before handing it to the engine worker.
+    """
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ExchangeError(_not_ours(name, "it is JSON, but not in Arbor's format"))
+    version = data.get("version")
+    # bool is an int to Python, but true is no version.
+    number = (
+        version if isinstance(version, int) and not isinstance(version, bool) else None
+    )
+    if number is not None and number > VERSION:
+        raise ExchangeError(
+            f"{name} was exported by a newer Arbor (conversation format version "
+            f"{number}; this Arbor reads version {VERSION}). Update Arbor to "
+            "import it."
+        )
+    if number != VERSION:
+        raise ExchangeError(_not_ours(name, f"its format version is {_shown(version)}"))
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise ExchangeError(_damaged(name, 'it has no messages (no "nodes" list)'))
+
+
+def _not_ours(name: str, why: str) -> str:
+    return f"{name} is not a conversation exported by Arbor ({why}). {_IMPORT_HINT}"
+
+
+def _damaged(name: str, what: str) -> str:
+    return (
+        f"{name} is an Arbor conversation, but damaged: {what}. Export the "
+        "conversation again, or import another copy."
+    )
 
 
 def import_file(db: Database, path: Path) -> ImportResult:
@@ -273,25 +343,8 @@ def import_json(db: Database, data: Any) -> ImportResult:
 
 def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]:
     """The conversation fields, its nodes parents first, and the active key."""
-    if not isinstance(data, dict):
-        raise ExchangeError(
-            "This is not an Arbor conversation file (expected a JSON object)."
-        )
-    if data.get("format") != FORMAT:
-        raise ExchangeError(
-            'This is not an Arbor conversation file (its "format" is '
-            f'{_shown(data.get("format"))}, expected "{FORMAT}").'
-        )
-    version = data.get("version")
-    if version != VERSION or isinstance(version, bool):
-        raise ExchangeError(
-            f"This conversation file has version {_shown(version)}; this Arbor "
-            f"reads version {VERSION}. Update Arbor to import it."
-        )
-    raw_nodes = data.get("nodes")
-    if not isinstance(raw_nodes, list) or not raw_nodes:
-        raise ExchangeError('The file has no "nodes" list, or it is empty.')
-    nodes = [_node(raw, i) for i, raw in enumerate(raw_nodes)]
+    check_envelope(data)
+    nodes = [_node(raw, i) for i, raw in enumerate(data["nodes"])]
     ordered = _parents_first(nodes)
     system_prompt = ordered[0].text or None
     title = _optional_text(data, "title", "the conversation")
@@ -303,7 +356,7 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]
     if not _is_key(active) or active not in known:
         active = None  # a missing or stale place: reopen at the start
     header = {
-        "title": title.strip()[:_MAX_TITLE] if title and title.strip() else None,
+        "title": _imported_title(title),
         # The root's text is the system prompt; the copy in the header is for
         # readers of the file and is not trusted over it.
         "system_prompt": system_prompt,
@@ -311,6 +364,15 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]
         "created_at": _moment(data.get("created_at"), "the conversation"),
     }
     return header, ordered, active
+
+
+def _imported_title(title: str | None) -> str:
+    """``title`` marked as an imported copy's, once, within the longest title."""
+    # A copy of a copy needs one mark, not "(imported) (imported)": a round
+    # trip through export and import keeps the title it had.
+    base = (title or "").strip().removesuffix(IMPORTED_MARK).rstrip()
+    base = base or DEFAULT_TITLE
+    return base[: _MAX_TITLE - len(IMPORTED_MARK)].rstrip() + IMPORTED_MARK
 
 
 def _node(raw: Any, index: int) -> NewNode:

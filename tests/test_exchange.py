@@ -100,16 +100,18 @@ def test_json_round_trip_is_equal_in_structure_and_text(db):
     assert _shape(db, result.conversation_id) == _shape(db, original)
     source = repository.get_conversation(db, original)
     copy_ = repository.get_conversation(db, result.conversation_id)
-    assert (copy_.title, copy_.system_prompt) == ("Birds", "Answer briefly.")
+    # The copy's title says it is one (once: see test_import_messages.py).
+    assert (copy_.title, copy_.system_prompt) == ("Birds (imported)", "Answer briefly.")
     assert copy_.created_at == source.created_at
     # It reopens where the original was left: the same place in the tree.
     _c, old_nodes = repository.read_conversation(db, original)
     _c, new_nodes = repository.read_conversation(db, result.conversation_id)
     old_index = [n.id for n in old_nodes].index(source.active_node_id)
     assert new_nodes[old_index].id == copy_.active_node_id
-    # And exporting the copy gives the same file, but for the ids.
+    # And exporting the copy gives the same file, but for the ids and title.
     again = exchange.export_json(db, result.conversation_id)
-    assert _without_ids(again) == _without_ids(data)
+    assert again["title"] == "Birds (imported)"
+    assert _without_ids(again) == _without_ids({**data, "title": again["title"]})
 
 
 def _without_ids(data: dict[str, Any]) -> dict[str, Any]:
@@ -163,7 +165,7 @@ def test_string_ids_and_a_missing_active_node_are_fine(db):
     }
     result = exchange.import_json(db, data)
     conversation = repository.get_conversation(db, result.conversation_id)
-    assert conversation.title == "New conversation"
+    assert conversation.title == "New conversation (imported)"
     assert conversation.system_prompt is None
     _conv, nodes = repository.read_conversation(db, result.conversation_id)
     assert conversation.active_node_id == nodes[0].id
@@ -223,12 +225,15 @@ def _spoiled(change) -> Any:
 
 
 BAD_DATA = {
-    "a list": (lambda d: [d], "expected a JSON object"),
-    "a string": (lambda d: "hello", "expected a JSON object"),
-    "another format": (lambda d: d.update(format="chat-export"), '"chat-export"'),
-    "no format": (lambda d: d.pop("format") and None, "missing"),
+    "a list": (lambda d: [d], "not in Arbor's format"),
+    "a string": (lambda d: "hello", "not in Arbor's format"),
+    "another format": (
+        lambda d: d.update(format="chat-export"),
+        "not in Arbor's format",
+    ),
+    "no format": (lambda d: d.pop("format") and None, "not in Arbor's format"),
     "a newer version": (lambda d: d.update(version=2), "version 2"),
-    "version true": (lambda d: d.update(version=True), "version true"),
+    "version true": (lambda d: d.update(version=True), "version is true"),
     "no nodes": (lambda d: d.update(nodes=[]), '"nodes"'),
     "nodes not a list": (lambda d: d.update(nodes={"1": {}}), '"nodes"'),
     "a node not an object": (lambda d: d["nodes"].append("x"), "node #4"),
@@ -296,8 +301,8 @@ def test_bad_data_is_refused_and_changes_nothing(db, case: str):
     ("content", "message"),
     [
         (b"\xff\xfe{not utf-8", "not UTF-8"),
-        (b'{"format": "arbor-conversation", ', "not valid JSON"),
-        (b"", "not valid JSON"),
+        (b'{"format": "arbor-conversation", ', "damaged: it ends too early"),
+        (b"", "it is empty"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     ],
 )
@@ -417,7 +422,9 @@ def test_cli_export_import_round_trip(arbor, data_dir: Path, tmp_path: Path):
     # Markdown to stdout, of the active path.
     shown = run_cli("--data-dir", data_dir, "export", "2", "--format", "markdown")
     assert shown.returncode == 0
-    assert shown.stdout.startswith("# Cli\n\n## System\n\nBe short.\n\n## You\n\n")
+    assert shown.stdout.startswith(
+        "# Cli (imported)\n\n## System\n\nBe short.\n\n## You\n\n"
+    )
     # The imported copy continues like any other conversation.
     again = arbor("send", imported["active_node"], "More", "--max-tokens", "4")
     assert again["assistant_node"] > imported["active_node"]
@@ -431,7 +438,7 @@ def test_cli_import_errors_are_one_line(data_dir: Path, tmp_path: Path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "something-else"}')
     for path, needle in [
-        (bad, "not an Arbor conversation file"),
+        (bad, "bad.json is not a conversation exported by Arbor"),
         (tmp_path / "missing.json", "No such file"),
     ]:
         result = run_cli("--data-dir", data_dir, "import", path)

@@ -1,10 +1,13 @@
 """File → Export conversation… and File → Import conversation…: ask, then do.
 
 The questions (which file?) are module-level functions so that tests can
-answer them without a native file dialog. Exporting reads the database
-(``storage.exchange``); importing reads the file here and leaves the checks
-and the writing to the engine worker (an ``ImportConversation`` job). Failures
-a person can act on go to ``show_error``.
+answer them without a native file dialog. Both open in the folder a
+conversation file was last chosen in, this session, else the home folder
+(``conversation_folder``). Exporting reads the database (``storage.exchange``);
+importing reads the file here, refusing one that is not an Arbor export with a
+message that names it, and leaves the checks of its messages and the writing
+to the engine worker (an ``ImportConversation`` job). Failures a person can
+act on go to ``show_error``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,30 @@ _SUFFIX = {"markdown": ".md", "json": ".json"}
 # What an export or an import can fail with, short of a bug.
 _EXPECTED = (exchange.ExchangeError, StorageUnavailable, NotFound, OSError)
 
+# The folder a conversation file was last exported to or imported from, for
+# this session only. Remembering it across sessions would make it a
+# preference, and preferences are saved by the presenter (through the engine
+# worker, not on a read-only database), which these functions are not given;
+# a setting written here behind its back would be lost at its next save,
+# which writes every preference from its own copy.
+_last_folder: Path | None = None
+
+
+def conversation_folder() -> Path:
+    """Where the import and export dialogs open: the folder a conversation file
+    was last chosen in (this session, if it still exists), else the home folder.
+
+    Never the working folder, where a dialog given no folder opens: launched
+    from a bundle or a virtual environment, that is deep in site-packages.
+    """
+    folder = _last_folder
+    return folder if folder is not None and folder.is_dir() else Path.home()
+
+
+def _remember_folder(path: Path) -> None:
+    global _last_folder
+    _last_folder = path.parent
+
 
 def ask_export_path(parent: QWidget, suggested: Path) -> tuple[Path, str] | None:
     """Ask where to export; return the file and "markdown" or "json", or None.
@@ -43,6 +70,7 @@ def ask_export_path(parent: QWidget, suggested: Path) -> tuple[Path, str] | None
     if not name:
         return None
     path = Path(name)
+    _remember_folder(path)
     fmt = format_for(path, _FORMAT_BY_FILTER.get(chosen, "markdown"))
     if not path.suffix:
         path = path.with_suffix(_SUFFIX[fmt])
@@ -52,9 +80,16 @@ def ask_export_path(parent: QWidget, suggested: Path) -> tuple[Path, str] | None
 def ask_import_path(parent: QWidget) -> Path | None:
     """Ask for a conversation file to import; None if the user cancels."""
     name, _chosen = QFileDialog.getOpenFileName(
-        parent, "Import conversation", "", f"{JSON_FILTER};;All files (*)"
+        parent,
+        "Import conversation",
+        str(conversation_folder()),
+        f"{JSON_FILTER};;All files (*)",
     )
-    return Path(name) if name else None
+    if not name:
+        return None
+    path = Path(name)
+    _remember_folder(path)
+    return path
 
 
 def format_for(path: Path, default: str) -> str:
@@ -80,7 +115,7 @@ def export_conversation(
     except (StorageUnavailable, NotFound) as exc:
         show_error(parent, "Could not export the conversation", str(exc))
         return None
-    answer = ask_export_path(parent, Path.home() / f"{_file_stem(title)}.md")
+    answer = ask_export_path(parent, conversation_folder() / f"{_file_stem(title)}.md")
     if answer is None:
         return None
     path, fmt = answer
@@ -97,8 +132,9 @@ def export_conversation(
 
 
 def read_import(parent: QWidget) -> Any | None:
-    """Ask for a conversation file and read its JSON; None if the user cancels
-    or it cannot be read (the error is shown). The worker imports it."""
+    """Ask for a conversation file and read its JSON; None if the user cancels,
+    or it cannot be read or is not an Arbor export (the error, naming the
+    file, is shown). The worker imports it."""
     path = ask_import_path(parent)
     if path is None:
         return None

@@ -16,6 +16,11 @@ Costs (500 nodes on a 2-core VM: layout about 1 ms, scene build 25-55 ms):
   when asked for;
 * far zoomed out, nodes skip their text, then their badge (level of detail).
 
+Zoom: shown (a conversation opened, or the graph chosen over the list), the
+graph fits the whole tree, but at no less than ``READABLE_SCALE`` and no more
+than 100 %; a tree too big for that shows the active node's neighbourhood,
+centred on it. The user's own zoom then stays until the next showing.
+
 Mouse: click a node to switch to it, drag to pan, Ctrl+wheel (or Ctrl +/-)
 zooms, a double click on empty space fits the tree. Keys move a cursor:
 Up to the parent, Down to the child on the active path (else the newest),
@@ -29,7 +34,7 @@ import html
 import itertools
 import time
 
-from PySide6.QtCore import QEvent, QPoint, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPoint, QPointF, QRectF, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import (
     QAction,
     QColor,
@@ -42,6 +47,7 @@ from PySide6.QtGui import (
     QPainterPath,
     QPalette,
     QPen,
+    QShowEvent,
     QTransform,
     QWheelEvent,
 )
@@ -86,6 +92,13 @@ CURSOR_GAP = 3.5  # the keyboard cursor's ring, outside the box
 MIN_SCALE, MAX_SCALE = 0.08, 3.0
 ZOOM_STEP = 1.2
 TEXT_MIN_LOD = 0.45
+# The least zoom the graph opens at. A label's font is the panel's at 90 %:
+# 8 points, about 11 px, for a 9-point font (Windows' default; others are
+# larger). At 60 % that is 6.5 px, about the smallest text that still reads
+# at a glance; at 50 % (5.4 px) words are hard to tell apart, and below
+# TEXT_MIN_LOD labels are not drawn at all. The user's Fit (F, the button,
+# a double click) may still zoom out further, to see the tree's shape.
+READABLE_SCALE = 0.6
 SHAPES_MIN_LOD = 0.2  # below this, nodes are plain boxes
 CACHE_MODE = (
     QGraphicsItem.CacheMode.DeviceCoordinateCache
@@ -398,6 +411,13 @@ class TreeGraphView(QGraphicsView):
         self._path: list[int] = []
         self._cursor_id: int | None = None
         self._press: tuple[QPoint, int | None] | None = None
+        # Fit once shown: a conversation opened while hidden, or the graph
+        # shown again, gets its opening zoom when there is a viewport to fit.
+        self._fit_pending = True
+        self._fit_timer = QTimer(self)
+        self._fit_timer.setSingleShot(True)
+        self._fit_timer.setInterval(0)
+        self._fit_timer.timeout.connect(self._on_fit_timer_timeout)
         # Timings of the last rebuild, and how many there were (for tests and
         # the benchmark figures in the tests' output).
         self.layout_ms = 0.0
@@ -439,8 +459,6 @@ class TreeGraphView(QGraphicsView):
             structure = {nid: n.parent_id for nid, n in snapshot.nodes.items()}
             if structure != self._structure:
                 self._rebuild(snapshot, structure)
-                if not same_conversation:
-                    self.resetTransform()
             else:
                 for nid, node in snapshot.nodes.items():
                     if node != self._snapshot.nodes[nid]:
@@ -448,7 +466,9 @@ class TreeGraphView(QGraphicsView):
                 self._snapshot = snapshot
             if not same_conversation:
                 self._active_id = None  # reveal the active node below
+                self._fit_pending = True
         self.set_active(active_id)
+        self._fit_if_pending()
 
     def set_active(self, node_id: int | None) -> None:
         """Highlight ``node_id`` and its path; bring it into view if it changed."""
@@ -478,24 +498,44 @@ class TreeGraphView(QGraphicsView):
         scrollable there, centred on the active node, rather than shrinking
         into specks.
         """
-        rect = self._scene.sceneRect()
-        if rect.isEmpty():
-            return
-        self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
-        scale = self.transform().m11()
-        if MIN_SCALE <= scale <= 1.0:
-            return
-        self.setTransform(
-            QTransform.fromScale(*(2 * [min(max(scale, MIN_SCALE), 1.0)]))
-        )
-        active = self._items.get(self._active_id) if self._active_id else None
-        self.centerOn(active if active is not None else rect.center())
+        self._fit_between(MIN_SCALE)
+
+    def fit_readable(self) -> None:
+        """Zoom to show the whole tree, between ``READABLE_SCALE`` and 100 %.
+
+        What the graph opens at: a tree too big to be read whole shows the
+        active node's neighbourhood, centred on it, with legible labels.
+        """
+        self._fit_between(READABLE_SCALE)
 
     def zoom(self, factor: float) -> None:
         """Scale the view by ``factor``, kept between 8 % and 300 %."""
         scale = self.transform().m11()
         factor = max(MIN_SCALE / scale, min(MAX_SCALE / scale, factor))
         self.scale(factor, factor)
+
+    def _fit_between(self, least: float) -> None:
+        # Never above 100 %: a three-node tree magnified looks broken.
+        rect = self._scene.sceneRect()
+        if rect.isEmpty():
+            return
+        self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
+        scale = self.transform().m11()
+        if least <= scale <= 1.0:
+            return
+        self.setTransform(QTransform.fromScale(*(2 * [min(max(scale, least), 1.0)])))
+        active = self._items.get(self._active_id) if self._active_id else None
+        self.centerOn(active if active is not None else rect.center())
+
+    def _fit_if_pending(self) -> None:
+        # A hidden view has no viewport size to fit to; it fits when shown.
+        if self._fit_pending and self.isVisible() and self._items:
+            self._fit_pending = False
+            self.fit_readable()
+
+    @Slot()
+    def _on_fit_timer_timeout(self) -> None:
+        self._fit_if_pending()
 
     # --- building -------------------------------------------------------------------
 
@@ -705,6 +745,17 @@ class TreeGraphView(QGraphicsView):
                 )
             return True
         return super().viewportEvent(event)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if event.spontaneous():
+            return  # the window restored from the taskbar: keep the user's zoom
+        # Shown again (the graph chosen over the list): fit. The tree panel
+        # brings a hidden graph's tree up to date right after showing it, and
+        # set_tree fits then; the timer covers a show with no set_tree after
+        # it (the window opening on the graph).
+        self._fit_pending = True
+        self._fit_timer.start()
 
     def focusInEvent(self, event) -> None:
         super().focusInEvent(event)

@@ -33,23 +33,46 @@ GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 TEXT_WIDTH = 500
 
 
+# The folder a model file was last chosen in, for this session only: a
+# preference would be saved through the presenter, which the callers of
+# ``choose_model_file`` do not hand over (see ``exchange_actions``). The
+# current model, a preference, stands for it across sessions.
+_last_model_folder: Path | None = None
+
+
 def start_folder(current: str | None, starter: Path | None, models_dir: Path) -> str:
     """Where a model file dialog opens: beside the current model, unless that
-    is the starter (deep in an installed package); then the models folder,
-    or the home folder before anything was downloaded."""
+    is the starter (deep in an installed package); then the folder a model
+    was last chosen in this session; then the models folder, or the home
+    folder before anything was downloaded."""
     if current and (starter is None or Path(current) != starter):
         folder = Path(current).parent
         if folder.is_dir():
             return str(folder)
+    last = _last_model_folder
+    if last is not None and last.is_dir():
+        return str(last)
     return str(models_dir if models_dir.is_dir() else Path.home())
 
 
 def choose_model_file(parent: QWidget | None, start: str = "") -> Path | None:
-    """Ask for a GGUF file; None if cancelled."""
+    """Ask for a GGUF file; None if cancelled.
+
+    The dialog opens in ``start``, else where a model was last chosen this
+    session, else the home folder; never in the working folder (Qt's choice
+    for no folder), which is site-packages when launched from a bundle.
+    """
+    global _last_model_folder
+    last = _last_model_folder
+    if not start:
+        start = str(last if last is not None and last.is_dir() else Path.home())
     path, _ = QFileDialog.getOpenFileName(
         parent, "Choose a GGUF model", start, GGUF_FILTER
     )
-    return Path(path) if path else None
+    if not path:
+        return None
+    _last_model_folder = Path(path).parent
+    return Path(path)
 
 
 def catalog_fit(entry: CatalogEntry, n_ctx: int, gpu_bytes: int = 0) -> Fit:

@@ -86,15 +86,17 @@ def test_a_bad_file_shows_one_error_and_imports_nothing(
     bad.write_text(json.dumps({"format": "someone-else", "messages": []}))
     _answer_import(monkeypatch, bad)
     window.import_action.trigger()
-    wait_idle(qtbot, window)  # the worker checks the file's contents
+    wait_idle(qtbot, window)  # refused as it is read; the worker is never asked
     boxes = [
         w
         for w in QApplication.topLevelWidgets()
         if isinstance(w, QMessageBox) and w.isVisible()
     ]
     assert len(boxes) == 1
-    assert boxes[0].windowTitle() == "Could not import the conversation"
-    assert "not an Arbor conversation file" in boxes[0].text()
+    assert boxes[0].text() == "Could not import the conversation"
+    assert "other.json is not a conversation exported by Arbor" in (
+        boxes[0].informativeText()
+    )
     boxes[0].close()
     assert window.list_model.rowCount() == before
     assert window.conversation_id == shown
