@@ -614,6 +614,17 @@ class WindowPresenter:
             None,
         )
 
+    def continue_reply(self, node_id: int) -> None:
+        """A longer version of reply ``node_id``, cut at the length limit."""
+        if not self.can_reply:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        self._begin_generation(
+            jobs.ContinueReply(node_id, self._sampling(), budget),
+            self._parent(node_id),
+            None,
+        )
+
     def alternatives(self, node_id: int, n: int) -> None:
         """``n`` new replies beside reply ``node_id``, generated side by side."""
         if not self.can_reply:

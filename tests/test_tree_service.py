@@ -173,3 +173,36 @@ def test_deleting_the_loaded_branch_keeps_the_prefix_in_memory(service):
     again = service.send(first.assistant_node, "Two, again", GREEDY)
     assert again.stats.kept_tokens == service.path(first.assistant_node)[-1].end_pos
     assert again.stats.restored_tokens == again.stats.reprocessed_tokens == 0
+
+
+def test_a_reply_cut_at_the_length_limit_goes_on_as_a_new_branch(service):
+    _conversation, root = service.new_conversation(None)
+    short = SamplingParams(temperature=0, max_tokens=4)
+    cut = service.send(root, "hi", short)  # greedy "hi" talks far longer
+    assert cut.stats.stop_reason == "max_tokens"
+    old = repository.get_node(service.db, cut.assistant_node)
+    streamed: list[str] = []
+
+    longer = service.continue_reply(cut.assistant_node, short, on_token=streamed.append)
+    new = repository.get_node(service.db, longer.assistant_node)
+    # A sibling: the cut reply stays as it was.
+    assert new.parent_id == old.parent_id == cut.user_node
+    assert repository.get_node(service.db, old.id).text == old.text
+    # It starts with the cut reply, text and tokens, and goes on.
+    assert new.text.startswith(old.text) and len(new.text) > len(old.text)
+    assert streamed[0] == old.text and "".join(streamed) == new.text
+    # Its span: the same opening (the first batch), the 4 tokens sampled, then
+    # 4 more (and the turn's closing).
+    kept = old.tokens[: old.chunks[0] + 4]
+    assert new.tokens[: len(kept)] == kept and len(new.tokens) > len(old.tokens)
+    assert new.generation["generated_tokens"] == 8
+    # It can go on again, and the conversation continues from it.
+    again = service.continue_reply(new.id, short)
+    assert repository.get_node(service.db, again.assistant_node).text.startswith(
+        new.text
+    )
+    follow = service.send(again.assistant_node, "thanks", GREEDY)
+    assert follow.text is not None
+    # A reply that ended by itself does not go on.
+    with pytest.raises(ServiceError, match="length limit"):
+        service.continue_reply(cut.user_node, short)

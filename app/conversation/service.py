@@ -152,6 +152,16 @@ class _Streams:
 
 
 @dataclass(frozen=True)
+class _Earlier:
+    """What a reply that goes on (``continue_reply``) holds already: its
+    answer, its reasoning and how many tokens it sampled."""
+
+    text: str = ""
+    thinking: str = ""
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
 class _IndexedStreams:
     """Where the pieces of alternatives generated together go."""
 
@@ -481,6 +491,28 @@ class ConversationService:
         """Generate a (new) assistant reply to the user message ``user_node_id``."""
         streams = _Streams(on_token, on_thinking, should_stop)
         return self._reply(user_node_id, params, streams)
+
+    def continue_reply(
+        self,
+        assistant_node_id: int,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        should_stop: StopCheck | None = None,
+        on_thinking: TokenCallback | None = None,
+    ) -> Reply:
+        """A longer version of a reply that ended at the length limit: a new
+        sibling that starts with that reply's tokens, as decoded, and goes on
+        (the reply itself stays, as branching always keeps what was)."""
+        node = repository.get_node(self.db, assistant_node_id)
+        generation = node.generation or {}
+        if (
+            node.role != Role.ASSISTANT
+            or node.parent_id is None
+            or generation.get("stop_reason") != "max_tokens"
+        ):
+            raise ServiceError("Only a reply that ended at the length limit goes on.")
+        streams = _Streams(on_token, on_thinking, should_stop)
+        return self._reply(node.parent_id, params, streams, going_on=node)
 
     def regenerate_parallel(
         self,
@@ -836,17 +868,55 @@ class ConversationService:
         return [replies[k] for k in range(len(alternatives))]
 
     def _reply(
-        self, user_node_id: int, params: SamplingParams, streams: _Streams
+        self,
+        user_node_id: int,
+        params: SamplingParams,
+        streams: _Streams,
+        going_on: NodeRecord | None = None,
     ) -> Reply:
+        """A reply to ``user_node_id``; one that goes on from ``going_on``
+        (a reply cut at the length limit) starts with its tokens."""
         engine = self._require_engine()
         self._raise_write_failure()
         path, variables = self._ensured_path(user_node_id)
         if path[-1].role != Role.USER:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
         opening = spans.place_reply(engine, path, variables)
+        earlier = _Earlier()
+        if going_on is not None:
+            before = len(opening.tokens)
+            opening = self._going_on(opening, going_on)
+            earlier = _Earlier(
+                going_on.text, going_on.thinking, len(opening.tokens) - before
+            )
+            # What the user sees first is the reply as it was.
+            for piece, target in (
+                (going_on.thinking, streams.on_thinking),
+                (going_on.text, streams.on_token),
+            ):
+                if piece and target is not None:
+                    target(piece)
         self._check_room(opening.start_pos + len(opening.tokens))
         stats = ReplyStats.after(self._move_to(opening.base))
-        return self._generate(path[-1], opening, None, params, stats, streams)
+        return self._generate(path[-1], opening, None, params, stats, streams, earlier)
+
+    def _going_on(self, opening: Placement, reply: NodeRecord) -> Placement:
+        """``opening`` followed by what ``reply`` sampled (its span: the same
+        opening, the sampled tokens, then the turn's closing)."""
+        engine = self._require_engine()
+        header = len(opening.tokens)
+        generated = int((reply.generation or {}).get("generated_tokens", -1))
+        sampled = list(reply.tokens[header : header + generated])
+        if list(reply.tokens[:header]) != opening.tokens or len(sampled) != generated:
+            raise ServiceError(
+                "This reply cannot go on: it was written with another format or "
+                "model. Regenerate it instead."
+            )
+        return Placement(
+            opening.base,
+            opening.text + engine.detokenize(sampled),
+            [*opening.tokens, *sampled],
+        )
 
     def _add_user_and_reply(
         self, parent_id: int, text: str, params: SamplingParams, streams: _Streams
@@ -885,7 +955,7 @@ class ConversationService:
         stats = ReplyStats.after(self._move_to(placement.base))
         # The template's generation prompt follows the user's turn directly.
         opening = Placement([*placement.base, user], prompt_text, prompt_tokens)
-        return self._generate(user, opening, user, params, stats, streams)
+        return self._generate(user, opening, user, params, stats, streams, _Earlier())
 
     def _unanswered_user(self, parent_id: int, text: str) -> NodeRecord | None:
         """A user message ``text`` under ``parent_id`` that has no reply, if any."""
@@ -916,13 +986,16 @@ class ConversationService:
         params: SamplingParams,
         stats: ReplyStats,
         streams: _Streams,
+        earlier: _Earlier,
     ) -> Reply:
         """Decode the new user turn (if any) and the reply's opening, then sample.
 
         ``opening`` is the reply's first span text and tokens (the generation
-        prompt), placed after its effective nodes. If anything fails, the
-        context is forgotten (its contents are unknown) and a reply left
-        "generating" is removed, or kept as "interrupted" when it has text.
+        prompt), placed after its effective nodes; ``earlier`` the answer and
+        reasoning it already holds (a reply that goes on; else nothing). If
+        anything fails, the context is forgotten (its contents are unknown) and
+        a reply left "generating" is removed, or kept as "interrupted" when it
+        has text.
         """
         engine = self._require_engine()
         assert self._sync is not None
@@ -945,7 +1018,9 @@ class ConversationService:
                 self._raise_write_failure()
             generation = {"params": params.as_dict(), "model": engine.info.name}
             reply = self._add_generating_reply(parent.id, opening, start, generation)
-            reply = self._complete_reply(reply, opening, params, stats, streams)
+            reply = self._complete_reply(
+                reply, opening, params, stats, streams, earlier
+            )
         except Exception:
             self._sync.forget()
             if reply is not None:
@@ -1039,8 +1114,10 @@ class ConversationService:
         params: SamplingParams,
         stats: ReplyStats,
         streams: _Streams,
+        earlier: _Earlier,
     ) -> NodeRecord:
-        """Sample the reply after its decoded opening, close its turn, store it."""
+        """Sample the reply after its decoded opening, close its turn, store it
+        (after what it held ``earlier``, if it goes on)."""
         engine = self._require_engine()
         sync = self._sync
         assert sync is not None and reply.generation is not None
@@ -1054,7 +1131,7 @@ class ConversationService:
         )
         gen_started = time.perf_counter()
         sampled = self._sample(
-            reply, params, history, header, opening.text, splitter, streams
+            reply, params, history, header, opening.text, splitter, streams, earlier
         )
         stats.generate_ms = (time.perf_counter() - gen_started) * 1000
         stats.generated_tokens = len(sampled.tokens)
@@ -1065,7 +1142,7 @@ class ConversationService:
         generation = {
             **reply.generation,
             "stop_reason": stop_reason,
-            "generated_tokens": len(sampled.tokens),
+            "generated_tokens": earlier.tokens + len(sampled.tokens),
             "tokens_per_second": round(stats.tokens_per_second, 2),
             # The wait before the first token: the prompt read (what the
             # user waited for), shown with the reply's other figures.
@@ -1120,6 +1197,7 @@ class ConversationService:
         header_text: str,
         splitter: ReasoningSplitter,
         streams: _Streams,
+        earlier: _Earlier,
     ) -> _SampledReply:
         """Sample the reply token by token, streaming text and saving it as it grows.
 
@@ -1177,8 +1255,8 @@ class ConversationService:
                     repository.update_node(
                         self.db,
                         reply.id,
-                        text=splitter.answer,
-                        thinking=splitter.thinking,
+                        text=earlier.text + splitter.answer,
+                        thinking=earlier.thinking + splitter.thinking,
                         tokens=[*header, *result.tokens],
                         chunks=[len(header)] + [1] * len(result.tokens),
                         span_text=header_text + engine.detokenize(result.tokens),
@@ -1186,8 +1264,8 @@ class ConversationService:
         cut = text.finish()
         if cut is not None:
             self._drop_from(result, first, cut)
-        result.text = splitter.answer
-        result.thinking = splitter.thinking
+        result.text = earlier.text + splitter.answer
+        result.thinking = earlier.thinking + splitter.thinking
         return result
 
     def _drop_from(self, result: _SampledReply, first: int, cut: int) -> None:

@@ -147,6 +147,7 @@ class MainWindow(QMainWindow):
         self.transcript.sibling_requested.connect(presenter.choose_sibling)
         self.transcript.edit_requested.connect(self.edit_message)
         self.transcript.regenerate_requested.connect(presenter.regenerate)
+        self.transcript.continue_requested.connect(presenter.continue_reply)
         self.transcript.alternatives_requested.connect(presenter.alternatives)
         self.transcript.branch_requested.connect(presenter.choose_node)
         self.transcript.example_chosen.connect(self._on_transcript_example_chosen)

@@ -91,7 +91,8 @@ class MessageCard(QFrame):
     -------
     sibling_requested(int)
         Show the sibling with this node id instead.
-    edit_requested(int), regenerate_requested(int), branch_requested(int)
+    edit_requested(int), regenerate_requested(int), branch_requested(int),
+    continue_requested(int)
         The action was chosen on this card's node.
     alternatives_requested(int, int)
         "Regenerate N times" was chosen on this reply: N new replies, together.
@@ -100,6 +101,7 @@ class MessageCard(QFrame):
     sibling_requested = Signal(int)
     edit_requested = Signal(int)
     regenerate_requested = Signal(int)
+    continue_requested = Signal(int)
     alternatives_requested = Signal(int, int)
     branch_requested = Signal(int)
 
@@ -146,6 +148,17 @@ class MessageCard(QFrame):
         self.length_badge.setToolTip(LENGTH_TOOLTIP)
         self.length_badge.hide()
         header.addWidget(self.length_badge)
+        # ... and a way on from it: a longer sibling that starts with it.
+        self.continue_button = QToolButton()
+        self.continue_button.setText("Continue")
+        self.continue_button.setObjectName("ContinueButton")
+        self.continue_button.setToolTip(
+            "Go on from where this reply stopped: a longer version of it, as a "
+            "new branch beside it (this one stays)"
+        )
+        self.continue_button.clicked.connect(self._on_continue_button_clicked)
+        self.continue_button.hide()
+        header.addWidget(self.continue_button)
         header.addStretch(1)
         self._header = header
         # Where the "< 2/3 >" navigator goes (made when a sibling appears).
@@ -182,6 +195,7 @@ class MessageCard(QFrame):
             generation.get("stop_reason") == "max_tokens"
         )
         self.length_badge.setVisible(at_limit)
+        self.continue_button.setVisible(at_limit and self.node_id is not None)
 
     @property
     def text(self) -> str:
@@ -428,3 +442,8 @@ class MessageCard(QFrame):
     def _on_branch_button_clicked(self) -> None:
         assert self.node_id is not None
         self.branch_requested.emit(self.node_id)
+
+    @Slot()
+    def _on_continue_button_clicked(self) -> None:
+        if self.node_id is not None:
+            self.continue_requested.emit(self.node_id)

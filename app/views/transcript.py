@@ -71,6 +71,7 @@ class TranscriptView(QScrollArea):
     Signals
     -------
     sibling_requested(int), edit_requested(int), regenerate_requested(int),
+    continue_requested(int),
     alternatives_requested(int, int), branch_requested(int)
         Forwarded from the message cards.
     example_chosen(str)
@@ -80,6 +81,7 @@ class TranscriptView(QScrollArea):
     sibling_requested = Signal(int)
     edit_requested = Signal(int)
     regenerate_requested = Signal(int)
+    continue_requested = Signal(int)
     alternatives_requested = Signal(int, int)
     branch_requested = Signal(int)
     example_chosen = Signal(str)
@@ -314,7 +316,12 @@ class TranscriptView(QScrollArea):
     @classmethod
     def _enable_actions(cls, card: MessageCard, enabled: bool) -> None:
         # Copying and folding the thinking change nothing: always allowed.
-        allowed = (card.body, card.thinking_section, getattr(card, "copy_button", None))
+        allowed = (
+            card.body,
+            card.thinking_section,
+            card.attachments,
+            getattr(card, "copy_button", None),
+        )
         for button in card.findChildren(
             QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly
         ):
@@ -395,6 +402,7 @@ class TranscriptView(QScrollArea):
         card.sibling_requested.connect(self.sibling_requested)
         card.edit_requested.connect(self.edit_requested)
         card.regenerate_requested.connect(self.regenerate_requested)
+        card.continue_requested.connect(self.continue_requested)
         card.alternatives_requested.connect(self.alternatives_requested)
         card.branch_requested.connect(self.branch_requested)
 

@@ -238,7 +238,13 @@ class EngineWorker(QObject):
                 )
             case jobs.RegenerateParallel():
                 return self._alternatives(job)
-            case jobs.Send() | jobs.Edit() | jobs.Regenerate() | jobs.GenerateReply():
+            case (
+                jobs.Send()
+                | jobs.Edit()
+                | jobs.Regenerate()
+                | jobs.GenerateReply()
+                | jobs.ContinueReply()
+            ):
                 return self._generate(job)
             case _:  # a job type added without its case here: a bug
                 raise TypeError(f"unknown job {job!r}")
@@ -326,7 +332,12 @@ class EngineWorker(QObject):
         )
 
     def _generate(
-        self, job: jobs.Send | jobs.Edit | jobs.Regenerate | jobs.GenerateReply
+        self,
+        job: jobs.Send
+        | jobs.Edit
+        | jobs.Regenerate
+        | jobs.GenerateReply
+        | jobs.ContinueReply,
     ) -> JobResult:
         streams: dict[str, Any] = {
             "on_token": self.token_received.emit,
@@ -343,7 +354,9 @@ class EngineWorker(QObject):
                 reply = service.regenerate(node_id, params, **streams)
             case jobs.GenerateReply(node_id=node_id, params=params):
                 reply = service.reply(node_id, params, **streams)
-            case _:  # _dispatch sends only these four
+            case jobs.ContinueReply(node_id=node_id, params=params):
+                reply = service.continue_reply(node_id, params, **streams)
+            case _:  # _dispatch sends only these five
                 assert_never(job)
         return self._replied(job, [reply], job.budget_bytes)
 

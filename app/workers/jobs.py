@@ -171,6 +171,15 @@ class ContinueWithSummary:
 
 
 @dataclass(frozen=True)
+class ContinueReply:
+    """A longer sibling of reply ``node_id``, which ended at the length limit."""
+
+    node_id: int
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class CountTokens:
     """How many tokens ``text`` (a file to attach, named ``name``) takes."""
 
@@ -198,13 +207,21 @@ Job = (
     | SavePreferences
     | ContinueWithSummary
     | CountTokens
+    | ContinueReply
 )
 
 
 def is_generating(job: Job | None) -> bool:
     """Whether ``job`` streams a reply (and can be stopped)."""
     match job:
-        case Send() | Edit() | Regenerate() | RegenerateParallel() | GenerateReply():
+        case (
+            Send()
+            | Edit()
+            | Regenerate()
+            | RegenerateParallel()
+            | GenerateReply()
+            | ContinueReply()
+        ):
             return True
         case _:
             return False

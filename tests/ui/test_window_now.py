@@ -211,3 +211,26 @@ def test_the_status_bar_speaks_of_the_conversation_shown(qtbot, make_window):
     # The reply's speed was the other conversation's; the move is this one's.
     assert status.speed_label.text() == ""
     assert status.restore_label.text().startswith(("Read ", "Resumed ", "Already"))
+
+
+def test_continue_goes_on_from_a_reply_at_the_length_limit(qtbot, make_window):
+    window = make_window()
+    window.prefs = replace(
+        window.prefs, sampling=replace(window.prefs.sampling, max_tokens=3)
+    )
+    send(qtbot, window, "hi")
+    cut_card = window.transcript.cards[-1]
+    cut = cut_card.node_id
+    assert cut_card.continue_button.isVisibleTo(cut_card)
+    qtbot.mouseClick(cut_card.continue_button, Qt.MouseButton.LeftButton)
+    assert window.generating
+    wait_idle(qtbot, window)
+    longer = repository.get_node(window.db, window.active_id)
+    assert (
+        longer.id != cut
+        and longer.parent_id == repository.get_node(window.db, cut).parent_id
+    )
+    assert longer.text.startswith(repository.get_node(window.db, cut).text)
+    card = window.transcript.cards[-1]
+    assert card.node_id == longer.id and card.text == longer.text
+    assert card.sibling_position == (2, 2)  # beside the cut one, which stays
