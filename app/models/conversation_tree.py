@@ -50,7 +50,13 @@ IsActiveRole = Qt.ItemDataRole.UserRole + 4
 HasCheckpointRole = Qt.ItemDataRole.UserRole + 5
 TokensRole = Qt.ItemDataRole.UserRole + 6
 
-COLUMNS = ("Message", "Tokens", "Checkpoint")
+COLUMNS = ("Message", "Tokens", "Saved")
+# What the columns' titles mean, on hover (short titles leave the messages room).
+COLUMN_TIPS = (
+    "The message",
+    "How many tokens the message takes of the context",
+    "✓: saved with the model's state after it, so going back to it is instant",
+)
 # What a new active node changes in a row (its text and figures stay).
 ACTIVE_PATH_ROLES = (
     Qt.ItemDataRole.FontRole,
@@ -215,12 +221,12 @@ class ConversationTreeModel(QAbstractItemModel):
         orientation: Qt.Orientation,
         role: int = Qt.ItemDataRole.DisplayRole,
     ) -> Any:
-        if (
-            orientation == Qt.Orientation.Horizontal
-            and role == Qt.ItemDataRole.DisplayRole
-            and 0 <= section < len(COLUMNS)
-        ):
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return COLUMN_TIPS[section]
         return None
 
     def flags(self, index: Index) -> Qt.ItemFlag:

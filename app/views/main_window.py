@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Slot
-from PySide6.QtGui import QCloseEvent, QTextCursor
+from PySide6.QtGui import QCloseEvent, QResizeEvent, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
     QInputDialog,
@@ -111,6 +111,11 @@ class MainWindow(QMainWindow):
         self.starter_offer = widgets.starter_offer
         self.center, self.chat_page = widgets.center, widgets.chat_page
         self.splitter, self.status = widgets.splitter, widgets.status
+        # Until the user drags a divider, the panels keep their shares of the
+        # window's width as it changes (see ``resizeEvent``).
+        self._split_by_user = False
+        self.splitter.splitterMoved.connect(self._on_splitter_splitter_moved)
+        self._share_width()
         self.actions_by_name, self.recent_menu = build_actions(self)
         self.download_status = DownloadStatus(
             models,
@@ -123,6 +128,23 @@ class MainWindow(QMainWindow):
         self.preferences_changed(prefs)
         self._connect()
         self.state_changed()
+
+    def _share_width(self) -> None:
+        """Share the window's width between list, transcript and tree in the
+        proportions of a wide window: otherwise a window made narrower than
+        the splitter's first sizes takes it all from the transcript, and one
+        made wider gives it all to the transcript."""
+        width = self.width()
+        self.splitter.setSizes([round(width * share) for share in (0.19, 0.52, 0.29)])
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if not self._split_by_user:
+            self._share_width()
+
+    @Slot(int, int)
+    def _on_splitter_splitter_moved(self, _pos: int, _index: int) -> None:
+        self._split_by_user = True
 
     def _connect(self) -> None:
         # The engine controller emits on the GUI thread: the presenter's

@@ -5,7 +5,7 @@ own.
 Its texts never decide the window's width. A plain ``QLabel`` asks for its
 whole text as its minimum width, so a long model name or restore figure made
 the window wider than a small or scaled screen (1,898 px at 200 %, issue 22)
-and widened it whenever a text grew. Each text is a ``StatusLabel``: it asks
+and widened it whenever a text grew. Each text is a ``ElidedLabel``: it asks
 for a few characters at least, paints its text elided to the width it gets,
 and then tells the whole text in its tooltip. How many characters each keeps
 ranks them: Qt's box layout takes the same number of pixels from every label
@@ -18,17 +18,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtCore import QMargins, QRect, QSize, Qt
-from PySide6.QtGui import QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtCore import QSize
 from PySide6.QtWidgets import (
-    QLabel,
     QProgressBar,
     QStatusBar,
-    QStyle,
     QWidget,
 )
 
 from app.library.catalog import shipped_catalog
+from app.views.elided_label import ElidedLabel
 
 if TYPE_CHECKING:
     from app.values import ModelInfo
@@ -145,107 +143,6 @@ KEEP_DOWNLOAD = 6
 # The speed, the layers, the restore figures, the template note: "…" at the
 # least, and the whole text in the tooltip.
 KEEP_MINOR = 0
-ELLIPSIS = "…"
-
-
-class StatusLabel(QLabel):
-    """A one-line text that elides to the width it is given.
-
-    ``text()`` stays the whole text; the label paints it elided and then puts
-    it in its tooltip, above the label's own explanation (``set_detail``).
-
-    Parameters
-    ----------
-    name
-        The object name (the stylesheet's and the tests' handle).
-    text
-        The first text.
-    keep
-        How many characters (of average width) the label asks for at least;
-        a shorter text asks for its own width.
-    """
-
-    def __init__(self, name: str, text: str = "", keep: int = KEEP_MINOR) -> None:
-        super().__init__(text)
-        self.setObjectName(name)
-        self._keep = keep
-        self._detail = ""
-        # QLabel indents a framed text (the template note's) by half an "x".
-        # The stylesheet's padding spaces it already, and without the indent
-        # the painting below, elided to the contents rectangle, matches the
-        # size hints.
-        self.setIndent(0)
-
-    def setText(self, text: str) -> None:
-        """Set the whole text (painted elided when it does not fit)."""
-        super().setText(text)
-        self._update_tooltip()
-
-    def set_detail(self, detail: str) -> None:
-        """Set the tooltip's explanation, shown below the whole text when elided."""
-        self._detail = detail
-        self._update_tooltip()
-
-    def detail(self) -> str:
-        """The tooltip's explanation."""
-        return self._detail
-
-    def shown_text(self) -> str:
-        """The text as painted: elided to the label's width when it is too long."""
-        return self.fontMetrics().elidedText(
-            self.text(), Qt.TextElideMode.ElideRight, self._text_rect().width()
-        )
-
-    def is_elided(self) -> bool:
-        """Whether the label is too narrow for its whole text."""
-        return self.shown_text() != self.text()
-
-    def minimumSizeHint(self) -> QSize:
-        hint = self.sizeHint()
-        metrics = self.fontMetrics()
-        # Padding, frame and margins: what the hint holds besides the text.
-        chrome = hint.width() - metrics.horizontalAdvance(self.text())
-        keep = (
-            chrome
-            + metrics.averageCharWidth() * self._keep
-            + metrics.horizontalAdvance(ELLIPSIS)
-        )
-        return QSize(min(hint.width(), keep), hint.height())
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        # QLabel paints its whole text, cut off at the edge; this paints it
-        # elided, as QLabel would otherwise (frame, alignment, palette).
-        painter = QPainter(self)
-        self.drawFrame(painter)
-        alignment = QStyle.visualAlignment(self.layoutDirection(), self.alignment())
-        self.style().drawItemText(
-            painter,
-            self._text_rect(),
-            int(alignment.value),
-            self.palette(),
-            self.isEnabled(),
-            self.shown_text(),
-            self.foregroundRole(),
-        )
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        # Narrower or wider, the text may now fit, or no longer.
-        self._update_tooltip()
-
-    def _text_rect(self) -> QRect:
-        margin = self.margin()
-        return self.contentsRect().marginsRemoved(
-            QMargins(margin, margin, margin, margin)
-        )
-
-    def _update_tooltip(self) -> None:
-        parts = [self.text()] if self.is_elided() else []
-        if self._detail:
-            parts.append(self._detail)
-        self.setToolTip("\n\n".join(parts))
-
-
 class ArborStatusBar(QStatusBar):
     """The window's status bar; every figure is a label tests can read.
 
@@ -261,21 +158,21 @@ class ArborStatusBar(QStatusBar):
         self.busy_bar.setFixedSize(48, 12)
         self.busy_bar.setTextVisible(False)
         self.busy_bar.hide()
-        self.busy_label = StatusLabel("StatusBusy", keep=KEEP_BUSY)
+        self.busy_label = ElidedLabel("StatusBusy", keep=KEEP_BUSY)
         # A download goes on with the Models dialog closed: it shows here.
-        self.download_label = StatusLabel("StatusDownload", keep=KEEP_DOWNLOAD)
+        self.download_label = ElidedLabel("StatusDownload", keep=KEEP_DOWNLOAD)
         self.download_label.hide()
-        self.model_label = StatusLabel("StatusModel", "No model loaded", KEEP_MODEL)
-        self.layers_label = StatusLabel("StatusLayers")
-        self.context_label = StatusLabel("StatusContext", keep=KEEP_CONTEXT)
+        self.model_label = ElidedLabel("StatusModel", "No model loaded", KEEP_MODEL)
+        self.layers_label = ElidedLabel("StatusLayers")
+        self.context_label = ElidedLabel("StatusContext", keep=KEEP_CONTEXT)
         self.context_meter = QProgressBar()
         self.context_meter.setObjectName("ContextMeter")
         self.context_meter.setFixedSize(64, 8)
         self.context_meter.setTextVisible(False)
         self.context_meter.hide()
-        self.restore_label = StatusLabel("StatusRestore")
-        self.speed_label = StatusLabel("StatusSpeed")
-        self.chat_format_label = StatusLabel("StatusChatFormat", CHATML_NOTE)
+        self.restore_label = ElidedLabel("StatusRestore")
+        self.speed_label = ElidedLabel("StatusSpeed")
+        self.chat_format_label = ElidedLabel("StatusChatFormat", CHATML_NOTE)
         self.chat_format_label.hide()
         self.addWidget(self.busy_bar)
         self.addWidget(self.busy_label)

@@ -41,6 +41,7 @@ from app.models.conversation_tree import (
     MessageRoleRole,
     NodeIdRole,
 )
+from app.views.elided_label import ElidedLabel
 from app.views.theme import icon
 from app.views.tree_graph import TreeGraphView
 
@@ -84,8 +85,9 @@ class TreePanel(QWidget):
         layout.setContentsMargins(6, 10, 10, 10)
         layout.setSpacing(6)
         header = QHBoxLayout()
-        title = QLabel("Conversation tree")
-        title.setObjectName("PanelTitle")
+        # Elided when the panel is narrow: the title must not hold a small or
+        # scaled screen's window wider than it can be.
+        title = ElidedLabel("PanelTitle", "Conversation tree", keep=4)
         header.addWidget(title, 1)
         self.list_button = self._toggle_button("List", "Show the tree as a list")
         self.graph_button = self._toggle_button(
