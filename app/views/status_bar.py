@@ -140,9 +140,10 @@ KEEP_BUSY = 18  # "Loading the model…": what the app is doing now
 KEEP_CONTEXT = 22  # "context 3,999 / 4,096…": with the meter, how full it is
 KEEP_MODEL = 8
 KEEP_DOWNLOAD = 6
-# The speed, the layers, the restore figures, the template note: "…" at the
-# least, and the whole text in the tooltip.
-KEEP_MINOR = 0
+# The speed, the layers, the restore figures, the template note keep none:
+# "…" at the least, and the whole text in the tooltip.
+
+
 class ArborStatusBar(QStatusBar):
     """The window's status bar; every figure is a label tests can read.
 
