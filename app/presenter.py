@@ -162,6 +162,9 @@ class View(Protocol):
     def refresh_list(self, selected: int | None) -> None:
         """Re-read the conversation list and highlight ``selected``."""
 
+    def offer_choice(self, replies: list[tuple[int, str]]) -> None:
+        """Replies made together (node id, text): side by side, to keep one."""
+
     def conversation_removed(self, conversation_id: int) -> None:
         """Take a conversation out of the list at once (it is being deleted)."""
 
@@ -752,12 +755,22 @@ class WindowPresenter:
     def on_progress(self, done: int, total: int) -> None:
         """The running job's long work got this far."""
         job = self.running_job
-        text = progress_text(job, done, total) if job is not None else None
+        stream = self.stream
+        if job is None:
+            return
+        if done >= total:
+            # Read: the job goes on with what it does otherwise (generating).
+            self.view.set_busy(busy_text(job))
+            self.view.show_progress(0, 0)
+            return
+        text = progress_text(job, done, total)
+        if stream is not None and stream.pieces:
+            # After the replies streamed: their checkpoints being made.
+            text = f"Saving the replies… {done:,} of {total:,} tokens"
         if text is None:
             return
         self.view.set_busy(text)
         self.view.show_progress(done, total)
-        stream = self.stream
         if stream is not None and job is self.generating_job:
             self.view.show_generating(stream.conversation_id, text)
             if self.stream_shown:
@@ -1022,6 +1035,9 @@ class WindowPresenter:
         # Same path, now complete: a user reading higher up stays there. The
         # job stored it as the place to reopen already: nothing to write.
         self._show_active(target, follow=False)
+        if len(result.replies) > 1:
+            # Made together: side by side, to keep one (the first is active).
+            self.view.offer_choice([(r.assistant_node, r.text) for r in result.replies])
         self.view.refresh_list(self.conversation_id)
         cut = reply is not None and reply.stats.stop_reason == "context_full"
         if result.context_full or cut:

@@ -317,6 +317,10 @@ class MainWindow(QMainWindow):
         """The shown branch does not fit the loaded context."""
         self.status.set_context_full()
 
+    def offer_choice(self, replies: list[tuple[int, str]]) -> None:
+        """Show replies made together side by side, to keep one."""
+        self.transcript.offer_choice(replies)
+
     def refresh_list(self, selected: int | None) -> None:
         """Re-read the conversation list."""
         self.sidebar.refresh(selected)

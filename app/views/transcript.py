@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
 
 from app.models.tree_snapshot import PathEntry
 from app.values import ModelInfo
-from app.views.alternatives import AlternativesRow
+from app.views.alternatives import AlternativesRow, ChoiceRow
 from app.views.empty_state import EmptyState
 from app.views.message_card import MessageCard
 from storage.repository import NodeSummary
@@ -113,6 +113,8 @@ class TranscriptView(QScrollArea):
         self._actions_enabled = True
         self.streaming_card: MessageCard | None = None
         self.alternatives: AlternativesRow | None = None
+        # Replies made together, finished, side by side to pick from.
+        self.choices: ChoiceRow | None = None
         self._stream_parts: list[str] = []
         self._thinking_parts: list[str] = []
         self._repaint_timer = QTimer(self)
@@ -209,6 +211,18 @@ class TranscriptView(QScrollArea):
         self.alternatives.show()
         self.empty_state.hide()
         self._scroll_to_end()
+
+    def offer_choice(self, replies: list[tuple[int, str]]) -> None:
+        """Show ``replies`` (node id, text) side by side in place of the path's
+        last card, each with "Keep this one"."""
+        self._end_choice()
+        if len(replies) < 2 or not self.cards:
+            return
+        self.choices = ChoiceRow(replies)
+        self.choices.chosen.connect(self._on_choices_chosen)
+        self.cards[-1].hide()
+        self._layout.insertWidget(self._layout.count() - 1, self.choices)
+        self.choices.show()
 
     def append_alternative(self, index: int, piece: str) -> None:
         """Add a piece of alternative ``index``'s answer (``begin_alternatives``)."""
@@ -447,8 +461,27 @@ class TranscriptView(QScrollArea):
         card.hide()
         card.deleteLater()
 
+    def _end_choice(self) -> None:
+        """Take the replies to pick from away; the path's last card is back."""
+        if self.choices is None:
+            return
+        self._layout.removeWidget(self.choices)
+        self.choices.hide()
+        self.choices.deleteLater()
+        self.choices = None
+        if self.cards:
+            self.cards[-1].show()
+
+    @Slot(int)
+    def _on_choices_chosen(self, node_id: int) -> None:
+        # The reply kept becomes the path's (a branch switch, as a click on
+        # its node); the first is the path's already.
+        self._end_choice()
+        self.branch_requested.emit(node_id)
+
     def _end_reply(self) -> None:
         """Forget the reply that streamed (its cards leave with the path)."""
+        self._end_choice()
         self._repaint_timer.stop()
         self.streaming_card = None
         self._stream_parts = []

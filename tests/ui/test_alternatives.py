@@ -50,6 +50,17 @@ def test_regenerate_x3_streams_side_by_side_and_adds_three_siblings(qtbot, make_
     # Where the conversation reopens: the one shown, though the last was added last.
     conversation = repository.get_conversation(window.db, window.conversation_id)
     assert conversation.active_node_id == new[0]
+    # The three stay side by side, to keep one; going on keeps the first.
+    choices = window.transcript.choices
+    assert choices is not None and choices.isVisible()
+    assert [c.text for c in choices.cards] == [s.text for s in siblings[1:]]
+    assert not window.transcript.cards[-1].isVisible()
+    qtbot.mouseClick(choices.buttons[2], Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window)
+    assert window.transcript.choices is None and window.active_id == new[2]
+    assert window.transcript.cards[-1].text == siblings[3].text
+    window.activate(new[0])
+    wait_idle(qtbot, window)
     last = window.transcript.cards[-1]
     assert last.node_id == new[0] and last.sibling_label.text() == "2/4"
 
