@@ -15,6 +15,7 @@ Run: ``python -m app.bench.stop_latency [MODEL] [--tokens N] [--runs N]``
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import sys
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from app.backend.engine import LlamaEngine
-from app.backend.errors import Interrupted
+from app.backend.errors import BackendError, Interrupted
 from app.backend.settings import BackendSettings
 from app.starter_model import starter_model_path
 
@@ -38,22 +39,21 @@ def prompt_tokens(engine: LlamaEngine, n_tokens: int) -> list[int]:
     return tokens[:n_tokens]
 
 
-def read_in_full(engine: LlamaEngine, tokens: list[int]) -> tuple[float, int]:
-    """Decode ``tokens`` from an empty context: (milliseconds, progress reports)."""
-    reports = 0
+def read_in_full(engine: LlamaEngine, tokens: list[int]) -> list[float]:
+    """Decode ``tokens`` from an empty context; the milliseconds of each batch
+    (the time between two progress reports: later batches attend to more
+    tokens, and take longer)."""
+    marks: list[float] = []
 
     def watch(_done: int, _total: int) -> bool:
-        nonlocal reports
-        reports += 1
+        marks.append(time.perf_counter())
         return True
 
     engine.truncate(0)
     engine.decode_watch = watch
-    started = time.perf_counter()
     engine.decode(tokens)
-    elapsed = (time.perf_counter() - started) * 1000
     engine.decode_watch = None
-    return elapsed, reports
+    return [(b - a) * 1000 for a, b in itertools.pairwise(marks)]
 
 
 def stop_latency(engine: LlamaEngine, tokens: list[int], after_ms: float) -> float:
@@ -95,23 +95,31 @@ def main(argv: list[str] | None = None) -> int:
     settings = BackendSettings(
         n_ctx=args.tokens + 64, n_batch=args.n_batch, n_threads=args.threads
     )
-    with LlamaEngine(args.model, settings) as engine:
+    try:
+        engine = LlamaEngine(args.model, settings)
+    except BackendError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    with engine:
         tokens = prompt_tokens(engine, args.tokens)
-        full_ms, reports = read_in_full(engine, tokens)
-        batches = len(engine.batch_sizes(len(tokens)))
-        per_batch = full_ms / batches
+        batch_ms = read_in_full(engine, tokens)
+        full_ms = sum(batch_ms)
         rng = random.Random(0)
         latencies = [
             stop_latency(engine, tokens, rng.uniform(0.1, 0.8) * full_ms)
             for _ in range(args.runs)
         ]
     print(f"model: {args.model.name}, n_batch {engine.n_batch}, {len(tokens):,} tokens")
-    print(f"read in full: {full_ms:,.0f} ms in {batches} batches, {reports} reports")
-    print(f"one batch: {per_batch:,.0f} ms")
+    longest = max(batch_ms)
+    print(f"read in full: {full_ms:,.0f} ms in {len(batch_ms)} batches")
+    print(
+        f"one batch: {min(batch_ms):,.0f} ms (the first) to {longest:,.0f} ms "
+        "(the longest)"
+    )
     print(
         f"Stop to return over {len(latencies)} runs: median "
         f"{statistics.median(latencies):,.0f} ms, max {max(latencies):,.0f} ms "
-        f"({max(latencies) / per_batch:.2f} batches)"
+        f"({max(latencies) / longest:.2f} of the longest batch)"
     )
     return 0
 
