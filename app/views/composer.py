@@ -335,6 +335,8 @@ class Composer(QWidget):
             self.stop_clicked.emit()
         else:
             self.send_clicked.emit()
+        # The keyboard goes back to the message, to write the next one.
+        self.edit.setFocus()
 
     @Slot(int)
     def _on_reasoning_box_activated(self, index: int) -> None:

@@ -234,3 +234,16 @@ def test_continue_goes_on_from_a_reply_at_the_length_limit(qtbot, make_window):
     card = window.transcript.cards[-1]
     assert card.node_id == longer.id and card.text == longer.text
     assert card.sibling_position == (2, 2)  # beside the cut one, which stays
+
+
+def test_after_send_the_keyboard_is_back_in_the_message_box(qtbot, make_window):
+    window = make_window()
+    window.activateWindow()
+    qtbot.keyClicks(window.composer.edit, "hello")
+    button = window.composer.send_button
+    button.setFocus()  # as a click gives it
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window)
+    assert window.composer.edit.hasFocus() or (
+        QApplication.focusWidget() is window.composer.edit
+    )
