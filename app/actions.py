@@ -150,6 +150,11 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "focus_tree", "&Focus conversation tree", "focus_tree", ("Ctrl+Shift+T",)
     ),
+    # Ctrl+= as well: "+" is Shift+= on many keyboards, and zooming in should
+    # not need Shift (browsers take both).
+    ActionSpec("zoom_in", "Zoom &in", "zoom.zoom_in", ("Ctrl++", "Ctrl+=")),
+    ActionSpec("zoom_out", "Zoom &out", "zoom.zoom_out", ("Ctrl+-",)),
+    ActionSpec("actual_size", "&Actual size", "zoom.actual_size", ("Ctrl+0",)),
     # Go: a keyboard walk through the tree from the active node.
     ActionSpec(
         "previous_branch",
@@ -218,7 +223,10 @@ MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
         ),
     ),
     ("&Tools", ("settings", "storage")),
-    ("&View", ("tree", "focus_tree")),
+    (
+        "&View",
+        ("tree", "focus_tree", None, "zoom_in", "zoom_out", "actual_size"),
+    ),
     ("&Go", ("previous_branch", "next_branch", "parent_message", "child_message")),
     ("&Help", ("shortcuts", None, "about")),
 )
@@ -242,5 +250,7 @@ SHORTCUTS_HELP = (
     "Ctrl+E\tedit your last message\n"
     "Ctrl+Shift+T\tfocus the conversation tree\n"
     "Ctrl+T\tshow or hide the conversation tree\n"
+    "Ctrl++ (or Ctrl+=) / Ctrl+-\tlarger / smaller text\n"
+    "Ctrl+0\ttext at its actual size\n"
     "Del\t(in the tree) delete a branch"
 )

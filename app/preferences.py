@@ -30,8 +30,23 @@ DEFAULTS: dict[str, Any] = {
     "tree_view": "list",
     # Where downloaded models go; None: the models folder of the data folder.
     "models_dir": None,
+    # The window's text size, in percent of the system's (one of TEXT_SCALES).
+    "text_scale": 100,
 }
 TREE_VIEWS = ("list", "graph")
+# The text sizes zooming steps through, in percent, as a browser's zoom does:
+# finer steps near 100 %, where a step is a larger share of what is read.
+TEXT_SCALES = (80, 90, 100, 110, 125, 150, 175, 200)
+
+
+def step_text_scale(scale: int, steps: int) -> int:
+    """The text size ``steps`` zoom steps from ``scale`` (negative: smaller).
+
+    It stops at the smallest and the largest of ``TEXT_SCALES``. A ``scale``
+    between two steps counts as the nearest one.
+    """
+    at = min(range(len(TEXT_SCALES)), key=lambda i: abs(TEXT_SCALES[i] - scale))
+    return TEXT_SCALES[max(0, min(len(TEXT_SCALES) - 1, at + steps))]
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class Preferences:
     checkpoint_budget_mb: int
     tree_view: str = "list"
     models_dir: str | None = None
+    text_scale: int = 100
 
     @property
     def checkpoint_budget_bytes(self) -> int | None:
@@ -91,7 +107,14 @@ def load_preferences(db: Database) -> Preferences:
         checkpoint_budget_mb=max(0, int(values["checkpoint_budget_mb"] or 0)),
         tree_view=values["tree_view"] if values["tree_view"] in TREE_VIEWS else "list",
         models_dir=str(values["models_dir"]) if values["models_dir"] else None,
+        text_scale=_text_scale(values["text_scale"]),
     )
+
+
+def _text_scale(value: Any) -> int:
+    """A stored text size, or 100 where it is not one of ``TEXT_SCALES``
+    (a database edited by hand, or by a later version with other steps)."""
+    return value if isinstance(value, int) and value in TEXT_SCALES else 100
 
 
 def save_preferences(db: Database, prefs: Preferences) -> None:
@@ -104,3 +127,4 @@ def save_preferences(db: Database, prefs: Preferences) -> None:
     repository.set_setting(db, "checkpoint_budget_mb", prefs.checkpoint_budget_mb)
     repository.set_setting(db, "tree_view", prefs.tree_view)
     repository.set_setting(db, "models_dir", prefs.models_dir)
+    repository.set_setting(db, "text_scale", prefs.text_scale)

@@ -54,6 +54,7 @@ from app.views.theme import app_icon
 from app.views.welcome import choose_model_file, start_folder
 from app.views.window_actions import build_actions, fill_recent_menu
 from app.views.window_layout import build_layout, fit_to_screen
+from app.views.zoom import TextZoom
 from app.workers.engine_thread import EngineController
 from app.workers.library_worker import ModelServices
 from storage.db import Database
@@ -116,6 +117,7 @@ class MainWindow(QMainWindow):
         self._split_by_user = False
         self.splitter.splitterMoved.connect(self._on_splitter_splitter_moved)
         self._share_width()
+        self.zoom = TextZoom(self)  # before the actions: the zoom's are its own
         self.actions_by_name, self.recent_menu = build_actions(self)
         self.download_status = DownloadStatus(
             models,
@@ -423,10 +425,12 @@ class MainWindow(QMainWindow):
 
     def preferences_changed(self, prefs: Preferences) -> None:
         """Show the recent models on the welcome page and in the File menu, and
-        the model the welcome page offers (it depends on the context size)."""
+        the model the welcome page offers (it depends on the context size),
+        and the text at its size."""
         self.welcome.set_recent(list(prefs.recent_models))
         fill_recent_menu(self.recent_menu, prefs.recent_models, self.load_model)
         self.download_status.set_context_size(prefs.backend.n_ctx)
+        self.zoom.set_scale(prefs.text_scale)
 
     def state_changed(self) -> None:
         """Enable what can be done now; the composer says what it takes."""

@@ -1,4 +1,5 @@
-"""``SettingsDialog``: model file, backend, sampling and the default system prompt.
+"""``SettingsDialog``: model file, backend, sampling, the default system prompt
+and the text size.
 
 It edits a ``Preferences`` value and validates it inline (the backend's own
 dataclasses say what is invalid); the window persists the result and reloads
@@ -32,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.library.catalog import shipped_catalog
-from app.preferences import Preferences
+from app.preferences import TEXT_SCALES, Preferences
 from app.values import (
     KV_CACHE_TYPES,
     BackendSettings,
@@ -209,6 +210,21 @@ class SettingsDialog(QDialog):
         layout.addWidget(label)
         self.system_prompt = QPlainTextEdit(prefs.system_prompt)
         layout.addWidget(self.system_prompt)
+        # The zoom's steps (View → Zoom in, Ctrl++), and nothing between them:
+        # a choice of these needs no check.
+        self.text_scale = QComboBox()
+        self.text_scale.setObjectName("TextScale")
+        for scale in TEXT_SCALES:
+            self.text_scale.addItem(f"{scale} %", scale)
+        at = self.text_scale.findData(prefs.text_scale)
+        self.text_scale.setCurrentIndex(at if at >= 0 else TEXT_SCALES.index(100))
+        self.text_scale.setToolTip(
+            "The size of the messages' text and of the text you write; "
+            "View → Zoom in / Zoom out (Ctrl++ / Ctrl+-) change it too."
+        )
+        size_row = QFormLayout()
+        size_row.addRow("Text size", self.text_scale)
+        layout.addLayout(size_row)
         return page
 
     @staticmethod
@@ -263,6 +279,7 @@ class SettingsDialog(QDialog):
             sampling=sampling,
             models_dir=models_dir,
             system_prompt=self.system_prompt.toPlainText().strip(),
+            text_scale=int(self.text_scale.currentData()),
         )
         return prefs.with_model(model) if model else prefs
 
