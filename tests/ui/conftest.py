@@ -49,6 +49,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _app_style_restored(qapp) -> Iterator[None]:
+    """Put the application's style, style sheet, font and palette back after a test:
+    a test that runs the real start-up (the theme) would leave them to the
+    tests after it, whose sizes then depend on the order they run in."""
+    sheet, font, palette = qapp.styleSheet(), qapp.font(), qapp.palette()
+    style = qapp.style().name()
+    yield
+    if qapp.style().name() != style:
+        qapp.setStyle(style)
+    qapp.setStyleSheet(sheet)
+    qapp.setFont(font)
+    qapp.setPalette(palette)
+
+
+@pytest.fixture(autouse=True)
 def _no_dangling_qthreads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Fail a test that leaves a QThread running."""
     started: list[QThread] = []

@@ -89,6 +89,9 @@ class GpuLayersField(QWidget):
             )
         self.auto.toggled.connect(self._on_auto_toggled)
         self.slider.valueChanged.connect(self._on_slider_value_changed)
+        # Without a GPU the field only shows 0; the setting stays as it was,
+        # so that OK changes nothing here (and reloads no model for it).
+        self._kept = None if gpu_supported else value
         if not gpu_supported:
             self.auto.setChecked(False)
             self.slider.setValue(0)
@@ -98,7 +101,9 @@ class GpuLayersField(QWidget):
         self._show()
 
     def value(self) -> int:
-        """The setting as chosen."""
+        """The setting as chosen (as it was, where no GPU can be used)."""
+        if self._kept is not None:
+            return self._kept
         if self.auto.isChecked():
             return AUTO_GPU_LAYERS
         layers = self.slider.value()
