@@ -115,6 +115,10 @@ def test_the_scale_stops_at_its_ends(qtbot, make_window):
 
 def test_at_the_largest_size_the_messages_still_fit_the_view(qtbot, make_window):
     window = make_window()
+    # A usual window (the offscreen screen's default one is narrower than a
+    # code header at 200 % in some fonts): the page must not widen in it.
+    window.resize(1100, 800)
+    qtbot.wait(50)
     _send_markdown(qtbot, window, MESSAGE)
     transcript = window.transcript
     title = transcript.cards[0].findChild(QLabel, "MessageRole")
