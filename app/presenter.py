@@ -305,11 +305,6 @@ class WindowPresenter:
         return not self.generating and not self.read_only
 
     @property
-    def pending_text(self) -> str | None:
-        """The user's text the reply being generated was sent with, if any."""
-        return self.stream.pending_text if self.stream is not None else None
-
-    @property
     def can_reply(self) -> bool:
         """Whether a reply can be asked for (writable, a model loaded)."""
         return self.writable and self.model_info is not None

@@ -152,18 +152,23 @@ class TranscriptView(QScrollArea):
         # end: their cards become those of their nodes, not made again.
         unsaved = [card for card in self.cards if card.node_id is None]
         stored_at = len(entries) - len(unsaved)
-        wanted = [
-            self._card_for_node(
+        # No system prompt: nothing worth a card.
+        carded = [
+            (at, entry)
+            for at, entry in enumerate(entries)
+            if entry.node.role != "root" or entry.node.text.strip()
+        ]
+        wanted = []
+        for at, entry in carded:
+            card = self._card_for_node(
                 entry.node,
                 siblings[entry.node.id],
                 thinking.get(entry.node.id, ""),
                 shown,
                 unsaved if at >= stored_at else [],
             )
-            for at, entry in enumerate(entries)
-            # No system prompt: nothing worth a card.
-            if entry.node.role != "root" or entry.node.text.strip()
-        ]
+            card.show_generation(entry.node.generation)  # figures, badges
+            wanted.append(card)
         # The cards the two paths share at the top stay where they are; the
         # rest leave the layout, and the new path's rest is added below them.
         same = 0
@@ -372,19 +377,6 @@ class TranscriptView(QScrollArea):
         self.cards.append(card)
 
     def _card_for_node(
-        self,
-        node: NodeSummary,
-        siblings: list[int],
-        thinking: str,
-        shown: dict[int | None, MessageCard],
-        unsaved: list[MessageCard],
-    ) -> MessageCard:
-        """The card of a message, with how it was made (figures, badges)."""
-        card = self._pick_card(node, siblings, thinking, shown, unsaved)
-        card.show_generation(node.generation)
-        return card
-
-    def _pick_card(
         self,
         node: NodeSummary,
         siblings: list[int],
