@@ -273,6 +273,15 @@ def _add_conversation_model(raw: sqlite3.Connection) -> None:
             raw.execute(f"ALTER TABLE conversation ADD COLUMN {column} {kind}")
 
 
+def _add_parent_index_and_sampling(raw: sqlite3.Connection) -> None:
+    # Version 6: an index on node.parent_id alone (deleting a node finds its
+    # children through it instead of scanning the file), and the sampling
+    # each conversation was given (NULL: the Settings' own).
+    raw.execute("CREATE INDEX IF NOT EXISTS ix_node_parent ON node (parent_id)")
+    if "sampling" not in _column_names(raw, "conversation"):
+        raw.execute("ALTER TABLE conversation ADD COLUMN sampling JSON")
+
+
 def _column_names(raw: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
 
@@ -283,4 +292,5 @@ _STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _autoincrement_ids_and_bound_checksums,
     3: _add_search_index,
     4: _add_conversation_model,
+    5: _add_parent_index_and_sampling,
 }

@@ -55,6 +55,9 @@ class Conversation(Base):
     # one under the same name is not). None before a reply was generated.
     model_path: Mapped[str | None] = mapped_column(Text)
     model_identity: Mapped[str | None] = mapped_column(String(64))
+    # The sampling the conversation's replies use (temperature, top_p, ...,
+    # and the name of the preset they came from); None: the Settings' own.
+    sampling: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
@@ -77,6 +80,9 @@ class Node(Base):
     __tablename__ = "node"
     __table_args__ = (
         Index("ix_node_conversation_parent", "conversation_id", "parent_id"),
+        # Deleting a node looks up its children by parent alone (the foreign
+        # key's check and cascade), which the index above cannot serve.
+        Index("ix_node_parent", "parent_id"),
         {"sqlite_autoincrement": True},
     )
 
