@@ -91,6 +91,13 @@ ACTIONS: tuple[ActionSpec, ...] = (
         when=When.WRITABLE,
     ),
     ActionSpec(
+        "conversation_settings",
+        "System &prompt and sampling…",
+        "ask_conversation_settings",
+        ("Ctrl+Shift+P",),
+        when=When.WRITABLE,
+    ),
+    ActionSpec(
         "delete_conversation",
         "&Delete conversation…",
         "ask_delete_current",
@@ -212,6 +219,7 @@ MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
             "stop",
             None,
             "rename",
+            "conversation_settings",
             "delete_conversation",
             "filter",
             "find",
@@ -243,6 +251,7 @@ SHORTCUTS_HELP = (
     "Ctrl+F\tfilter conversations\n"
     "Ctrl+Shift+F\tfind in all conversations\n"
     "F2\trename the conversation\n"
+    "Ctrl+Shift+P\tits system prompt (a new branch) and sampling, presets\n"
     "Alt+Left / Alt+Right\tprevious / next branch at the nearest fork\n"
     "Alt+Up / Alt+Down\tparent / newest child message\n"
     "Ctrl+R\tregenerate the last reply (a new sibling)\n"

@@ -11,6 +11,7 @@ from typing import Any
 
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.presets import STARTER_PRESETS, Preset, presets_from_stored
 from storage import repository
 from storage.db import Database
 
@@ -32,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "models_dir": None,
     # The window's text size, in percent of the system's (one of TEXT_SCALES).
     "text_scale": 100,
+    # Named system prompts with their sampling, to pick per conversation.
+    "presets": [preset.as_dict() for preset in STARTER_PRESETS],
 }
 TREE_VIEWS = ("list", "graph")
 # The text sizes zooming steps through, in percent, as a browser's zoom does:
@@ -62,6 +65,7 @@ class Preferences:
     tree_view: str = "list"
     models_dir: str | None = None
     text_scale: int = 100
+    presets: tuple[Preset, ...] = STARTER_PRESETS
 
     @property
     def checkpoint_budget_bytes(self) -> int | None:
@@ -108,6 +112,7 @@ def load_preferences(db: Database) -> Preferences:
         tree_view=values["tree_view"] if values["tree_view"] in TREE_VIEWS else "list",
         models_dir=str(values["models_dir"]) if values["models_dir"] else None,
         text_scale=_text_scale(values["text_scale"]),
+        presets=presets_from_stored(values["presets"]),
     )
 
 
@@ -128,3 +133,4 @@ def save_preferences(db: Database, prefs: Preferences) -> None:
     repository.set_setting(db, "tree_view", prefs.tree_view)
     repository.set_setting(db, "models_dir", prefs.models_dir)
     repository.set_setting(db, "text_scale", prefs.text_scale)
+    repository.set_setting(db, "presets", [p.as_dict() for p in prefs.presets])

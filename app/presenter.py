@@ -24,6 +24,7 @@ from app.conversation.titles import title_from
 from app.library.catalog import shipped_catalog
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences
+from app.presets import Preset, conversation_sampling, stored_sampling
 from app.reply_stream import ReplyStream
 from app.values import BackendSettings, ModelInfo, SamplingParams
 from app.workers import jobs
@@ -95,6 +96,10 @@ def failure_title(job: jobs.Job) -> str:
             return "Could not load the model"
         case jobs.NewConversation():
             return "Could not create the conversation"
+        case jobs.NewSystemPrompt():
+            return "Could not change the system prompt"
+        case jobs.SetSampling():
+            return "Could not change the sampling"
         case jobs.ContinueWithSummary():
             return "Could not continue from a summary"
         case jobs.CountTokens():
@@ -556,11 +561,12 @@ class WindowPresenter:
     def _name_after(self, first_message: str) -> None:
         """Show the name a first message gives the shown conversation at once,
         as the worker stores it with the message (not once the reply is done)."""
-        record = self.shown_record
+        record, active = self.shown_record, self.snapshot.nodes.get(self.active_id or 0)
         if (
             record is None
             or record.title != DEFAULT_TITLE
-            or self.active_id != self.snapshot.root_id
+            or active is None
+            or active.parent_id is not None  # not a first message
         ):
             return
         title = title_from(first_message)
@@ -669,19 +675,56 @@ class WindowPresenter:
     # --- changing conversations ---------------------------------------------------
 
     def new_conversation(
-        self, system_prompt: str | None = None, title: str | None = None
+        self,
+        system_prompt: str | None = None,
+        title: str | None = None,
+        preset: Preset | None = None,
     ) -> None:
         """Start a conversation; ``system_prompt`` None: the preferred one.
+        With a ``preset``, its replies use the preset's sampling.
 
         The conversation shown is new already (nothing written in it, no
         system prompt, no title of the user's): it is kept, not doubled.
         """
         if system_prompt is None:
             system_prompt = self.prefs.system_prompt or None
-        if self._shown_is_unused() and not system_prompt and not title:
+        if (
+            self._shown_is_unused()
+            and not system_prompt
+            and not title
+            and preset is None
+        ):
             self.view.show_message("This conversation is new: write the first message.")
             return
-        self.engine.submit(jobs.NewConversation(system_prompt, title))
+        sampling, name = (preset.sampling, preset.name) if preset else (None, None)
+        self.engine.submit(jobs.NewConversation(system_prompt, title, sampling, name))
+
+    def branch_system_prompt(self) -> str:
+        """The system prompt of the branch shown (the text of its root)."""
+        if self.active_id is None or self.active_id not in self.snapshot:
+            return ""
+        return self.snapshot.nodes[self.snapshot.path(self.active_id)[0]].text
+
+    def conversation_sampling(self) -> tuple[SamplingParams, str | None]:
+        """The sampling the shown conversation's replies use, and its preset."""
+        stored = self.shown_record.sampling if self.shown_record else None
+        return conversation_sampling(stored, self.prefs.sampling)
+
+    def change_conversation_settings(
+        self, system_prompt: str, sampling: SamplingParams | None, preset: str | None
+    ) -> None:
+        """Give the shown conversation ``sampling`` (None: the Settings') and,
+        where ``system_prompt`` is not the branch's, a new branch from a new
+        start with it: the branches written with the old one stay."""
+        record = self.shown_record
+        if record is None or self.generating:
+            return
+        stored = stored_sampling(sampling, preset)
+        if stored != record.sampling:
+            self.engine.submit(jobs.SetSampling(record.id, sampling, preset))
+            self.shown_record = replace(record, sampling=stored)
+        if system_prompt.strip() != self.branch_system_prompt().strip():
+            self.engine.submit(jobs.NewSystemPrompt(record.id, system_prompt.strip()))
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         """Give a conversation a new title (shown at once, stored by the worker)."""
@@ -813,6 +856,13 @@ class WindowPresenter:
                 if result.conversation_id is not None:
                     self.view.refresh_list(result.conversation_id)
                     self.show_conversation(result.conversation_id)
+            case jobs.NewSystemPrompt(conversation_id=changed):
+                if result.node_id is not None and changed == self.conversation_id:
+                    self.reload_tree()
+                    self.activate(result.node_id)
+                    self.view.refresh_list(changed)
+            case jobs.SetSampling(conversation_id=changed) if result.error:
+                self._show_stored_sampling(changed)
             case jobs.CountTokens(name=name):
                 self._counted(name, result)
             case jobs.Restore() if result.context_full:
@@ -954,7 +1004,7 @@ class WindowPresenter:
         return parent
 
     def _sampling(self) -> SamplingParams:
-        return self.prefs.sampling
+        return self.conversation_sampling()[0]
 
     def _begin_generation(
         self, job: jobs.Job, prefix_id: int, pending_text: str | None
@@ -1143,6 +1193,12 @@ class WindowPresenter:
         if record is not None:
             self.reasoning = record.reasoning
             self.view.show_reasoning(record.reasoning)
+
+    def _show_stored_sampling(self, conversation_id: int) -> None:
+        # After a failed change: use what is stored, not what was asked for.
+        record, shown = self._stored_record(conversation_id), self.shown_record
+        if record is not None and shown is not None and shown.id == conversation_id:
+            self.shown_record = replace(shown, sampling=record.sampling)
 
     def _show_stored_title(self, conversation_id: int) -> None:
         # After a failed rename: show the title that is stored (show_title

@@ -12,11 +12,13 @@ is left to ``storage.db.open_database``, which knows what to say about it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from storage import probe
 from storage.errors import StorageUnavailable
@@ -37,12 +39,15 @@ class ConversationRecord:
     reasoning: str | None = None
     model_path: str | None = None
     model_identity: str | None = None
+    # The sampling its replies use (``SamplingParams`` fields and the preset's
+    # name); None: the Settings' own.
+    sampling: dict[str, Any] | None = None
 
 
 _LISTING = """
 SELECT c.id, c.title, c.system_prompt, c.active_node_id, c.created_at,
        c.updated_at, coalesce(counts.n, 0), coalesce(sizes.b, 0), c.reasoning,
-       c.model_path, c.model_identity
+       c.model_path, c.model_identity, c.sampling
 FROM conversation AS c
 LEFT JOIN (SELECT conversation_id, count(id) AS n FROM node
            GROUP BY conversation_id) AS counts
@@ -97,6 +102,7 @@ def list_conversations(
             reasoning=row[8],
             model_path=row[9],
             model_identity=row[10],
+            sampling=json.loads(row[11]) if row[11] is not None else None,
         )
         for row in rows
     ]

@@ -346,7 +346,8 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]
     check_envelope(data)
     nodes = [_node(raw, i) for i, raw in enumerate(data["nodes"])]
     ordered = _parents_first(nodes)
-    system_prompt = ordered[0].text or None
+    # The newest start's prompt, as the conversation it came from has it.
+    system_prompt = [n for n in ordered if n.parent_key is None][-1].text or None
     title = _optional_text(data, "title", "the conversation")
     reasoning = _optional_text(data, "reasoning", "the conversation")
     if reasoning is not None and len(reasoning) > _MAX_REASONING:
@@ -418,9 +419,10 @@ def _node(raw: Any, index: int) -> NewNode:
 def _parents_first(nodes: list[NewNode]) -> list[NewNode]:
     """The nodes from the root down, each after its parent; checks the tree.
 
-    Exactly one root, no duplicate ids, every parent present, roles that
-    alternate as Arbor makes them, and no cycles: a node that cannot be
-    reached from the root is part of one (every node has one parent).
+    At least one root (one per system prompt the conversation was given),
+    no duplicate ids, every parent present, roles that alternate as Arbor
+    makes them, and no cycles: a node that cannot be reached from a root is
+    part of one (every node has one parent).
     """
     by_key: dict[Hashable, NewNode] = {}
     for node in nodes:
@@ -428,19 +430,17 @@ def _parents_first(nodes: list[NewNode]) -> list[NewNode]:
             raise ExchangeError(f"Two nodes have the id {node.key!r}.")
         by_key[node.key] = node
     roots = [node for node in nodes if node.parent_key is None]
-    if len(roots) != 1:
+    if not roots:
         raise ExchangeError(
-            f"A conversation has exactly one node without a parent; this file "
-            f"has {len(roots)}."
-        )
-    root = roots[0]
-    if root.role != Role.ROOT:
-        raise ExchangeError(
-            f"The node without a parent ({root.key!r}) must have the role "
-            f'"root", not {_shown(root.role)}.'
+            "A conversation starts with a node without a parent; this file has none."
         )
     for node in nodes:
         if node.parent_key is None:
+            if node.role != Role.ROOT:
+                raise ExchangeError(
+                    f"The node without a parent ({node.key!r}) must have the role "
+                    f'"root", not {_shown(node.role)}.'
+                )
             continue
         parent = by_key.get(node.parent_key)
         if parent is None:

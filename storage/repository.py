@@ -240,6 +240,7 @@ def _conversation_record(
         reasoning=conv.reasoning,
         model_path=conv.model_path,
         model_identity=conv.model_identity,
+        sampling=conv.sampling,
     )
 
 
@@ -247,11 +248,19 @@ def _conversation_record(
 
 
 def create_conversation(
-    db: Database, title: str | None, system_prompt: str | None
+    db: Database,
+    title: str | None,
+    system_prompt: str | None,
+    sampling: dict[str, Any] | None = None,
 ) -> tuple[ConversationRecord, NodeRecord]:
-    """Create a conversation and its root node (the root's span is rendered later)."""
+    """Create a conversation and its root node (the root's span is rendered later).
+
+    ``sampling``: what its replies use, None for the Settings' own.
+    """
     with db.write() as s:
-        conv = Conversation(title=title or DEFAULT_TITLE, system_prompt=system_prompt)
+        conv = Conversation(
+            title=title or DEFAULT_TITLE, system_prompt=system_prompt, sampling=sampling
+        )
         s.add(conv)
         s.flush()
         root = Node(
@@ -261,6 +270,34 @@ def create_conversation(
         s.flush()
         conv.active_node_id = root.id
         return _conversation_record(conv), _node_record(root)
+
+
+def add_root(db: Database, conversation_id: int, system_prompt: str) -> NodeRecord:
+    """Start a new branch of a conversation from a new root holding
+    ``system_prompt``: the earlier roots and everything below them stay.
+
+    The new root becomes the active node and its prompt the conversation's
+    (what a new branch, an export's header and the list show).
+    """
+    with db.write() as s:
+        conv = _get(s, Conversation, conversation_id)
+        root = Node(
+            conversation_id=conv.id, role=Role.ROOT, text=system_prompt, chunks=[]
+        )
+        s.add(root)
+        s.flush()
+        conv.system_prompt = system_prompt or None
+        conv.active_node_id = root.id
+        conv.updated_at = utcnow()
+        return _node_record(root)
+
+
+def set_conversation_sampling(
+    db: Database, conversation_id: int, sampling: dict[str, Any] | None
+) -> None:
+    """Store the sampling a conversation's replies use (None: the Settings')."""
+    with db.write() as s:
+        _get(s, Conversation, conversation_id).sampling = sampling
 
 
 def list_conversations(
@@ -511,7 +548,7 @@ _NODE_COLUMNS = (
 _CONVERSATION_OF = "SELECT conversation_id FROM node WHERE id = ?"
 _CONVERSATION = (
     "SELECT id, title, system_prompt, active_node_id, created_at, updated_at, "
-    "reasoning, model_path, model_identity FROM conversation WHERE id = ?"
+    "reasoning, model_path, model_identity, sampling FROM conversation WHERE id = ?"
 )
 _PARENTS = "SELECT id, parent_id FROM node WHERE conversation_id = ?"
 _CHECKPOINTS = (
@@ -613,6 +650,7 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
             reasoning=reasoning,
             model_path=conversation[7],
             model_identity=conversation[8],
+            sampling=_from_json(conversation[9]),
         ),
         parents,
         checkpoints,
@@ -1365,8 +1403,8 @@ def insert_conversation(
         for new in nodes:
             if new.key in ids:
                 raise ValueError(f"Node key {new.key!r} appears twice.")
-            if (new.parent_key is None) != (not ids):
-                raise ValueError("Exactly the first node must be the root.")
+            if not ids and new.parent_key is not None:
+                raise ValueError("The first node must be a root.")
             parent_id = None if new.parent_key is None else ids[new.parent_key]
             node = Node(
                 conversation_id=conv.id,

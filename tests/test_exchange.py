@@ -91,6 +91,21 @@ def _counts(path: Path) -> dict[str, int]:
 # --- round trip ------------------------------------------------------------------
 
 
+def test_a_conversation_with_two_system_prompts_round_trips(db):
+    """A changed system prompt is a second root: both come back, each with
+    its branch, and the copy's system prompt is the newest one."""
+    original = _branching(db)
+    second = repository.add_root(db, original, "Answer at length.")
+    repository.add_node(db, second.id, "user", "Why do geese fly south?")
+    data = exchange.export_json(db, original)
+    result = exchange.import_json(db, json.loads(exchange.dumps_json(data)))
+    assert _shape(db, result.conversation_id) == _shape(db, original)
+    roots = [s for s in _shape(db, result.conversation_id) if s[0] == "root"]
+    assert [r[1] for r in roots] == ["Answer briefly.", "Answer at length."]
+    copy_ = repository.get_conversation(db, result.conversation_id)
+    assert copy_.system_prompt == "Answer at length."
+
+
 def test_json_round_trip_is_equal_in_structure_and_text(db):
     original = _branching(db)
     data = exchange.export_json(db, original)
@@ -240,13 +255,17 @@ BAD_DATA = {
     "a node without id": (lambda d: d["nodes"][1].pop("id") and None, '"id"'),
     "a float id": (lambda d: d["nodes"][1].update(id=2.5), '"id"'),
     "a missing parent": (lambda d: d["nodes"][2].update(parent=9), "parent 9"),
-    "two roots": (
-        lambda d: d["nodes"].append(
-            {"id": 4, "parent": None, "role": "root", "text": ""}
-        ),
-        "has 2",
+    "a root below a message": (
+        lambda d: d["nodes"].append({"id": 4, "parent": 2, "role": "root", "text": ""}),
+        "cannot follow",
     ),
-    "no root": (lambda d: d["nodes"][0].update(parent=3), "has 0"),
+    "a message without a parent": (
+        lambda d: d["nodes"].append(
+            {"id": 4, "parent": None, "role": "user", "text": "hi"}
+        ),
+        'must have the role "root"',
+    ),
+    "no root": (lambda d: d["nodes"][0].update(parent=3), "has none"),
     "a cycle": (
         lambda d: d["nodes"].extend(
             [

@@ -29,6 +29,8 @@ REPOSITORY_WRITES = frozenset(
     {
         "release_space",
         "create_conversation",
+        "add_root",
+        "set_conversation_sampling",
         "rename_conversation",
         "title_if_unnamed",
         "delete_conversation",

@@ -616,3 +616,47 @@ def test_a_first_message_names_the_conversation_as_it_is_sent(open_session, tiny
     s.engine.run_jobs()
     stored = repository.get_conversation(s.db, p.conversation_id).title
     assert stored == "Which trees grow by rivers?"
+
+
+def test_a_new_system_prompt_is_a_new_start_and_the_sampling_is_the_conversations(
+    open_session, tiny_model
+):
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    p.send("Which birds sing at night?", None)
+    s.engine.run_jobs()
+    old_reply = p.active_id
+    first_root = p.snapshot.root_id
+    assert p.branch_system_prompt() == ""
+    assert p.conversation_sampling() == (p.prefs.sampling, None)
+
+    precise = next(x for x in p.prefs.presets if x.name == "Precise")
+    p.change_conversation_settings(
+        precise.system_prompt, precise.sampling, precise.name
+    )
+    s.engine.run_jobs()
+    # A second start, shown and active; the first one's branch is kept.
+    assert p.snapshot.roots == [first_root, p.active_id]
+    assert p.branch_system_prompt() == precise.system_prompt
+    assert old_reply in p.snapshot
+    assert p.conversation_sampling() == (precise.sampling, "Precise")
+
+    # The next message goes under the new start, with the preset's sampling.
+    p.send("Which birds sing at night?", None)
+    job = s.engine.submitted[-1]
+    assert isinstance(job, jobs.Send) and job.params == precise.sampling
+    assert job.parent_id == p.snapshot.roots[1]
+    s.engine.run_jobs()
+    assert p.snapshot.path(p.active_id)[0] == p.snapshot.roots[1]
+
+    # Back on the old branch: its own prompt; the same text again changes
+    # nothing, and the Settings' sampling comes back with None.
+    p.activate(old_reply)
+    s.engine.run_jobs()
+    assert p.branch_system_prompt() == ""
+    submitted = len(s.engine.submitted)
+    p.change_conversation_settings("", None, None)
+    assert [type(j) for j in s.engine.submitted[submitted:]] == [jobs.SetSampling]
+    s.engine.run_jobs()
+    assert repository.get_conversation(s.db, p.conversation_id).sampling is None
+    assert p.conversation_sampling() == (p.prefs.sampling, None)

@@ -34,7 +34,7 @@ def _depths(children: dict[int | None, list[int]], root: int) -> dict[int, int]:
 
 
 def _check(children: dict[int | None, list[int]], root: int) -> None:
-    slots = tidy_layout(children, root)
+    slots = tidy_layout(children, [root])
     assert set(slots) == set(_depths(children, root))
     # depth is the row
     assert {n: s.depth for n, s in slots.items()} == _depths(children, root)
@@ -57,7 +57,7 @@ def _check(children: dict[int | None, list[int]], root: int) -> None:
 
 def test_a_chain_is_one_column():
     children = {None: [1], 1: [2], 2: [3]}
-    assert tidy_layout(children, 1) == {3: (0.0, 2), 2: (0.0, 1), 1: (0.0, 0)}
+    assert tidy_layout(children, [1]) == {3: (0.0, 2), 2: (0.0, 1), 1: (0.0, 0)}
 
 
 def test_a_branch_puts_siblings_side_by_side_under_a_centred_parent():
@@ -66,7 +66,7 @@ def test_a_branch_puts_siblings_side_by_side_under_a_centred_parent():
     #     3     6
     #    4 5    7
     children = {1: [2], 2: [3, 6], 3: [4, 5], 6: [7]}
-    slots = tidy_layout(children, 1)
+    slots = tidy_layout(children, [1])
     assert slots[4].x == 0 and slots[5].x == 1 and slots[7].x == 2
     assert slots[3].x == 0.5 and slots[6].x == 2
     assert slots[2].x == 1.25 and slots[1].x == 1.25
@@ -80,13 +80,13 @@ def test_random_trees_lay_out_without_overlaps():
 
 def test_layout_is_deterministic():
     children = _random_tree(300, 7)
-    first = tidy_layout(children, 0)
-    assert list(first.items()) == list(tidy_layout(children, 0).items())
+    first = tidy_layout(children, [0])
+    assert list(first.items()) == list(tidy_layout(children, [0]).items())
 
 
 def test_a_deep_chain_does_not_hit_the_recursion_limit():
     children = {n: [n + 1] for n in range(5000)}
-    assert tidy_layout(children, 0)[5000] == (0.0, 5000)
+    assert tidy_layout(children, [0])[5000] == (0.0, 5000)
 
 
 def test_500_nodes_lay_out_fast():
@@ -94,7 +94,7 @@ def test_500_nodes_lay_out_fast():
     runs = []
     for _ in range(5):
         started = time.perf_counter()
-        slots = tidy_layout(children, 0)
+        slots = tidy_layout(children, [0])
         runs.append((time.perf_counter() - started) * 1000)
     assert len(slots) == 500
     print(f"\ntidy_layout, 500 nodes: best {min(runs):.2f} ms, first {runs[0]:.2f} ms")

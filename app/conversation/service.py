@@ -29,6 +29,7 @@ from app.conversation.spans import Placement
 from app.conversation.titles import title_from
 from app.conversation.tree_cache import TreeCache
 from app.conversation.turn_markers import ReplyText
+from app.presets import stored_sampling
 from storage import exchange, repository
 from storage.catalog import ConversationRecord
 from storage.db import Database
@@ -317,19 +318,53 @@ class ConversationService:
     # --- changing the tree --------------------------------------------------------
 
     def new_conversation(
-        self, system_prompt: str | None = None, title: str | None = None
+        self,
+        system_prompt: str | None = None,
+        title: str | None = None,
+        sampling: SamplingParams | None = None,
+        preset: str | None = None,
     ) -> tuple[int, int]:
-        """Create a conversation; return its id and its root node's id."""
+        """Create a conversation; return its id and its root node's id.
+
+        ``sampling``: what its replies use (None: the Settings'), from the
+        preset named ``preset`` if any.
+        """
         _check_text(system_prompt, "system prompt")
         _check_text(title, "title")
         conversation, root = repository.create_conversation(
-            self.db, title, system_prompt
+            self.db, title, system_prompt, stored_sampling(sampling, preset)
         )
+        self._render_root(conversation.id, root)
+        return conversation.id, root.id
+
+    def new_system_prompt(self, conversation_id: int, system_prompt: str) -> int:
+        """Start a branch of the conversation from a new root with
+        ``system_prompt``; return the root's id. Nothing is erased: the earlier
+        system prompts keep their branches."""
+        _check_text(system_prompt, "system prompt")
+        root = repository.add_root(self.db, conversation_id, system_prompt.strip())
+        self._render_root(conversation_id, root)
+        return root.id
+
+    def set_sampling(
+        self,
+        conversation_id: int,
+        sampling: SamplingParams | None,
+        preset: str | None = None,
+    ) -> None:
+        """Store the sampling the conversation's replies use (None: the
+        Settings'), from the preset named ``preset`` if any."""
+        repository.set_conversation_sampling(
+            self.db, conversation_id, stored_sampling(sampling, preset)
+        )
+
+    def _render_root(self, conversation_id: int, root: NodeRecord) -> None:
+        # The root's span is rendered now where a model is loaded, so its
+        # first restore decodes it and saves its checkpoint.
         if self.engine is not None:
             spans.ensure_spans(
-                self.db, self.engine, [root], self._variables(conversation.id)
+                self.db, self.engine, [root], self._variables(conversation_id)
             )
-        return conversation.id, root.id
 
     def set_reasoning(self, conversation_id: int, choice: str | None) -> None:
         """Store a conversation's reasoning choice; None is the template's default."""

@@ -145,7 +145,10 @@ class ConversationTreeModel(QAbstractItemModel):
 
     def set_snapshot(self, snapshot: TreeSnapshot) -> None:
         """Show ``snapshot``: a reset for another conversation, else row changes."""
-        if snapshot.conversation_id != self._snapshot.conversation_id:
+        if (
+            snapshot.conversation_id != self._snapshot.conversation_id
+            or snapshot.roots != self._snapshot.roots
+        ):  # another conversation, or a start added or deleted: rows afresh
             self.beginResetModel()
             self._snapshot = snapshot
             self._build()
@@ -336,7 +339,7 @@ class ConversationTreeModel(QAbstractItemModel):
                     fork.children.append(item)
                     self._items[node_id] = item
                     children = self._children[node_id]
-                    if len(children) != 1:
+                    if len(children) != 1 or self._nests(node_id):
                         if children:
                             pending.append((item, children))
                         break
@@ -344,9 +347,20 @@ class ConversationTreeModel(QAbstractItemModel):
 
     def _chain_end(self, node_id: int) -> int:
         """The last row of the chain from ``node_id``: a leaf or a fork."""
-        while len(children := self._children[node_id]) == 1:
+        while len(children := self._children[node_id]) == 1 and not self._nests(
+            node_id
+        ):
             node_id = children[0]
         return node_id
+
+    def _nests(self, node_id: int) -> bool:
+        """Whether the rows below ``node_id`` go under it rather than after it
+        even without a fork: a start of a conversation with several (one per
+        system prompt), so each start shows its own branches."""
+        return (
+            self._snapshot.nodes[node_id].parent_id is None
+            and len(self._children[None]) > 1
+        )
 
     def _insert(self, node_id: int) -> None:
         """Add the row of ``node_id``, whose parent the model shows."""
@@ -356,11 +370,13 @@ class ConversationTreeModel(QAbstractItemModel):
             holder, row = self._root, len(self._root.children)
         else:
             parent = self._items[parent_id]
-            if not siblings:  # the chain goes on, one row after its parent
+            nests = self._nests(parent_id)
+            if not siblings and not nests:  # the chain goes on after its parent
                 assert parent.parent is not None
                 holder, row = parent.parent, parent.row + 1
             else:
-                if len(siblings) == 1:  # a fork now: its branch moves under it
+                if len(siblings) == 1 and not nests:  # a fork now: its branch
+                    # moves under it
                     self._move_branch_under(parent, siblings[0])
                 holder, row = parent, len(parent.children)
         self.beginInsertRows(self._index_of_item(holder), row, row)
@@ -440,7 +456,11 @@ class ConversationTreeModel(QAbstractItemModel):
         self.endRemoveRows()
         if parent_id is not None:
             fork = self._items[parent_id]
-            if len(self._children[parent_id]) == 1 and fork.children:
+            if (
+                len(self._children[parent_id]) == 1
+                and fork.children
+                and not self._nests(parent_id)
+            ):
                 self._move_branch_up(fork)
 
     def _forget(self, item: _Item) -> None:

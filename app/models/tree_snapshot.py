@@ -39,10 +39,14 @@ class TreeSnapshot:
         return cls(None, [])
 
     @property
+    def roots(self) -> list[int]:
+        """The conversation's starts, oldest first: one per system prompt."""
+        return self.children.get(None, [])
+
+    @property
     def root_id(self) -> int | None:
-        """The conversation's root node, if any."""
-        roots = self.children.get(None, [])
-        return roots[0] if roots else None
+        """The conversation's first start, if any."""
+        return self.roots[0] if self.roots else None
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self.nodes

@@ -42,6 +42,7 @@ from app.values import ModelInfo
 from app.views import exchange_actions
 from app.views.about import about_text
 from app.views.dialogs.context_full import offer_ways_on
+from app.views.dialogs.conversation_settings import ConversationSettingsDialog
 from app.views.dialogs.errors import confirm, show_error
 from app.views.dialogs.models import ModelsDialog
 from app.views.dialogs.new_conversation import NewConversationDialog
@@ -167,6 +168,7 @@ class MainWindow(QMainWindow):
         self.sidebar.delete_requested.connect(self.ask_delete)
         self.tree_panel.node_activated.connect(presenter.choose_node)
         self.tree_panel.delete_requested.connect(self.ask_delete_branch)
+        self.tree_panel.system_prompt_requested.connect(self.ask_branch_system_prompt)
         self.tree_panel.mode_changed.connect(self._on_tree_panel_mode_changed)
         self.transcript.sibling_requested.connect(presenter.choose_sibling)
         self.transcript.edit_requested.connect(self.edit_message)
@@ -462,10 +464,15 @@ class MainWindow(QMainWindow):
 
     @Slot(int)
     def edit_message(self, node_id: int) -> None:
-        """Put a user message in the composer, to send as its edited sibling."""
-        if not self.presenter.generating:
-            text = self.presenter.snapshot.nodes[node_id].text
-            self.composer.begin_edit(node_id, text)
+        """Put a user message in the composer, to send as its edited sibling;
+        for a start, ask for the new system prompt."""
+        if self.presenter.generating:
+            return
+        node = self.presenter.snapshot.nodes[node_id]
+        if node.role == "root":
+            self.ask_branch_system_prompt(node_id)
+        else:
+            self.composer.begin_edit(node_id, node.text)
 
     def ask_attachments(self) -> None:
         """Ask for files to attach to the message being written."""
@@ -499,9 +506,45 @@ class MainWindow(QMainWindow):
 
     def ask_new_conversation(self) -> None:
         """Ask for a system prompt and a title, then start a conversation."""
-        dialog = NewConversationDialog(self.prefs.system_prompt, self)
+        prefs = self.prefs
+        dialog = NewConversationDialog(prefs.system_prompt, prefs.presets, self)
         if dialog.exec() == NewConversationDialog.DialogCode.Accepted:
-            self.presenter.new_conversation(dialog.system_prompt, dialog.title)
+            self.presenter.new_conversation(
+                dialog.system_prompt, dialog.title, dialog.preset
+            )
+
+    def ask_conversation_settings(self) -> None:
+        """Edit the system prompt of the branch shown (a new branch) and the
+        sampling of the conversation's replies, with presets."""
+        if self.conversation_id is None:
+            return
+        sampling, preset = self.presenter.conversation_sampling()
+        dialog = ConversationSettingsDialog(
+            self.presenter.branch_system_prompt(),
+            sampling,
+            preset,
+            self.prefs.presets,
+            self.prefs.sampling,
+            self,
+        )
+        accepted = dialog.exec() == ConversationSettingsDialog.DialogCode.Accepted
+        # Presets saved or deleted in the dialog stay so, also after Cancel.
+        if dialog.presets != self.prefs.presets:
+            self.presenter.save_preferences(replace(self.prefs, presets=dialog.presets))
+        if accepted:
+            self.presenter.change_conversation_settings(
+                dialog.system_prompt, dialog.sampling, dialog.preset
+            )
+
+    @Slot(int)
+    def ask_branch_system_prompt(self, root_id: int) -> None:
+        """Edit the system prompt of the start ``root_id``, going there first
+        when the branch shown starts elsewhere."""
+        presenter = self.presenter
+        active = presenter.active_id
+        if active is None or presenter.snapshot.path(active)[0] != root_id:
+            presenter.choose_node(root_id)
+        self.ask_conversation_settings()
 
     def ask_rename_current(self) -> None:
         """Ask for a new title of the shown conversation."""

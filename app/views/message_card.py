@@ -379,9 +379,13 @@ class MessageCard(QFrame):
         )
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         header.addWidget(self.copy_button)
-        if self.role == "user":
+        if self.role in ("user", "root"):
             self.edit_button = self._tool_button(
-                "edit", "Edit: creates a new branch, nothing is erased"
+                "edit",
+                "Edit: creates a new branch, nothing is erased"
+                if self.role == "user"
+                else "Change the system prompt: a new start beside this one, "
+                "nothing is erased",
             )
             self.edit_button.clicked.connect(self._on_edit_button_clicked)
             header.addWidget(self.edit_button)

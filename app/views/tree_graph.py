@@ -543,8 +543,7 @@ class TreeGraphView(QGraphicsView):
         self, snapshot: TreeSnapshot, structure: dict[int, int | None]
     ) -> None:
         started = time.perf_counter()
-        root = snapshot.root_id
-        slots = tidy_layout(snapshot.children, root) if root is not None else {}
+        slots = tidy_layout(snapshot.children, snapshot.roots)
         laid_out = time.perf_counter()
 
         self._scene.clear()

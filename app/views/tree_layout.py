@@ -35,17 +35,17 @@ class Slot(NamedTuple):
 
 
 def tidy_layout(
-    children: Mapping[int | None, Sequence[int]], root: int
+    children: Mapping[int | None, Sequence[int]], roots: Sequence[int]
 ) -> dict[int, Slot]:
-    """Place every node reachable from ``root``.
+    """Place every node reachable from ``roots``, their trees side by side.
 
     Parameters
     ----------
     children
         Child ids of each node, in display order (left to right). Nodes with
         no entry are leaves.
-    root
-        The node at depth 0.
+    roots
+        The nodes at depth 0, left to right (a conversation's starts).
 
     Returns
     -------
@@ -58,7 +58,7 @@ def tidy_layout(
     next_leaf = 0
     # (node, depth, children already placed?): a parent is visited twice, once
     # to push its children and once, after them, to centre itself.
-    stack: list[tuple[int, int, bool]] = [(root, 0, False)]
+    stack: list[tuple[int, int, bool]] = [(root, 0, False) for root in reversed(roots)]
     while stack:
         node, depth, placed = stack.pop()
         kids = children.get(node, ())

@@ -67,12 +67,15 @@ class TreePanel(QWidget):
         The user clicked a node: make it active.
     delete_requested(int)
         The user asked to delete a node's branch (not the root).
+    system_prompt_requested(int)
+        The user asked to change the system prompt at a start (a root).
     mode_changed(str)
         The user switched between ``"list"`` and ``"graph"``.
     """
 
     node_activated = Signal(int)
     delete_requested = Signal(int)
+    system_prompt_requested = Signal(int)
     mode_changed = Signal(str)
 
     def __init__(
@@ -348,7 +351,11 @@ class TreePanel(QWidget):
         go = QAction(icon("branch"), "Continue from here", menu)
         go.triggered.connect(lambda: self.node_activated.emit(node_id))
         menu.addAction(go)
-        if index.data(MessageRoleRole) != "root":
+        if index.data(MessageRoleRole) == "root":
+            prompt = QAction("Change the system prompt (a new branch)…", menu)
+            prompt.triggered.connect(lambda: self.system_prompt_requested.emit(node_id))
+            menu.addAction(prompt)
+        else:
             delete = QAction(icon("delete"), "Delete branch…", menu)
             delete.triggered.connect(lambda: self.delete_requested.emit(node_id))
             menu.addAction(delete)

@@ -181,8 +181,16 @@ class EngineWorker(QObject):
             case jobs.LoadModel():
                 return self._load(job)
             case jobs.NewConversation(system_prompt=prompt, title=title):
-                conversation, root = service.new_conversation(prompt, title)
+                conversation, root = service.new_conversation(
+                    prompt, title, job.sampling, job.preset
+                )
                 return JobResult(job, conversation_id=conversation, node_id=root)
+            case jobs.NewSystemPrompt(conversation_id=conversation, system_prompt=text):
+                root = service.new_system_prompt(conversation, text)
+                return JobResult(job, conversation_id=conversation, node_id=root)
+            case jobs.SetSampling(conversation_id=conversation):
+                service.set_sampling(conversation, job.sampling, job.preset)
+                return JobResult(job, conversation_id=conversation)
             case jobs.Restore(node_id=node_id):
                 return self._positioned(job, node_id, sync=service.restore(node_id))
             case jobs.SetActiveNode(node_id=node_id):

@@ -30,10 +30,33 @@ class LoadModel:
 
 @dataclass(frozen=True)
 class NewConversation:
-    """Create a conversation with an optional system prompt and title."""
+    """Create a conversation with an optional system prompt and title.
+
+    ``sampling`` None: its replies use the Settings' sampling; else these,
+    from the preset named ``preset`` if any.
+    """
 
     system_prompt: str | None
     title: str | None = None
+    sampling: SamplingParams | None = None
+    preset: str | None = None
+
+
+@dataclass(frozen=True)
+class NewSystemPrompt:
+    """A new root with ``system_prompt``: a branch of its own, nothing erased."""
+
+    conversation_id: int
+    system_prompt: str
+
+
+@dataclass(frozen=True)
+class SetSampling:
+    """The sampling a conversation's replies use (None: the Settings')."""
+
+    conversation_id: int
+    sampling: SamplingParams | None
+    preset: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +213,8 @@ class CountTokens:
 Job = (
     LoadModel
     | NewConversation
+    | NewSystemPrompt
+    | SetSampling
     | Send
     | Edit
     | Regenerate

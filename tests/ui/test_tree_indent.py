@@ -65,7 +65,9 @@ def _expected(parents: dict[int, int | None]) -> list[tuple[int, int]]:
         while True:
             rows.append((depth, node))
             below = children.get(node, [])
-            if len(below) != 1:
+            # A start of several (one per system prompt) holds its rows too.
+            nests = parents[node] is None and len(children[None]) > 1
+            if len(below) != 1 or nests:
                 for child in below:
                     branch(child, depth + 1)
                 return
@@ -225,3 +227,32 @@ def test_the_list_view_indents_forks_only_and_shows_every_branch(qtbot):
     tops = [view.visualRect(model.index_of(n)).top() for n in range(1, 12)]
     assert tops == sorted(tops)
     assert view.currentIndex() == model.index_of(11)
+
+
+def test_each_start_holds_its_branch_once_there_are_two(qtbot, qtmodeltester):
+    model = ConversationTreeModel()
+    parents = _chain(1, 5, None)
+    model.set_snapshot(_snapshot(parents))
+    model.set_active(5)
+    assert _rows(model) == [(0, n) for n in range(1, 6)]
+
+    # A second start (a changed system prompt): both hold their rows.
+    parents |= {6: None, 7: 6}
+    model.set_snapshot(_snapshot(parents))
+    assert _rows(model) == [(0, 1), *((1, n) for n in range(2, 6)), (0, 6), (1, 7)]
+    assert model.index_of(5).parent() == model.index_of(1)
+    qtmodeltester.check(model)
+
+    # Growing a start's branch, and a fork in it, row by row.
+    parents |= {8: 7, 9: 8, 10: 7}
+    for node in (8, 9, 10):
+        model.set_active(node)
+        model.set_snapshot(_snapshot({n: p for n, p in parents.items() if n <= node}))
+    assert _rows(model) == _expected(parents)
+    assert model.index_of(7).parent() == model.index_of(6)
+    qtmodeltester.check(model)
+
+    # The second start deleted: one start, one level again.
+    model.set_snapshot(_snapshot(_chain(1, 5, None)))
+    assert _rows(model) == [(0, n) for n in range(1, 6)]
+    qtmodeltester.check(model)

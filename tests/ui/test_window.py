@@ -239,8 +239,8 @@ def test_settings_dialog_validates_inline_and_persists(qtbot, make_window):
     dialog.model_combo.setCurrentText(chosen)
 
     dialog.n_ctx.setValue(1024)
-    dialog.temperature.setValue(0.3)
-    dialog.seed.setValue(42)
+    dialog.sampling_form.temperature.setValue(0.3)
+    dialog.sampling_form.seed.setValue(42)
     dialog.system_prompt.setPlainText("Be brief.")
     dialog._on_buttons_accepted()
     assert dialog.result() == SettingsDialog.DialogCode.Accepted

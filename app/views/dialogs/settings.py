@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -39,9 +38,9 @@ from app.values import (
     BackendSettings,
     InvalidSetting,
     ModelInfo,
-    SamplingParams,
 )
 from app.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
+from app.views.sampling_form import SamplingForm
 from app.views.welcome import choose_model_file
 
 __all__ = ["NO_GPU_EXPLANATION", "SettingsDialog"]
@@ -87,7 +86,8 @@ class SettingsDialog(QDialog):
         self._prefs = prefs
         tabs = QTabWidget()
         tabs.addTab(self._model_tab(prefs, gpu_supported), "Model")
-        tabs.addTab(self._sampling_tab(prefs.sampling), "Sampling")
+        self.sampling_form = SamplingForm(prefs.sampling)
+        tabs.addTab(self.sampling_form, "Sampling")
         tabs.addTab(self._chat_tab(prefs), "Chat")
         self.error_label = QLabel()
         self.error_label.setObjectName("SettingsError")
@@ -172,34 +172,6 @@ class SettingsDialog(QDialog):
         form.addRow("KV cache type", self.kv_type)
         return page
 
-    def _sampling_tab(self, sampling: SamplingParams) -> QWidget:
-        page = QWidget()
-        form = QFormLayout(page)
-        self.temperature = self._double(0, 5, 0.05, sampling.temperature)
-        self.temperature.setToolTip("0 always picks the most likely token.")
-        form.addRow("Temperature", self.temperature)
-        self.top_p = self._double(0.01, 1, 0.01, sampling.top_p)
-        form.addRow("Top p", self.top_p)
-        self.top_k = QSpinBox()
-        self.top_k.setRange(0, 1000)
-        self.top_k.setSpecialValueText("off")
-        self.top_k.setValue(sampling.top_k)
-        form.addRow("Top k", self.top_k)
-        self.min_p = self._double(0, 1, 0.01, sampling.min_p)
-        form.addRow("Min p", self.min_p)
-        self.repeat_penalty = self._double(0.5, 3, 0.05, sampling.repeat_penalty)
-        form.addRow("Repeat penalty", self.repeat_penalty)
-        self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(1, 1_000_000)
-        self.max_tokens.setValue(sampling.max_tokens)
-        form.addRow("Max tokens per reply", self.max_tokens)
-        self.seed = QSpinBox()
-        self.seed.setRange(-1, 2**31 - 1)
-        self.seed.setSpecialValueText("random")
-        self.seed.setValue(-1 if sampling.seed is None else sampling.seed)
-        form.addRow("Seed", self.seed)
-        return page
-
     def _chat_tab(self, prefs: Preferences) -> QWidget:
         page = QWidget()
         layout = QVBoxLayout(page)
@@ -227,15 +199,6 @@ class SettingsDialog(QDialog):
         layout.addLayout(size_row)
         return page
 
-    @staticmethod
-    def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
-        box = QDoubleSpinBox()
-        box.setRange(low, high)
-        box.setSingleStep(step)
-        box.setDecimals(2)
-        box.setValue(value)
-        return box
-
     # --- result -----------------------------------------------------------------
 
     def preferences(self) -> Preferences:
@@ -255,15 +218,7 @@ class SettingsDialog(QDialog):
             raise InvalidSetting(
                 "A quantized KV cache needs flash attention: tick it or choose f16."
             )
-        sampling = SamplingParams(
-            temperature=self.temperature.value(),
-            top_k=self.top_k.value(),
-            top_p=self.top_p.value(),
-            min_p=self.min_p.value(),
-            repeat_penalty=self.repeat_penalty.value(),
-            max_tokens=self.max_tokens.value(),
-            seed=None if self.seed.value() < 0 else self.seed.value(),
-        )
+        sampling = self.sampling_form.params()
         model = self.model_combo.currentText().strip() or None
         if model is not None and not Path(model).is_file():
             raise InvalidSetting(f"There is no file at {model}.")

@@ -1,0 +1,110 @@
+"""A changed system prompt is a new branch from a new start, through the real
+stack: the tiny model, the service and a real SQLite file.
+
+The new root's branch is answered with the new prompt in the context (its
+reply equals one in a conversation started with that prompt), the branch of
+the old prompt stays and restores with nothing reprocessed, also after a
+restart; a conversation keeps the sampling (and preset) it was given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.backend.engine import LlamaEngine
+from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
+from app.conversation.service import ConversationService
+from app.presets import conversation_sampling
+from storage import repository
+from storage.db import open_database
+
+GREEDY = SamplingParams(temperature=0, max_tokens=10)
+SETTINGS = BackendSettings(n_ctx=2048, n_threads=1)
+
+
+def _service(path: Path, model: Path) -> ConversationService:
+    return ConversationService(open_database(path), LlamaEngine(model, SETTINGS))
+
+
+def _close(service: ConversationService) -> None:
+    service.close()
+    assert service.engine is not None
+    service.engine.close()
+    service.db.close()
+
+
+def test_a_new_system_prompt_branches_from_a_new_start(tmp_path, tiny_model):
+    db_path = tmp_path / "arbor.sqlite3"
+    service = _service(db_path, tiny_model)
+    try:
+        conv, first_root = service.new_conversation("Be brief.")
+        old = service.send(first_root, "Tell me about rivers.", GREEDY)
+        before = {n.id: n for n in service.tree(conv)}
+
+        second_root = service.new_system_prompt(conv, "  Answer like a pirate.  ")
+        service.restore(second_root)
+        new = service.send(second_root, "Tell me about rivers.", GREEDY)
+
+        tree = {n.id: n for n in service.tree(conv)}
+        # Nothing erased: every earlier node is there as it was.
+        assert all(tree[i].text == n.text for i, n in before.items())
+        assert [i for i, n in tree.items() if n.parent_id is None] == [
+            first_root,
+            second_root,
+        ]
+        assert tree[second_root].text == "Answer like a pirate."
+        assert tree[new.user_node].parent_id == second_root
+        record = repository.get_conversation(service.db, conv)
+        assert record.system_prompt == "Answer like a pirate."
+
+        # The new prompt is what the reply was written after: the same reply
+        # as in a conversation started with it (greedy, same model).
+        _c, fresh_root = service.new_conversation("Answer like a pirate.")
+        fresh = service.send(fresh_root, "Tell me about rivers.", GREEDY)
+        assert new.text == fresh.text
+        path = repository.get_path(service.db, new.assistant_node)
+        assert "Answer like a pirate." in (path[0].span_text or "")
+
+        # The old prompt's branch restores from its checkpoints.
+        assert service.restore(old.assistant_node).reprocessed_tokens == 0
+    finally:
+        _close(service)
+
+    service = _service(db_path, tiny_model)
+    try:  # after a restart, both starts resume without reprocessing
+        assert service.restore(new.assistant_node).reprocessed_tokens == 0
+        assert service.restore(old.assistant_node).reprocessed_tokens == 0
+        later = service.send(new.assistant_node, "And lakes?", GREEDY)
+        assert repository.get_path(service.db, later.assistant_node)[0].id == (
+            second_root
+        )
+    finally:
+        _close(service)
+
+
+def test_a_conversation_keeps_the_sampling_and_preset_it_was_given(
+    tmp_path, tiny_model
+):
+    service = _service(tmp_path / "arbor.sqlite3", tiny_model)
+    defaults = SamplingParams()
+    try:
+        picked = SamplingParams(temperature=0.2, top_p=0.9, max_tokens=7)
+        conv, root = service.new_conversation("Be exact.", None, picked, "Precise")
+        stored = repository.get_conversation(service.db, conv).sampling
+        assert conversation_sampling(stored, defaults) == (picked, "Precise")
+        # The listing reads the same, through its own SQL.
+        listed = next(c for c in repository.list_conversations(service.db))
+        assert listed.sampling == stored
+
+        own = SamplingParams(temperature=1.3, max_tokens=5)
+        service.set_sampling(conv, own)
+        stored = repository.get_conversation(service.db, conv).sampling
+        assert conversation_sampling(stored, defaults) == (own, None)
+        reply = service.send(root, "Hi", conversation_sampling(stored, defaults)[0])
+        assert reply.stats.generated_tokens <= 5
+
+        service.set_sampling(conv, None)
+        assert repository.get_conversation(service.db, conv).sampling is None
+    finally:
+        _close(service)
