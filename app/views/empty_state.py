@@ -43,7 +43,15 @@ TREE_TIP = (
     "is ever lost. ✓ in the list (● in the graph) marks a message that "
     "restores instantly."
 )
-# No-break spaces keep a menu path on one line when the text wraps.
+PROMPT_TITLE = "Tell the model who to be"
+# The menu path may wrap: kept on one line it would be wider than a narrow
+# transcript.
+PROMPT_TIP = (
+    "A system prompt sets the model's role and tone; a preset (Precise, "
+    "Coding, Creative, or your own) sets it with the sampling that suits it: "
+    "Conversation → System prompt and sampling… (Ctrl+Shift+P). Changed "
+    "later, it starts a new branch; nothing is lost."
+)
 NO_MODEL_TEXT = (
     "Open a model file with File\u00a0→\u00a0Open\u00a0model\u00a0file… "
     "(Ctrl+O), or choose or download one in File\u00a0→\u00a0Models… "
@@ -207,24 +215,30 @@ class EmptyState(QWidget):
             self.example_buttons.append(button)
         layout.addWidget(self.examples)
         layout.addSpacing(14)
-        layout.addWidget(self._tree_box())
+        tree_box, self.tree_tip = self._tip_box("tree", TREE_TITLE, TREE_TIP)
+        layout.addWidget(tree_box)
+        self.prompt_box, self.prompt_tip = self._tip_box(
+            "edit", PROMPT_TITLE, PROMPT_TIP
+        )
+        layout.addWidget(self.prompt_box)
         layout.addStretch(3)
         self.set_model(None)
 
-    def _tree_box(self) -> QFrame:
+    @staticmethod
+    def _tip_box(icon_name: str, title: str, tip: str) -> tuple[QFrame, QLabel]:
         box = QFrame()
         box.setObjectName("EmptyTreeBox")
         row = QHBoxLayout(box)
         row.setContentsMargins(12, 10, 12, 10)
         row.setSpacing(10)
-        row.addWidget(_IconLabel("tree", 18))
+        row.addWidget(_IconLabel(icon_name, 18))
         text = QVBoxLayout()
         text.setSpacing(2)
-        text.addWidget(_wrapped(TREE_TITLE, "EmptyTipTitle"))
-        self.tree_tip = _wrapped(TREE_TIP, "EmptyTip")
-        text.addWidget(self.tree_tip)
+        text.addWidget(_wrapped(title, "EmptyTipTitle"))
+        label = _wrapped(tip, "EmptyTip")
+        text.addWidget(label)
         row.addLayout(text, 1)
-        return box
+        return box, label
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Say which model answers (``None``: none is loaded, and where to get one)."""
@@ -233,6 +247,7 @@ class EmptyState(QWidget):
             self.subtitle.setTextFormat(Qt.TextFormat.PlainText)
             self.subtitle.setText(NO_MODEL_TEXT)
             self.examples.hide()
+            self.prompt_box.hide()
             return
         # The catalog's name, as the status bar shows it: ``info.name`` is the
         # file's general.name, often a build label.
@@ -244,6 +259,7 @@ class EmptyState(QWidget):
             "Write a message below, or start with an example."
         )
         self.examples.show()
+        self.prompt_box.show()
 
     @Slot()
     def _on_example_button_clicked(self) -> None:

@@ -36,6 +36,10 @@ def test_a_new_conversation_says_which_model_and_what_to_try(qtbot, make_window)
     # What the tree and its checkpoint marks mean, in plain words.
     assert "click any earlier message" in empty.tree_tip.text()
     assert "nothing is ever lost" in empty.tree_tip.text()
+    # And where the system prompt and the presets are.
+    assert empty.prompt_box.isVisibleTo(window)
+    assert "Ctrl+Shift+P" in empty.prompt_tip.text()
+    assert "new branch" in empty.prompt_tip.text()
     assert len(empty.example_buttons) == len(EXAMPLE_PROMPTS) >= 2
     assert all(b.isVisibleTo(window) for b in empty.example_buttons)
 
