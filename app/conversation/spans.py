@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.backend.chat_format import Message
+from app.backend.chat_format import Message, TemplateError
+from app.backend.errors import ContextFullError
 from app.conversation import folding
 from storage import repository
 from storage.db import Database
@@ -215,6 +216,8 @@ def ensure_spans(
     and only moves. Either way its stale checkpoints are dropped. Spans made
     before their text was recorded get it from their tokens.
     """
+    if any(node.vocab_id != engine.vocab_id for node in path):
+        check_fits(engine, path, variables)
     result: list[NodeRecord] = []
     # (end before, end now) of each node fixed so far, to move the nodes below.
     ends: list[tuple[int, int]] = []
@@ -237,6 +240,32 @@ def ensure_spans(
         result.append(node)
         ends.append((old_end, node.end_pos))
     return result
+
+
+def check_fits(
+    engine: LlamaEngine, path: Sequence[NodeRecord], variables: Variables
+) -> None:
+    """Raise ``ContextFullError`` before any span is rendered when ``path``
+    cannot fit the context.
+
+    Rendering a path node by node renders the template once per node, over
+    every turn above it; an imported path of thousands of turns would spend
+    minutes on that before its last span found no room. One rendering of the
+    whole path, tokenized, tells at once. It may count a few tokens more or
+    fewer than the spans will (tokens merge across turns when tokenized
+    whole), so it refuses only what is over the context.
+    """
+    try:
+        text = engine.chat_format.history(system_of(path), turns_of(path), variables)
+    except TemplateError:  # a template that refuses this shape of path: the
+        return  # spans' own rendering says what is wrong
+    needed = len(span_tokens(engine, text, True))
+    if needed > engine.n_ctx:
+        raise ContextFullError(
+            f"This branch needs about {needed:,} tokens but the context holds "
+            f"{engine.n_ctx:,}. Start a new branch higher up, or raise the "
+            "context size in the settings."
+        )
 
 
 def _anchor(start: int, ends: list[tuple[int, int]], is_root: bool) -> int | None:
