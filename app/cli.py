@@ -1,7 +1,10 @@
 """The headless command line: every service operation, printing JSON.
 
-For scripting, tests and benchmarks. Bad input exits non-zero with a one-line
-message on stderr, never a traceback.
+For scripting, tests and benchmarks. Bad input, and a failure a person can
+act on (a locked or full database, an operation SQLite refused), exits
+non-zero with a one-line message on stderr, never a traceback. The commands
+that write checkpoints keep them within the budget the window's Storage
+dialog sets.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from storage import catalog
 if TYPE_CHECKING:
     from app.conversation.service import ConversationService, Reply
     from storage.db import Database
+
+log = logging.getLogger(__name__)
 
 
 class UsageError(Exception):
@@ -392,6 +397,34 @@ def run(argv: Sequence[str] | None = None) -> int:
     except (*USER_ERRORS, *LIBRARY_ERRORS) as exc:
         print(f"arbor: error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        refused = _database_refusal(exc)
+        if refused is None:
+            raise
+        log.debug("the database refused the command", exc_info=True)
+        print(f"arbor: error: {refused}", file=sys.stderr)
+        return 1
+
+
+def _database_refusal(exc: Exception) -> str | None:
+    """The line to print for an operation SQLite refused, or None for others.
+
+    ``storage.db.translate_errors`` turns the failures it knows (locked,
+    full, read-only, corrupt, ...) into ``StorageUnavailable``; an
+    OperationalError it lets through is one it has no sentence for, such as
+    a limit of SQLite reached (too many levels of trigger recursion, too
+    many variables). That is no bad input, but the CLI still owes a script
+    one line, not a traceback; ``--verbose`` logs the traceback.
+    """
+    import sqlite3
+
+    # Imported here, on the way out: ``list`` starts without SQLAlchemy.
+    from sqlalchemy.exc import OperationalError
+
+    cause = exc.orig if isinstance(exc, OperationalError) else exc
+    if not isinstance(cause, sqlite3.OperationalError):
+        return None
+    return f"the database could not do this: {cause}."
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -483,10 +516,30 @@ def _generating(
     )
     with service:
         reply = action(args.sampling, on_token=on_token, should_stop=stop)
+        evicted = _keep_within_budget(service)
     _note_model_used(service)
     if args.stream:
         print(file=sys.stderr)
-    return _emit(_reply_json(reply, extra))
+    return _emit(_reply_json(reply, {**(extra or {}), **evicted}))
+
+
+def _keep_within_budget(service: ConversationService) -> dict[str, int]:
+    """Evict checkpoints beyond the budget, as the window does after a reply.
+
+    For the commands that write checkpoints. The budget is the window's
+    preference (its Storage dialog), the eviction the service's: least
+    recently used first, the checkpoints just written last. Returns what
+    the command's JSON reports: ``evicted_bytes`` when any were.
+    """
+    from app.preferences import load_preferences
+
+    if service.db.read_only:
+        return {}  # nothing was written, and nothing can be deleted
+    budget = load_preferences(service.db).checkpoint_budget_bytes
+    if budget is None:
+        return {}
+    evicted = service.evict_checkpoints(budget)
+    return {"evicted_bytes": evicted} if evicted else {}
 
 
 def _note_model_used(service: ConversationService) -> None:
@@ -528,8 +581,9 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
         replies = service.regenerate_parallel(
             args.node, args.sampling, args.n, on_token=on_token, should_stop=stop
         )
+        evicted = _keep_within_budget(service)
     _note_model_used(service)
-    return _emit({"replies": [_reply_json(reply) for reply in replies]})
+    return _emit({"replies": [_reply_json(reply) for reply in replies], **evicted})
 
 
 def _cmd_edit(args: argparse.Namespace) -> int:
@@ -616,7 +670,9 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     with service:
         stats = service.restore(args.node)
-    return _emit({"node": args.node, "stats": vars(stats)})
+        # A first visit checkpoints every node of the path it rebuilds.
+        evicted = _keep_within_budget(service)
+    return _emit({"node": args.node, "stats": vars(stats), **evicted})
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
@@ -759,7 +815,11 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         sys.stdin.reconfigure(errors="surrogateescape")
     with service:
         _note_model_used(service)
-        return chat_loop(service, args.sampling, args.system)
+        status = chat_loop(service, args.sampling, args.system)
+        # Once, at the end of the session: the loop (app/chat_repl.py) has no
+        # place between replies for it yet.
+        _keep_within_budget(service)
+        return status
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
