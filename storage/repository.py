@@ -727,14 +727,29 @@ def tree(
 def delete_subtree(db: Database, node_id: int) -> int:
     """Delete a node, its descendants and their checkpoints; return the parent id.
 
-    The root cannot be deleted (delete the conversation instead). If the active
-    node was inside the subtree, the parent becomes active.
+    A root (a system prompt's start) can be deleted only where the
+    conversation has another: its first other root is then returned in the
+    parent's place. The only root cannot (delete the conversation instead).
+    If the active node was inside the subtree, the returned node becomes
+    active.
     """
     with db.write(frees_space=True) as s:
         node = _get(s, Node, node_id)
-        if node.parent_id is None:
-            raise ValueError("The root of a conversation cannot be deleted.")
-        parent_id: int = node.parent_id
+        parent_id: int | None = node.parent_id
+        a_start = parent_id is None
+        if parent_id is None:
+            parent_id = s.scalar(
+                select(Node.id)
+                .where(
+                    Node.conversation_id == node.conversation_id,
+                    Node.parent_id.is_(None),
+                    Node.id != node.id,
+                )
+                .order_by(Node.id)
+                .limit(1)
+            )
+            if parent_id is None:
+                raise ValueError("The only start of a conversation cannot be deleted.")
         conv = _get(s, Conversation, node.conversation_id)
         deleted = _subtree_ids(s, node.id)
         _delete_nodes(
@@ -748,6 +763,14 @@ def delete_subtree(db: Database, node_id: int) -> int:
         # The session still holds ``node`` as it was read: ask the ids first.
         if active is not None and (active in deleted or s.get(Node, active) is None):
             conv.active_node_id = parent_id
+        if a_start:  # the conversation's prompt: its newest start's
+            newest = s.scalar(
+                select(Node.text)
+                .where(Node.conversation_id == conv.id, Node.parent_id.is_(None))
+                .order_by(Node.id.desc())
+                .limit(1)
+            )
+            conv.system_prompt = newest or None
         conv.updated_at = utcnow()
         return parent_id
 

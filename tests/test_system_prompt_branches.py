@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
 from app.presets import conversation_sampling
 from storage import repository
@@ -106,5 +109,32 @@ def test_a_conversation_keeps_the_sampling_and_preset_it_was_given(
 
         service.set_sampling(conv, None)
         assert repository.get_conversation(service.db, conv).sampling is None
+    finally:
+        _close(service)
+
+
+def test_a_start_of_several_can_be_deleted_and_the_only_one_cannot(
+    tmp_path, tiny_model
+):
+    service = _service(tmp_path / "arbor.sqlite3", tiny_model)
+    try:
+        conv, first_root = service.new_conversation("Be brief.")
+        kept = service.send(first_root, "Hello", GREEDY)
+        second_root = service.new_system_prompt(conv, "Be verbose.")
+        gone = service.send(second_root, "Hello", GREEDY)
+
+        assert service.delete_branch(second_root) == first_root
+        ids = {n.id for n in service.tree(conv)}
+        assert second_root not in ids and gone.assistant_node not in ids
+        assert kept.assistant_node in ids
+        record = repository.get_conversation(service.db, conv)
+        # Where the user was is gone: they are at the start that is left, whose
+        # prompt is the conversation's again.
+        assert record.active_node_id == first_root
+        assert record.system_prompt == "Be brief."
+        assert service.restore(kept.assistant_node).reprocessed_tokens == 0
+
+        with pytest.raises(ServiceError, match="cannot be deleted"):
+            service.delete_branch(first_root)
     finally:
         _close(service)

@@ -431,8 +431,10 @@ class ConversationService:
         return repository.evict_checkpoints(self.db, budget_bytes)
 
     def delete_branch(self, node_id: int) -> int:
-        """Delete a node and everything under it; return the parent's id."""
-        if repository.get_node(self.db, node_id).parent_id is None:
+        """Delete a node and everything under it; return the parent's id (for
+        a start of several, the first other start's)."""
+        node = repository.get_node(self.db, node_id)
+        if node.parent_id is None and len(self._roots(node.conversation_id)) < 2:
             raise ServiceError(
                 "The start of a conversation cannot be deleted (delete the "
                 "conversation instead)."
@@ -1416,6 +1418,9 @@ class ConversationService:
         """``text``'s tokens with the loaded model (a file to attach: what it
         will take of the context)."""
         return self._require_engine().tokenize(text)
+
+    def _roots(self, conversation_id: int) -> list[int]:
+        return [n.id for n in self.tree(conversation_id) if n.parent_id is None]
 
     def _require_engine(self) -> LlamaEngine:
         if self.engine is None or self._sync is None:

@@ -48,6 +48,11 @@ class TreeSnapshot:
         """The conversation's first start, if any."""
         return self.roots[0] if self.roots else None
 
+    def deletable(self, node_id: int) -> bool:
+        """Whether ``node_id``'s branch can be deleted: any message, and a
+        start where the conversation has another (one per system prompt)."""
+        return self.nodes[node_id].parent_id is not None or len(self.roots) > 1
+
     def __contains__(self, node_id: object) -> bool:
         return node_id in self.nodes
 

@@ -587,8 +587,10 @@ class MainWindow(QMainWindow):
     @Slot(int)
     def ask_delete_branch(self, node_id: int) -> None:
         """Ask whether to delete a message and everything below it."""
-        below = self.presenter.snapshot.descendant_count(node_id)
-        text = "Delete this message"
+        snapshot = self.presenter.snapshot
+        below = snapshot.descendant_count(node_id)
+        starts = snapshot.nodes[node_id].parent_id is None
+        text = "Delete this system prompt" if starts else "Delete this message"
         text += (
             f" and the {below} message{'s' if below != 1 else ''} below it?"
             if below

@@ -105,6 +105,8 @@ CACHE_MODE = (
 )  # below this zoom, nodes are drawn without text
 
 ROLE_INITIALS = {"root": "S", "user": "U", "assistant": "A"}
+# A start's own action, in the graph's menu and the list's.
+PROMPT_ACTION_TEXT = "Change the system prompt (a new start)…"
 
 _BOX = QRectF(-NODE_WIDTH / 2, -NODE_HEIGHT / 2, NODE_WIDTH, NODE_HEIGHT)
 _LABEL_LEFT = _BOX.left() + 7 + BADGE + 6
@@ -372,11 +374,14 @@ class TreeGraphView(QGraphicsView):
     node_activated(int)
         The user clicked a node, or pressed Enter on the cursor: make it active.
     delete_requested(int)
-        The user asked to delete a node's branch (not the root).
+        The user asked to delete a node's branch (not the only root).
+    system_prompt_requested(int)
+        The user asked to change the system prompt at a start (a root).
     """
 
     node_activated = Signal(int)
     delete_requested = Signal(int)
+    system_prompt_requested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -706,7 +711,7 @@ class TreeGraphView(QGraphicsView):
             self.node_activated.emit(cursor)
             return
         elif key == Key.Key_Delete:
-            if node.role != "root":
+            if self._snapshot.deletable(cursor):
                 self.delete_requested.emit(cursor)
             return
         else:
@@ -723,7 +728,11 @@ class TreeGraphView(QGraphicsView):
         go = QAction(icon("branch"), "Continue from here", menu)
         go.triggered.connect(lambda: self.node_activated.emit(node_id))
         menu.addAction(go)
-        if self._snapshot.nodes[node_id].role != "root":
+        if self._snapshot.nodes[node_id].role == "root":
+            prompt = QAction(PROMPT_ACTION_TEXT, menu)
+            prompt.triggered.connect(lambda: self.system_prompt_requested.emit(node_id))
+            menu.addAction(prompt)
+        if self._snapshot.deletable(node_id):
             delete = QAction(icon("delete"), "Delete branch…", menu)
             delete.triggered.connect(lambda: self.delete_requested.emit(node_id))
             menu.addAction(delete)

@@ -43,7 +43,7 @@ from app.models.conversation_tree import (
 )
 from app.views.elided_label import ElidedLabel
 from app.views.theme import icon
-from app.views.tree_graph import TreeGraphView
+from app.views.tree_graph import PROMPT_ACTION_TEXT, TreeGraphView
 
 LIST_MODE, GRAPH_MODE = "list", "graph"
 
@@ -152,6 +152,7 @@ class TreePanel(QWidget):
         self.graph = TreeGraphView()
         self.graph.node_activated.connect(self.node_activated)
         self.graph.delete_requested.connect(self.delete_requested)
+        self.graph.system_prompt_requested.connect(self.system_prompt_requested)
         self.fit_button.clicked.connect(self.graph.fit)
 
         self.stack = QStackedWidget()
@@ -338,7 +339,7 @@ class TreePanel(QWidget):
     def _on_delete_button_clicked(self) -> None:
         node_id = self.selected_node()
         snapshot = self.model.snapshot
-        if node_id in snapshot and snapshot.nodes[node_id].role != "root":
+        if node_id in snapshot and snapshot.deletable(node_id):
             self.delete_requested.emit(node_id)
 
     @Slot(QPoint)
@@ -352,10 +353,10 @@ class TreePanel(QWidget):
         go.triggered.connect(lambda: self.node_activated.emit(node_id))
         menu.addAction(go)
         if index.data(MessageRoleRole) == "root":
-            prompt = QAction("Change the system prompt (a new branch)…", menu)
+            prompt = QAction(PROMPT_ACTION_TEXT, menu)
             prompt.triggered.connect(lambda: self.system_prompt_requested.emit(node_id))
             menu.addAction(prompt)
-        else:
+        if self.model.snapshot.deletable(node_id):
             delete = QAction(icon("delete"), "Delete branch…", menu)
             delete.triggered.connect(lambda: self.delete_requested.emit(node_id))
             menu.addAction(delete)
