@@ -182,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--system", type=_text_type("system prompt"), help="system prompt")
     new.add_argument("--title", type=_text_type("title"))
 
+    system = sub.add_parser(
+        "system",
+        help="a new start of CONVERSATION with system prompt TEXT (a branch of "
+        "its own; the branches so far stay)",
+    )
+    system.add_argument("conversation", type=_conversation_id)
+    system.add_argument("text", type=_text_type("system prompt"))
+
     send = sub.add_parser("send", help="send a message after NODE_ID (root or reply)")
     send.add_argument("node", type=_node_id)
     send.add_argument("text", type=_text_type("message"))
@@ -499,6 +507,12 @@ def _cmd_new(args: argparse.Namespace) -> int:
     service = _open(args, with_model=False)
     conversation, root = service.new_conversation(args.system, args.title)
     return _emit({"conversation": conversation, "node": root})
+
+
+def _cmd_system(args: argparse.Namespace) -> int:
+    service = _open(args, with_model=False)
+    root = service.new_system_prompt(args.conversation, args.text)
+    return _emit({"conversation": args.conversation, "node": root})
 
 
 def _generating(
@@ -831,6 +845,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "new": _cmd_new,
+    "system": _cmd_system,
     "send": _cmd_send,
     "regenerate": _cmd_regenerate,
     "edit": _cmd_edit,

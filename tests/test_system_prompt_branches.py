@@ -138,3 +138,16 @@ def test_a_start_of_several_can_be_deleted_and_the_only_one_cannot(
             service.delete_branch(first_root)
     finally:
         _close(service)
+
+
+def test_the_cli_starts_a_new_system_prompt(arbor):
+    root = arbor("new", "--system", "Be brief.")["node"]
+    first = arbor("send", root, "Hello", "--max-tokens", "4")
+    second = arbor("system", 1, "Be verbose.")
+    assert second["conversation"] == 1 and second["node"] != root
+    reply = arbor("send", second["node"], "Hello", "--max-tokens", "4")
+    tree = {n["id"]: n for n in arbor("tree", 1)["nodes"]}
+    starts = [n for n in tree.values() if n["parent"] is None]
+    assert [n["text"] for n in starts] == ["Be brief.", "Be verbose."]
+    assert tree[reply["user_node"]]["parent"] == second["node"]
+    assert first["assistant_node"] in tree
