@@ -30,6 +30,17 @@ Bookkeeping that may wait (the active node, when checkpoints were last used)
 is recorded with ``Database.defer`` and written later, see
 ``storage/deferred.py``. ``Database.generation()`` tells caches whether
 anything else may have changed since they read it.
+
+Deleting does not overwrite what it deletes (``secure_delete=FAST``, where
+Debian's SQLite, for one, is built to zero every freed page): zeroing a
+checkpoint's pages wrote all of its bytes to the -wal file before a byte was
+freed, so that freeing 1 GB first needed 1 GB more of disk. What deleting
+frees is given back to the file system right after (``release_space`` in
+``storage/repository.py``), and in a file made with incremental auto-vacuum
+(every file Arbor makes) no freed page is left in it then: each is either cut
+off its end or filled with a page moved there. (Zeroing would not have
+reached those cut off: a checkpoint does not write pages past the file's new
+end.)
 """
 
 from __future__ import annotations
@@ -69,6 +80,15 @@ MMAP_SIZE = 1 << 30
 # test_storage_reliability.py). Large pages also make each small commit
 # longer, so half the 4 MiB that 1000 pages of 4 KiB give.
 WAL_AUTOCHECKPOINT_BYTES = 2 << 20
+# How many blobs one connection opens before it is closed and replaced.
+# CPython's sqlite3 (3.11, and up to 3.14 at least: python/cpython#144424)
+# keeps a weak reference to every Blob a connection ever opened, dead or
+# alive, until the connection is closed: 83 bytes a blob here, 1.8 KiB a
+# restore, for the life of the process. Closing the connection frees them;
+# replacing it costs 0.5 to 2.5 ms (tools/scale_space.py), so this bounds
+# that memory at some 80 KiB a pooled connection for at most 2.5 µs a blob
+# (reading a 1 MiB blob takes some 200 µs).
+BLOBS_PER_CONNECTION = 1000
 
 # The execution option that tells the "begin" event which BEGIN to emit.
 _BEGIN_OPTION = "arbor_begin"
@@ -137,12 +157,15 @@ class Database:
         For reading checkpoint blobs with ``Connection.blobopen``, which
         SQLAlchemy does not offer, and without the cost of an ORM session
         (0.27 ms against 0.01 ms here, most of a sibling switch's Python
-        time). Only reads: the transaction is rolled back.
+        time). Only reads: the transaction is rolled back. A connection that
+        has opened ``BLOBS_PER_CONNECTION`` blobs is closed afterwards (the
+        pool opens a new one when next asked), for the memory each blob
+        leaves behind in it.
         """
         with translate_errors(self.path):
             pooled = self.engine.raw_connection()
+            raw = cast(_Connection, pooled.driver_connection)
             try:
-                raw = cast(sqlite3.Connection, pooled.driver_connection)
                 raw.execute("BEGIN DEFERRED")
                 try:
                     yield raw
@@ -150,6 +173,8 @@ class Database:
                     if raw.in_transaction:  # some errors end it themselves
                         raw.execute("ROLLBACK")
             finally:
+                if raw.blobs_opened >= BLOBS_PER_CONNECTION:
+                    pooled.invalidate()  # closes it; the pool makes a new one
                 pooled.close()
 
     @contextlib.contextmanager
@@ -465,6 +490,26 @@ def _open_read_only(
     return Database(path, engine, read_only_reason=reason)
 
 
+class _Connection(sqlite3.Connection):
+    """sqlite3's connection, counting the blobs it opens (``BLOBS_PER_CONNECTION``)."""
+
+    blobs_opened = 0
+
+    def blobopen(
+        self,
+        table: str,
+        column: str,
+        row: int,
+        /,
+        *,
+        readonly: bool = False,
+        name: str = "main",
+    ) -> sqlite3.Blob:
+        """Open a blob (``sqlite3.Connection.blobopen``), counted."""
+        self.blobs_opened += 1
+        return super().blobopen(table, column, row, readonly=readonly, name=name)
+
+
 def _engine(
     path: Path, query: str, busy_timeout_ms: int, writable: bool, new: bool = False
 ) -> Engine:
@@ -473,7 +518,9 @@ def _engine(
     def connect() -> sqlite3.Connection:
         # The pool hands a connection to one thread at a time, so sqlite3's
         # same-thread check would only get in the way.
-        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+        return sqlite3.connect(
+            uri, uri=True, check_same_thread=False, factory=_Connection
+        )
 
     # The URL is only a dialect name here, and SQLAlchemy would pick the pool
     # of an in-memory database for it; a file gets the pool it gets by default.
@@ -515,6 +562,9 @@ def _on_connect(
         # Only reached once the file is known to be ours (inspect_file).
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        # Freed pages are not zeroed (see the module docstring); content on
+        # pages a deletion writes anyway still is, which costs nothing.
+        cursor.execute("PRAGMA secure_delete=FAST")
         page_size = cursor.execute("PRAGMA page_size").fetchone()[0]
         pages = max(16, WAL_AUTOCHECKPOINT_BYTES // page_size)
         cursor.execute(f"PRAGMA wal_autocheckpoint={pages}")

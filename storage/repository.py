@@ -82,34 +82,96 @@ def _releases_space(function: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
-def release_space(db: Database) -> None:
-    """Give the pages freed by deletions back to the file system.
+# Giving freed pages back moves the pages at the end of the file into the
+# free ones, then cuts the end off. SQLite writes every page it moves to the
+# -wal file first, and the file only shrinks at the checkpoint after: done
+# in one transaction, the -wal grew by all that was moved, up to the size of
+# the data kept (issue 23). So it goes in steps of at most this much, each one
+# transaction, with a TRUNCATE checkpoint after each: the -wal holds one
+# step at most, and each step needs no more free disk than it frees.
+_RELEASE_STEP_BYTES = 16 << 20
+# On a nearly full disk a step takes at most this share of what is free
+# (the -wal needs room for it before the file shrinks), and never less than
+# this many pages.
+_RELEASE_FREE_SHARE = 2
+_RELEASE_MIN_PAGES = 16
+# PRAGMA auto_vacuum's value for INCREMENTAL (what new files get, db.py).
+_AUTO_VACUUM_INCREMENTAL = 2
+
+Progress = Callable[[int, int], None]
+"""A callback told ``(done, total)`` as long work goes on."""
+
+
+def release_space(db: Database, progress: Progress | None = None) -> None:
+    """Give the pages freed by deletions back to the file system, in steps.
 
     Checkpoints are most of the file; without this, deleting them would free
-    room inside the file but never shrink it. Best effort: the deletion is
-    already committed, so a failure here (a disk still too full to move pages)
-    is only logged. Then the disk space reserve is made again if it was spent.
-    Does nothing on a read-only database.
+    room inside the file but never shrink it. Each step is one transaction
+    (a kill leaves the file consistent, the rest free inside it for later)
+    followed by a TRUNCATE checkpoint, which shrinks the file and empties the
+    -wal (see ``_RELEASE_STEP_BYTES``). ``progress(done, total)`` is told the
+    pages given back after each step has committed, while the -wal still
+    holds it. Best effort: the deletion is already committed, so a failure
+    here (a disk still too full to move pages, a reader that keeps the -wal
+    from being emptied) is only logged, and the next deletion gives back the
+    rest. Then the disk space reserve is made again if it was spent. Does
+    nothing on a read-only database.
     """
     if db.read_only:
         return
     try:
         with translate_errors(db.path):
-            connection = db.engine.raw_connection()
+            pooled = db.engine.raw_connection()
             try:
-                # The pragma frees one page per step and sqlite3's execute()
-                # steps once; executescript() runs it to the end. The file only
-                # shrinks when the pages reach it, at a checkpoint: run one now.
-                # PASSIVE, not TRUNCATE: the -wal file keeps its size, and a
-                # later deletion on a full disk can reuse it.
-                connection.driver_connection.executescript(  # type: ignore[union-attr]
-                    "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(PASSIVE);"
-                )
+                raw: sqlite3.Connection = pooled.driver_connection  # type: ignore[assignment]
+                _release_in_steps(db, raw, progress)
             finally:
-                connection.close()
+                pooled.close()
     except StorageUnavailable as exc:
         log.warning("could not give freed space back yet: %s", exc)
     reserve.keep(db.path)
+
+
+def _release_in_steps(
+    db: Database, raw: sqlite3.Connection, progress: Progress | None
+) -> None:
+    def pragma(statement: str) -> int:
+        return int(raw.execute(f"PRAGMA {statement}").fetchone()[0])
+
+    if pragma("auto_vacuum") != _AUTO_VACUUM_INCREMENTAL:
+        # A file made without it (by hand, or an older SQLite tool) keeps
+        # its free pages for reuse; the pragma would do nothing.
+        return
+    page_size = pragma("page_size")
+    total = left = pragma("freelist_count")
+    while left > 0:
+        step = min(left, _release_step_pages(db, page_size))
+        # The pragma gives back one page per step of its statement and
+        # sqlite3's execute() steps only once; executescript() runs it to
+        # the end, one transaction in autocommit mode.
+        raw.executescript(f"PRAGMA incremental_vacuum({step});")
+        now = pragma("freelist_count")
+        if now >= left:
+            return  # nothing given back (another writer freed more meanwhile)
+        left = now
+        if progress is not None:
+            progress(total - min(left, total), total)
+        busy, _frames, _copied = raw.execute(
+            "PRAGMA wal_checkpoint(TRUNCATE)"
+        ).fetchone()
+        if busy:
+            # A reader still needs what the -wal holds: another step would
+            # only grow it. The pages stay free inside the file until then.
+            log.info("giving freed space back paused: the database is in use")
+            return
+
+
+def _release_step_pages(db: Database, page_size: int) -> int:
+    step = _RELEASE_STEP_BYTES
+    free = reserve.free_bytes(db.path)
+    if free is not None:
+        step = min(step, free // _RELEASE_FREE_SHARE)
+    return max(_RELEASE_MIN_PAGES, step // page_size)
 
 
 # --- records -----------------------------------------------------------------
@@ -1128,40 +1190,82 @@ def delete_checkpoints(
 def total_checkpoint_bytes(db: Database) -> int:
     """Bytes of all stored checkpoints."""
     with db.read() as s:
-        return int(
-            s.execute(
-                select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
-            ).scalar_one()
-        )
+        return _checkpoint_bytes(s)
 
 
-@_releases_space
-def evict_checkpoints(db: Database, budget_bytes: int) -> int:
+# Checkpoint bytes that evict_checkpoints deletes per transaction (at least
+# one checkpoint): the file shrinks as it goes, a kill stops it between two
+# steps, and a deletion never needs more -wal than this even where SQLite
+# zeroes what it deletes (db.py turns that off).
+_EVICT_BATCH_BYTES = 32 << 20
+
+
+def evict_checkpoints(
+    db: Database, budget_bytes: int, progress: Progress | None = None
+) -> int:
     """Delete least-recently-used checkpoints until the total fits the budget.
 
-    Returns the bytes freed.
+    Returns the bytes freed. Runs in batches of ``_EVICT_BATCH_BYTES``, each
+    one transaction that deletes the least recently used checkpoints then
+    (``release_space``) gives their pages back, so that the -wal file stays
+    small and the file shrinks as it goes: evicting 1 GB of a 2 GB file is
+    measured by ``tools/scale_space.py``. ``progress(done, total)`` is told
+    the checkpoint bytes freed as each step commits; ``total`` is how far
+    the checkpoints were over the budget (it grows if more are saved
+    meanwhile).
     """
-    with db.write(frees_space=True) as s:
-        total = int(
-            s.execute(
-                select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
-            ).scalar_one()
+    freed = 0
+    while True:
+        with db.write(frees_space=True) as s:
+            excess = _checkpoint_bytes(s) - budget_bytes
+            victims, batch = _least_recently_used(s, min(excess, _EVICT_BATCH_BYTES))
+            if victims:
+                s.execute(delete(Checkpoint).where(Checkpoint.id.in_(victims)))
+        if not victims:
+            return freed
+        goal = freed + excess
+        release_space(
+            db, None if progress is None else _scaled(progress, freed, batch, goal)
         )
-        if total <= budget_bytes:
-            return 0
-        freed = 0
-        victims = []
-        for cid, size in s.execute(
-            select(Checkpoint.id, Checkpoint.byte_size).order_by(
-                Checkpoint.last_used_at, Checkpoint.id
-            )
-        ):
-            if total - freed <= budget_bytes:
-                break
-            victims.append(cid)
-            freed += size
-        s.execute(delete(Checkpoint).where(Checkpoint.id.in_(victims)))
-        return freed
+        freed += batch
+        if progress is not None:
+            progress(freed, goal)
+
+
+def _scaled(progress: Progress, done: int, batch: int, total: int) -> Progress:
+    """``progress`` told a batch's pages given back as bytes of ``total``."""
+
+    def told(pages: int, of: int) -> None:
+        progress(done + batch * pages // max(of, 1), total)
+
+    return told
+
+
+def _checkpoint_bytes(session: Session) -> int:
+    return int(
+        session.execute(
+            select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
+        ).scalar_one()
+    )
+
+
+def _least_recently_used(session: Session, size: int) -> tuple[list[int], int]:
+    """The ids of the least recently used checkpoints that make up ``size``
+    bytes (the last one may go past it), and their bytes."""
+    victims: list[int] = []
+    total = 0
+    if size <= 0:
+        return victims, total
+    for cid, byte_size in session.execute(
+        select(Checkpoint.id, Checkpoint.byte_size).order_by(
+            Checkpoint.last_used_at, Checkpoint.id
+        )
+    ):
+        victims.append(cid)
+        total += byte_size
+        if total >= size:
+            break
+    return victims, total
 
 
 # --- search -----------------------------------------------------------------------

@@ -28,13 +28,22 @@ def reserve_path(database: Path) -> Path:
     return database.with_name(database.name + ".reserve")
 
 
+def free_bytes(database: Path) -> int | None:
+    """Free disk space beside the database, or None when it cannot be told."""
+    try:
+        return shutil.disk_usage(database.parent).free
+    except OSError:
+        return None
+
+
 def keep(database: Path) -> None:
     """Make the reserve if it is missing and the disk has room for it."""
     reserve = reserve_path(database)
     if reserve.exists():
         return
     try:
-        if shutil.disk_usage(database.parent).free < _FREE_FACTOR * RESERVE_BYTES:
+        free = free_bytes(database)
+        if free is None or free < _FREE_FACTOR * RESERVE_BYTES:
             return
         with reserve.open("wb") as file:
             # Allocated blocks, not a sparse file: only those free space later.
@@ -64,9 +73,6 @@ def spend_if_short(database: Path) -> None:
 
     A deletion writes too (to the -wal file) before it frees anything.
     """
-    try:
-        short = shutil.disk_usage(database.parent).free < _FREE_FACTOR * RESERVE_BYTES
-    except OSError:
-        short = True
-    if short:
+    free = free_bytes(database)
+    if free is None or free < _FREE_FACTOR * RESERVE_BYTES:
         give_up(database)

@@ -91,7 +91,7 @@ def test_deleting_a_subtree_cascades_to_checkpoints(db):
         ).active_node_id
         == ids[1]
     )
-    with pytest.raises(ValueError, match="root"):
+    with pytest.raises(ValueError, match="only start"):
         repository.delete_subtree(db, ids[0])
 
 
