@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.conversation.titles import title_from
 from app.library.catalog import shipped_catalog
+from app.library.units import format_bytes
 from app.models.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences
 from app.presets import Preset, conversation_sampling, stored_sampling
@@ -83,6 +84,8 @@ def progress_text(job: jobs.Job, done: int, total: int) -> str | None:
             return f"Reading this branch again… {done:,} of {total:,} tokens"
         case jobs.ContinueWithSummary():
             return f"Reading the branch to summarize… {done:,} of {total:,} tokens"
+        case jobs.EvictCheckpoints():
+            return f"Freeing space… {format_bytes(done)} of {format_bytes(total)}"
         case _ if jobs.is_generating(job):
             return f"Reading the prompt… {done:,} of {total:,} tokens"
         case _:
@@ -808,7 +811,8 @@ class WindowPresenter:
         if text is None:
             return
         self.view.set_busy(text)
-        self.view.show_progress(done, total)
+        # A progress bar counts in 32-bit ints; bytes freed can be more.
+        self.view.show_progress(done * 1000 // total, 1000)
         if stream is not None and job is self.generating_job:
             self.view.show_generating(stream.conversation_id, text)
             if self.stream_shown:

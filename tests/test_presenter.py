@@ -660,3 +660,14 @@ def test_a_new_system_prompt_is_a_new_start_and_the_sampling_is_the_conversation
     s.engine.run_jobs()
     assert repository.get_conversation(s.db, p.conversation_id).sampling is None
     assert p.conversation_sampling() == (p.prefs.sampling, None)
+
+
+def test_freeing_space_shows_how_far_it_got_in_bytes(open_session):
+    s = open_session()
+    p = s.presenter
+    job = jobs.EvictCheckpoints(1 << 20)
+    p.on_started(job)
+    p.on_progress(512 << 20, 3 << 30)  # past what a 32-bit progress bar counts
+    text = s.view.said("set_busy")[-1][0]
+    assert text.startswith("Freeing space… ") and " of " in text
+    assert s.view.said("show_progress")[-1] == (166, 1000)

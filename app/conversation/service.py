@@ -421,14 +421,18 @@ class ConversationService:
             repository.get_conversation(self.db, conversation_id)  # NotFound
         return repository.delete_checkpoints(self.db, conversation_id=conversation_id)
 
-    def evict_checkpoints(self, budget_bytes: int) -> int:
+    def evict_checkpoints(
+        self,
+        budget_bytes: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Delete least recently used checkpoints beyond ``budget_bytes``.
 
         Queued checkpoints are written first, so that they count. Returns the
-        bytes freed.
+        bytes freed; ``progress(done, total)`` is told them as they go.
         """
         self._checkpoints.flush()
-        return repository.evict_checkpoints(self.db, budget_bytes)
+        return repository.evict_checkpoints(self.db, budget_bytes, progress)
 
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id (for

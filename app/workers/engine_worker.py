@@ -222,7 +222,8 @@ class EngineWorker(QObject):
                 imported = service.import_conversation(data)
                 return JobResult(job, conversation_id=imported.conversation_id)
             case jobs.EvictCheckpoints(budget_bytes=budget):
-                return JobResult(job, evicted_bytes=service.evict_checkpoints(budget))
+                freed = service.evict_checkpoints(budget, self.progress.emit)
+                return JobResult(job, evicted_bytes=freed)
             case jobs.ClearCheckpoints():
                 return JobResult(job, evicted_bytes=service.clear_checkpoints())
             case jobs.SavePreferences(prefs=prefs):
