@@ -27,6 +27,15 @@ CPU-bound processes running meanwhile, as on a machine doing other work::
 ``--messages``, ``--tokens``, ``--switches`` and ``--only`` make a shorter run
 while working on it; the defaults are what the performance issue measures.
 
+``--transcript`` measures something else, with no model at all: the GUI
+thread's CPU time to show a conversation whose path has 10 and 1,000
+messages (and ``--paths`` others), twice each as a user goes back and forth
+between them, then to scroll the long one to its top, page down a few
+screens and come back to its end (a conversation stays readable without a
+model, so no engine work competes)::
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python tools/window_timing.py --transcript
+
 The window work runs in a child process of this script (``--child``), so
 that each run starts cold, as a user's launch does.
 """
@@ -38,6 +47,7 @@ import time
 START = time.perf_counter()  # before the imports below: they are start-up too
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
@@ -236,6 +246,254 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     }
 
 
+# --- the child: the transcript of long paths --------------------------------------
+
+# How long the window is left to finish what showing posted (layouts, paints,
+# timers), and how often it looks in meanwhile.
+SETTLE_S = 0.6
+PAGES = 5
+PROSE = (
+    "the tree grows slowly in a cold climate and its roots go deep into the "
+    "soil where water stays through the summer months while leaves fall"
+)
+
+
+def conversation_texts(messages: int, seed: int = 7) -> list[tuple[str, str]]:
+    """``messages`` (role, Markdown) pairs, questions and answers in turn: short
+    questions, answers of a few paragraphs with now a list, now a code block."""
+    import random
+
+    rng = random.Random(seed)
+    words_of = PROSE.split()
+
+    def sentence(words: int) -> str:
+        text = " ".join(rng.choice(words_of) for _ in range(words))
+        return text[0].upper() + text[1:] + "."
+
+    texts = []
+    for i in range(messages):
+        if i % 2 == 0:
+            texts.append(("user", sentence(rng.randint(5, 30))))
+            continue
+        parts = [
+            " ".join(sentence(rng.randint(8, 20)) for _ in range(rng.randint(2, 5)))
+            for _ in range(rng.randint(1, 4))
+        ]
+        if rng.random() < 0.3:
+            parts.append(
+                "\n".join(f"- **{sentence(3)}** {sentence(8)}" for _ in range(4))
+            )
+        if rng.random() < 0.2:
+            code = "\n".join(f"def f{j}(x):\n    return x * {j}" for j in range(6))
+            parts.append(f"```python\n{code}\n```")
+        texts.append(("assistant", "\n\n".join(parts)))
+    return texts
+
+
+def _insert_path(db: Any, messages: int) -> int:
+    """A conversation whose one path holds ``messages`` messages; its id."""
+    from storage.repository import NewNode, insert_conversation
+    from storage.values import Role
+
+    nodes = [NewNode(key=0, parent_key=None, role=Role.ROOT, text="")]
+    for i, (role, text) in enumerate(conversation_texts(messages), start=1):
+        nodes.append(NewNode(key=i, parent_key=i - 1, role=Role(role), text=text))
+    record, _ids = insert_conversation(
+        db,
+        title=f"{messages} messages",
+        system_prompt=None,
+        reasoning=None,
+        created_at=None,
+        nodes=nodes,
+        active_key=messages,
+    )
+    return record.id
+
+
+def _settled_cpu_ms(app: Any, work: Callable[[], None]) -> float:
+    """The GUI thread's CPU time in ``work`` and in what it left to the event
+    loop (layouts, paints), in milliseconds."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    started = time.thread_time()
+    work()
+    until = time.monotonic() + SETTLE_S
+    while time.monotonic() < until:
+        app.processEvents()
+        # Outside an event loop's exec() nothing deletes what deleteLater
+        # left; a running window would have.
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        time.sleep(0.005)
+    return (time.thread_time() - started) * 1000
+
+
+class CpuShares:
+    """The GUI thread's CPU time in some of the window's methods, by name:
+    how much of a step the transcript and the tree took."""
+
+    def __init__(self, methods: dict[str, tuple[Any, str]]) -> None:
+        self.ms: dict[str, float] = dict.fromkeys(methods, 0.0)
+        for label, (owner, name) in methods.items():
+            # An attribute of this one object, which its callers look up.
+            setattr(owner, name, self._timed(getattr(owner, name), label))
+
+    def _timed(self, work: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return work(*args, **kwargs)
+            finally:
+                self.ms[label] += (time.thread_time() - started) * 1000
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        """The times since the last ``take``."""
+        taken, self.ms = self.ms, dict.fromkeys(self.ms, 0.0)
+        return taken
+
+
+class GcTime:
+    """The GUI thread's CPU time in Python's garbage collector: a full
+    collection walks every object, and with a window's worth of them it takes
+    tens of milliseconds wherever it happens to fall."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.ms = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.ms += (time.thread_time() - self._started) * 1000
+
+    def take(self) -> float:
+        """The time since the last ``take``."""
+        taken, self.ms = self.ms, 0.0
+        return taken
+
+
+def _no_model(remembered: str | None) -> Path | None:
+    """No model at all, whatever was used last (the timing's stand-in for
+    ``app.gui.remembered_or_starter_model``)."""
+    del remembered
+    return None
+
+
+def run_transcript_child(paths: list[int]) -> dict[str, object]:
+    """Show conversations with ``paths`` messages in a window with no model;
+    the GUI thread's CPU time for each step, and the cards made."""
+    from PySide6.QtWidgets import QApplication
+
+    import app.gui
+    from app.gui import build_window, keep_painting_on_the_gui_thread
+    from app.paths import database_path
+    from app.views.message_card import MessageCard
+    from storage.db import open_database
+
+    keep_painting_on_the_gui_thread()
+    qt_app = QApplication.instance() or QApplication([])
+    with tempfile.TemporaryDirectory() as folder:
+        db = open_database(database_path(Path(folder)))
+        conversations = {n: _insert_path(db, n) for n in paths}
+        _insert_path(db, 2)  # the most recent: the window opens on it
+        # No model: nothing loads, and a conversation stays readable.
+        app.gui.remembered_or_starter_model = _no_model
+        window = build_window(db, None, gpu_supported=False)
+        window.resize(1280, 800)
+        window.show()
+        transcript = window.transcript
+        shares = CpuShares(
+            {
+                "transcript": (transcript, "show_path"),
+                "tree (set_snapshot)": (window.tree_model, "set_snapshot"),
+                "tree (set_active)": (window.tree_model, "set_active"),
+            }
+        )
+        collector = GcTime()
+        steps: list[dict[str, object]] = []
+
+        def step(label: str, work: Callable[[], None]) -> None:
+            shares.take()
+            collector.take()
+            ms = _settled_cpu_ms(qt_app, work)
+            cards = len(transcript.findChildren(MessageCard))
+            steps.append(
+                {
+                    "step": label,
+                    "ms": ms,
+                    "cards": cards,
+                    "gc": collector.take(),
+                    **shares.take(),
+                }
+            )
+
+        step("idle (nothing done)", lambda: None)
+        for attempt in ("first", "again"):
+            for n in paths:
+                step(
+                    f"show {n:,} messages ({attempt})",
+                    functools.partial(window.show_conversation, conversations[n]),
+                )
+        bar = transcript.verticalScrollBar()
+        step("scroll to the top", lambda: bar.setValue(0))
+        for i in range(PAGES):
+            step(
+                f"page down ({i + 1})",
+                lambda: bar.setValue(bar.value() + bar.pageStep()),
+            )
+        step("middle (drag to half)", lambda: bar.setValue(bar.maximum() // 2))
+        step("jump to the end", lambda: bar.setValue(bar.maximum()))
+        at_end = bar.value() == bar.maximum()
+        window.close()
+        db.close()
+        qt_app.processEvents()
+    return {"steps": steps, "at_end": at_end}
+
+
+def report_transcript(paths: list[int]) -> None:
+    """Run ``run_transcript_child`` in a fresh process and print its table."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--transcript-child",
+            "--paths",
+            ",".join(map(str, paths)),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={"QT_QPA_PLATFORM": "offscreen", **os.environ},
+    )
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    steps = figures["steps"]
+    idle = steps[0]["ms"]
+    print("\n### transcript of long paths (no model)\n")
+    print(
+        "| step | GUI-thread CPU (ms) | less idle | in the transcript's show_path "
+        "| in the tree model | in Python's GC | message cards alive |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in steps:
+        tree = row["tree (set_snapshot)"] + row["tree (set_active)"]
+        print(
+            f"| {row['step']} | {row['ms']:,.0f} | {row['ms'] - idle:,.0f} "
+            f"| {row['transcript']:,.0f} | {tree:,.0f} | {row['gc']:,.0f} "
+            f"| {row['cards']} |"
+        )
+    print(
+        f"\nEach figure includes {SETTLE_S:.1f} s of the event loop after the step "
+        f"(layouts, paints, timers; the idle row: that loop alone, which the "
+        f"next column takes away). At the end after the jump: {figures['at_end']}."
+    )
+
+
 # --- the parent: preparing, loading the machine, reporting -----------------------
 
 
@@ -336,10 +594,30 @@ def main() -> int:
     parser.add_argument(
         "--only", choices=("idle", "busy"), help="one of the two runs only"
     )
+    parser.add_argument(
+        "--transcript",
+        action="store_true",
+        help="time showing long paths instead (no model)",
+    )
+    parser.add_argument(
+        "--paths",
+        default="10,1000",
+        help="messages on the paths --transcript shows (comma-separated)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--transcript-child", action="store_true", help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
+    paths = [int(n) for n in args.paths.split(",")]
     if args.child is not None:
         print(json.dumps(run_child(args.child, args.messages, args.switches)))
+        return 0
+    if args.transcript_child:
+        print(json.dumps(run_transcript_child(paths)))
+        return 0
+    if args.transcript:
+        report_transcript(paths)
         return 0
     bare = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
