@@ -177,9 +177,9 @@ class ConversationTreeModel(QAbstractItemModel):
         }
         self._active_id = node_id if node_id in self._snapshot else None
         self._active_path = new_path
-        for nid in changed:
-            if nid in self._items:
-                self._emit_row_changed(nid, ACTIVE_PATH_ROLES)
+        self._emit_rows_changed(
+            [self._items[n] for n in changed if n in self._items], ACTIVE_PATH_ROLES
+        )
 
     def index_of(self, node_id: int, column: int = 0) -> QModelIndex:
         """The index of a node (invalid if unknown)."""
@@ -477,6 +477,32 @@ class ConversationTreeModel(QAbstractItemModel):
         if item is self._root:
             return QModelIndex()
         return self.createIndex(item.row, 0, item)
+
+    def _emit_rows_changed(
+        self, items: list[_Item], roles: tuple[int, ...] = ()
+    ) -> None:
+        """One ``dataChanged`` per run of adjacent rows: a switch between two
+        long paths changes a thousand rows, and a signal per row cost the
+        window most of its time (views repaint per signal)."""
+        runs: dict[int, list[_Item]] = {}
+        for item in items:
+            assert item.parent is not None
+            runs.setdefault(id(item.parent), []).append(item)
+        last_column = len(COLUMNS) - 1
+        for siblings in runs.values():
+            siblings.sort(key=lambda item: item.row)
+            start = end = siblings[0]
+            for item in [*siblings[1:], None]:
+                if item is not None and item.row == end.row + 1:
+                    end = item
+                    continue
+                self.dataChanged.emit(
+                    self.createIndex(start.row, 0, start),
+                    self.createIndex(end.row, last_column, end),
+                    list(roles),
+                )
+                if item is not None:
+                    start = end = item
 
     def _emit_row_changed(self, node_id: int, roles: tuple[int, ...] = ()) -> None:
         first = self.index_of(node_id, 0)
