@@ -294,6 +294,8 @@ class MessageCard(QFrame):
                 self.body.setHtml("<i>…</i>")
             elif self.thinking_section is not None:
                 self.body.setHtml("<i>(no answer: the reply ended while thinking)</i>")
+            elif self.role == "root":  # a start of several, with no prompt
+                self.body.setHtml("<i>(none: the model's own default)</i>")
             else:
                 self.body.setHtml("<i>(empty)</i>")
             return

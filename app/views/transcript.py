@@ -296,8 +296,12 @@ class TranscriptView(QScrollArea):
         slots = []
         for at, entry in enumerate(entries):
             node = entry.node
-            if node.role == "root" and not node.text.strip():
-                continue  # no system prompt: nothing worth a card
+            if (
+                node.role == "root"
+                and not node.text.strip()
+                and len(siblings[node.id]) < 2
+            ):
+                continue  # no system prompt, and no other start to switch to
             slot = self._slot(node, siblings[node.id], thinking.get(node.id, ""))
             slot.height = self._height_unmade(slot, metrics)
             card = shown.pop(node.id, None)

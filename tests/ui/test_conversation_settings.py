@@ -5,6 +5,7 @@ start in the tree, the preset's sampling on the next reply, presets kept."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from app.preferences import load_preferences
 from app.presets import STARTER_PRESETS
@@ -76,6 +77,17 @@ def test_a_new_system_prompt_from_a_preset_is_a_new_start(
     assert path[0].id == roots[1]
     # The first branch is as it was, under the first start.
     assert repository.get_node(window.db, first_reply).parent_id is not None
+
+    # Back on it, its start (no system prompt) has a card, to switch from
+    # one start to the other as between any siblings.
+    presenter.choose_node(first_reply)
+    wait_idle(qtbot, window)
+    start = window.transcript.cards[0]
+    assert start.role == "root" and start.sibling_position == (1, 2)
+    assert "default" in start.body.toPlainText()
+    qtbot.mouseClick(start.next_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window)
+    assert presenter.snapshot.path(presenter.active_id)[0] == roots[1]
 
 
 def test_a_new_conversation_can_start_from_a_preset(qtbot, make_window, monkeypatch):
