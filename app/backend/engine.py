@@ -47,6 +47,7 @@ from app.backend.settings import (
     KV_CACHE_TYPES,
     BackendSettings,
 )
+from app.backend.threads import automatic_threads
 from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams, StateKind
 
 log = logging.getLogger(__name__)
@@ -436,8 +437,9 @@ class LlamaEngine:
         # context; for Gemma 3, whose window is 1k, 1.5x the whole KV cache at
         # a 4k context and 4.7x at 32k). Checkpoints are the same size either way.
         ctx_params.swa_full = True
-        ctx_params.n_threads = settings.threads
-        ctx_params.n_threads_batch = settings.threads
+        self.threads_now = settings.threads
+        ctx_params.n_threads = self.threads_now
+        ctx_params.n_threads_batch = self.threads_now
         ctx_params.type_k = KV_CACHE_TYPES[settings.kv_cache_type]
         ctx_params.type_v = KV_CACHE_TYPES[settings.kv_cache_type]
         ctx_params.flash_attn_type = (
@@ -612,6 +614,7 @@ class LlamaEngine:
         tokens = list(tokens)
         if not tokens:
             return []
+        self._fit_threads()
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextFullError(
                 f"The conversation needs {self.n_past + len(tokens)} tokens but the "
@@ -637,6 +640,21 @@ class LlamaEngine:
         if watch is not None:
             watch(offset, len(tokens))
         return list(chunks)
+
+    @property
+    def threads_in_use(self) -> int:
+        """The threads llama.cpp computes a batch with now."""
+        return int(llama_cpp.llama_n_threads_batch(self._ctx))
+
+    def _fit_threads(self) -> None:
+        """With "automatic" threads, compute on the cores free now (see
+        ``app/backend/threads.py``); a count the user chose stays."""
+        if self.settings.n_threads > 0:
+            return
+        threads = automatic_threads()
+        if threads != self.threads_now:
+            llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
+            self.threads_now = threads
 
     def _decode_batch(self, tokens: list[int]) -> None:
         batch = self._batch
@@ -708,6 +726,7 @@ class LlamaEngine:
         ``rows`` are ``(sequence, token)``; row ``i``'s logits are then
         ``logits(i)`` (and what ``sample(sampler, i)`` samples from).
         """
+        self._fit_threads()
         batch = self._batch
         for i, (seq, token) in enumerate(rows):
             batch.token[i] = token

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from app.backend.errors import InvalidSetting
+from app.backend.threads import automatic_threads
 
 # Names of the KV cache element types a user can pick, as llama.cpp's ggml_type ids.
 KV_CACHE_TYPES = {
@@ -32,10 +32,6 @@ MAX_N_CTX = 2**31 - 1
 # More threads than this only thrash; a typo like 100000 would spawn them all.
 MAX_THREADS = 1024
 _INT32_MAX = 2**31 - 1
-
-
-def _default_threads() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> None:
@@ -85,8 +81,9 @@ class BackendSettings:
 
     @property
     def threads(self) -> int:
-        """Threads to use, resolving 0 to a sensible default."""
-        return self.n_threads if self.n_threads > 0 else _default_threads()
+        """Threads to use now, resolving 0 ("automatic") to the free cores
+        but one (``threads.automatic_threads``)."""
+        return self.n_threads if self.n_threads > 0 else automatic_threads()
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict, for storing as JSON."""

@@ -8,7 +8,6 @@ sent one after another. It never touches widgets: it reports through signals.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -39,23 +38,6 @@ log = logging.getLogger(__name__)
 class PreviousModelLost(BackendError):
     """A model failed to load, and the one loaded before could not be loaded
     again: no model is loaded now."""
-
-
-def window_settings(settings: BackendSettings) -> BackendSettings:
-    """``settings`` with "automatic" threads resolved for the window: one core
-    fewer than the machine has (at least one, at most what llama.cpp would
-    pick), so that the GUI thread always finds a core.
-
-    llama.cpp's threads spin-wait for one another at every step, so one of
-    them preempted (by the GUI thread, or any other program) stalls them all:
-    on a 2-core VM with other programs busy, a reply ran at 1.5 tokens/s on
-    two threads and 55 on one, and the window waited for a core meanwhile.
-    A thread count the user chose is kept.
-    """
-    if settings.n_threads > 0:
-        return settings
-    cores = os.cpu_count() or 1
-    return replace(settings, n_threads=max(1, min(settings.threads, cores - 1)))
 
 
 class EngineWorker(QObject):
@@ -300,9 +282,7 @@ class EngineWorker(QObject):
         check_model_file(Path(job.path))  # not a GGUF at all: nothing is unloaded
         self.close()  # free the old model's memory before loading the next
         try:
-            return self._open_model(
-                job, job.path, window_settings(job.settings), self._watch_load()
-            )
+            return self._open_model(job, job.path, job.settings, self._watch_load())
         except USER_ERRORS as exc:
             if previous is None:
                 raise

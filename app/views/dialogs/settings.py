@@ -43,7 +43,13 @@ from app.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
 from app.views.sampling_form import SamplingForm
 from app.views.welcome import choose_model_file
 
-__all__ = ["NO_GPU_EXPLANATION", "SettingsDialog"]
+__all__ = ["NO_GPU_EXPLANATION", "THREADS_NOTE", "SettingsDialog"]
+
+THREADS_NOTE = (
+    "Automatic uses the cores other programs leave free, but one, counted "
+    "again before each step: llama.cpp's threads wait for one another, so on "
+    "a busy computer fewer threads are faster than one per core."
+)
 
 
 class SettingsDialog(QDialog):
@@ -159,7 +165,12 @@ class SettingsDialog(QDialog):
         self.threads.setRange(0, 256)
         self.threads.setSpecialValueText("automatic")
         self.threads.setValue(backend.n_threads)
+        self.threads.setToolTip(THREADS_NOTE)
         form.addRow("CPU threads", self.threads)
+        threads_note = QLabel(THREADS_NOTE)
+        threads_note.setObjectName("Hint")
+        threads_note.setWordWrap(True)
+        form.addRow("", threads_note)
         self.flash_attn = QCheckBox("Use flash attention")
         self.flash_attn.setChecked(backend.flash_attn)
         form.addRow("", self.flash_attn)
