@@ -29,7 +29,8 @@ convert one with ``VACUUM``.
 Bookkeeping that may wait (the active node, when checkpoints were last used)
 is recorded with ``Database.defer`` and written later, see
 ``storage/deferred.py``. ``Database.generation()`` tells caches whether
-anything else may have changed since they read it.
+anything else may have changed since they read it, and ``changes_since``
+what, where the writes said so (``Database.changing``).
 
 Deleting does not overwrite what it deletes (``secure_delete=FAST``, where
 Debian's SQLite, for one, is built to zero every freed page): zeroing a
@@ -46,13 +47,14 @@ end.)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -92,6 +94,33 @@ BLOBS_PER_CONNECTION = 1000
 
 # The execution option that tells the "begin" event which BEGIN to emit.
 _BEGIN_OPTION = "arbor_begin"
+# How many of the latest generations keep what their writes changed (see
+# ``Database.changing``), and how many node ids they may name in all (a move
+# names its whole path): a cache further behind reads everything again.
+CHANGES_KEPT = 1024
+CHANGED_IDS_KEPT = 1 << 16
+
+
+@dataclasses.dataclass
+class _Commit:
+    """A write transaction: its session, then the generation its commit made."""
+
+    session: Session
+    generation: int = -1
+
+
+def _own_data_version(raw: sqlite3.Connection) -> int:
+    return int(raw.execute("PRAGMA data_version").fetchone()[0])
+
+
+@dataclasses.dataclass(eq=False)
+class _Scope:
+    """An open ``changing`` or ``adding`` block: the nodes it names, whether
+    they are named as each write commits, and the generations made in it."""
+
+    ids: frozenset[int] | set[int]
+    named_now: bool
+    made: list[int] = dataclasses.field(default_factory=list)
 
 
 class Database:
@@ -129,13 +158,20 @@ class Database:
             engine.execution_options(**{_BEGIN_OPTION: "BEGIN DEFERRED"}),
             expire_on_commit=False,
         )
-        self._writers = sessionmaker(
-            engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"}),
-            expire_on_commit=False,
+        # Write sessions are bound to a connection of this engine that the
+        # transaction keeps until after its commit (see _transaction).
+        self._write_engine = engine.execution_options(
+            **{_BEGIN_OPTION: "BEGIN IMMEDIATE"}
         )
         self.deferred = DeferredWrites()
         # Counts writes through this object; see generation().
         self._generation = 0
+        # Generation -> the node ids its write changed, where it said so
+        # (changing(), adding()); guarded by _watch_lock, like _generation.
+        self._changes: dict[int, frozenset[int]] = {}
+        self._changed_ids = 0  # how many ids _changes holds, shared ones each time
+        # Per thread: the changing() and adding() blocks open there.
+        self._scopes = threading.local()
         self._watch_lock = threading.Lock()
         self._watch: sqlite3.Connection | None = None
         self._seen_version: int | None = None
@@ -192,26 +228,46 @@ class Database:
             reserve.spend_if_short(self.path)
         elif self.space_low and not self._space_recovered():
             raise StorageUnavailable(disk_full_message(self.path))
-        with self._transaction() as session:
-            yield session
-        self._committed(changed=True)
+        with self._transaction(changed=True) as commit:
+            yield commit.session
+        for scope in self._open_scopes():
+            scope.made.append(commit.generation)
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Session]:
+    def _transaction(self, changed: bool) -> Iterator[_Commit]:
         # Deferred bookkeeping goes first, so the transaction's own statements
         # win where both set the same thing (the active node). It is forgotten
         # only once committed: a rolled back transaction leaves it pending.
         pending = self.deferred.snapshot()
-        with translate_errors(self.path), self._writers.begin() as session:
+        with (
+            translate_errors(self.path),
+            self._write_engine.connect() as connection,
+            Session(bind=connection, expire_on_commit=False) as session,
+        ):
+            # Kept until after the commit: it tells whether another
+            # connection committed right after us (_committed).
+            raw = cast(sqlite3.Connection, connection.connection.driver_connection)
+            commit = _Commit(session)
+            session.begin()
+            # BEGIN IMMEDIATE: the write lock is held from here, so nobody
+            # commits between this look and our commit.
+            session.connection()
+            before = _own_data_version(raw)
             if self._seen_version is not None:
-                # A cache is watching: look at data_version once the write
-                # lock is held (BEGIN IMMEDIATE runs with the first
-                # statement), before our own commit hides other commits.
-                session.connection()
+                # A cache is watching: look at data_version before our own
+                # commit hides other commits.
                 self._notice_others()
             for write in pending.values():
                 write(session)
-            yield session
+            yield commit
+            # Committed and counted under the watch's lock: another thread's
+            # look at data_version (generation(), changes_since) comes before
+            # both or after both, and never takes our commit for another's.
+            # (An exception above leaves the session to roll back as it
+            # closes.)
+            with self._watch_lock:
+                session.commit()
+                commit.generation = self._committed(changed, raw, before)
         self.deferred.written(pending)
 
     # --- deferred bookkeeping --------------------------------------------------
@@ -237,12 +293,10 @@ class Database:
         if not self.deferred or self.read_only:
             return
         try:
-            with self._transaction():
+            with self._transaction(changed=False):
                 pass
         except StorageUnavailable as exc:
             log.warning("Could not save the place in the conversation yet: %s", exc)
-            return
-        self._committed(changed=False)
 
     # --- telling caches about changes ---------------------------------------------
 
@@ -252,10 +306,11 @@ class Database:
         It counts the write transactions run through this object (deferred
         bookkeeping alone excepted: it changes nothing a cache holds) and
         notices commits of other connections and processes through SQLite's
-        ``PRAGMA data_version``. One gap: another process's commit that lands
-        between a commit of ours and our next look at ``data_version`` (a few
-        microseconds) is taken for ours. A read-only database only counts
-        (nothing of ours writes to it).
+        ``PRAGMA data_version``. Another process's commit that lands between
+        a commit of ours and our look at ``data_version`` right after it
+        would pass for ours; the connection that committed tells them apart
+        (``_committed``), and such a commit moves the number once more.
+        A read-only database only counts (nothing of ours writes to it).
         """
         with self._watch_lock:
             self._notice_others_locked()
@@ -274,13 +329,134 @@ class Database:
                 self._generation += 1
             self._seen_version = version
 
-    def _committed(self, changed: bool) -> None:
-        # Our own commit changes data_version too: take it as seen.
+    def _committed(self, changed: bool, raw: sqlite3.Connection, before: int) -> int:
+        # Called with _watch_lock held, right after our commit on ``raw``
+        # (whose data_version was ``before`` inside the transaction). Returns
+        # the generation the commit made (counted only after it committed: a
+        # cache that reads it has the commit's data in what it reads next).
+        # What this thread's open changing() blocks name goes with it: no
+        # cache sees the generation without its names.
+        if changed:
+            self._generation += 1
+            named = [s.ids for s in self._open_scopes() if s.named_now]
+            if named:
+                # One block's ids as they are: shared by all its writes.
+                ids = named[0] if len(named) == 1 else frozenset().union(*named)
+                self._name(self._generation, frozenset(ids))
+        generation = self._generation
+        if self._seen_version is None or self.read_only:
+            return generation
+        # Our own commit changes the watch's data_version too: take it as
+        # seen. Another process's commit landing after ours but before this
+        # look would pass for ours; the connection that committed tells them
+        # apart (its own commits do not change its data_version). Looked at
+        # after the watch: a commit between the two is then seen there, one
+        # after both by the watch's next look.
+        self._seen_version = self._data_version()
+        try:
+            alone = _own_data_version(raw) == before
+        except sqlite3.Error:
+            alone = False  # unknown: as if someone had (ours is committed)
+        if not alone:
+            self._generation += 1  # someone's commit, named by nobody
+        return generation
+
+    @contextlib.contextmanager
+    def changing(self, node_ids: Iterable[int]) -> Iterator[None]:
+        """Say what the writes this thread makes inside the block change.
+
+        The promise: every write transaction that this thread commits through
+        this object inside the block changes nothing but the rows of the nodes
+        of ``node_ids`` and what belongs to them (their checkpoints), besides
+        bookkeeping that no cache holds (a conversation's active node and time
+        of change, when checkpoints were last used). Nodes of any conversation
+        may be named. ``changes_since`` tells caches, which then read again
+        only those nodes instead of everything; each write is named as it
+        commits. Blocks nest (with ``adding`` too); each must keep the promise
+        for all the writes inside it.
+        """
+        with self._scope(_Scope(frozenset(node_ids), named_now=True)):
+            yield
+
+    @contextlib.contextmanager
+    def adding(self) -> Iterator[set[int]]:
+        """``changing`` for nodes known only once written (a node just added).
+
+        The ids put in the yielded set inside the block are the nodes its
+        writes change. They are told when the block ends, so a cache that
+        looks before that (on another thread) sees writes it cannot name and
+        reads everything again: slower, never wrong. A block that raises
+        tells nothing: its writes stay unnamed, like any other write.
+        """
+        ids: set[int] = set()
+        scope = _Scope(ids, named_now=False)
+        with self._scope(scope):
+            yield ids
+        if scope.made:
+            named = frozenset(ids)
+            with self._watch_lock:
+                for generation in scope.made:
+                    self._name(generation, named)
+
+    @contextlib.contextmanager
+    def _scope(self, scope: _Scope) -> Iterator[None]:
+        stack = self._open_scopes()
+        stack.append(scope)
+        try:
+            yield
+        finally:
+            stack.remove(scope)  # by identity: _Scope compares as an object
+
+    def _name(self, generation: int, named: frozenset[int]) -> None:
+        # Called with _watch_lock held.
+        old = self._changes.get(generation)
+        entry = named if old is None else old | named
+        self._changes[generation] = entry
+        self._changed_ids += len(entry) - (len(old) if old is not None else 0)
+        if len(self._changes) > CHANGES_KEPT or self._changed_ids > CHANGED_IDS_KEPT:
+            # Down to half of each bound, oldest first: a cache that far
+            # behind finds a generation unnamed and reads everything.
+            for oldest in sorted(self._changes):
+                if (
+                    len(self._changes) <= CHANGES_KEPT // 2
+                    and self._changed_ids <= CHANGED_IDS_KEPT // 2
+                ):
+                    break
+                self._changed_ids -= len(self._changes.pop(oldest))
+
+    def changes_since(self, generation: int) -> tuple[int, frozenset[int] | None]:
+        """The generation now, and the nodes changed since ``generation``.
+
+        The ids are those named by ``changing`` and ``adding`` for every
+        write since (empty when nothing was written), or None when any
+        change since cannot be named: a write that named nothing, another
+        connection's or process's commit, an ``adding`` block not finished
+        yet, or one too long ago (``CHANGES_KEPT``, ``CHANGED_IDS_KEPT``).
+        As with ``generation``,
+        the number is taken before the caller reads: what it reads next holds
+        at least every change up to it.
+        """
         with self._watch_lock:
-            if changed:
-                self._generation += 1
-            if self._seen_version is not None and not self.read_only:
-                self._seen_version = self._data_version()
+            self._notice_others_locked()
+            now = self._generation
+            if generation == now:
+                return now, frozenset()
+            if not 0 <= generation < now or now - generation > CHANGES_KEPT:
+                return now, None
+            changed: set[int] = set()
+            for later in range(generation + 1, now + 1):
+                named = self._changes.get(later)
+                if named is None:
+                    return now, None
+                changed |= named
+            return now, frozenset(changed)
+
+    def _open_scopes(self) -> list[_Scope]:
+        # This thread's open changing() and adding() blocks, innermost last.
+        stack: list[_Scope] | None = getattr(self._scopes, "stack", None)
+        if stack is None:
+            stack = self._scopes.stack = []
+        return stack
 
     def _data_version(self) -> int:
         # A connection of its own: data_version tells a connection about the

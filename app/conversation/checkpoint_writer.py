@@ -99,16 +99,19 @@ def _write(
     data: bytes,
     captured_tokens: Sequence[int] | None = None,
 ) -> int:
-    return repository.save_checkpoint(
-        db,
-        node.id,
-        profile_id,
-        kind,
-        node.start_pos,
-        node.end_pos,
-        data,
-        captured_tokens,
-    )
+    # Named, so that the service's tree cache reads only this node's
+    # checkpoint again, not the whole tree (``Database.changing``).
+    with db.changing([node.id]):
+        return repository.save_checkpoint(
+            db,
+            node.id,
+            profile_id,
+            kind,
+            node.start_pos,
+            node.end_pos,
+            data,
+            captured_tokens,
+        )
 
 
 class DirectWriter:

@@ -981,16 +981,18 @@ class ConversationService:
         )
         # The user's words are committed before any model work, so nothing they
         # typed is lost if generation fails or the process dies.
-        user = repository.add_node(
-            self.db,
-            parent_id,
-            Role.USER,
-            text,
-            tokens=placement.tokens,
-            start_pos=placement.start_pos,
-            vocab_id=engine.vocab_id,
-            span_text=placement.text,
-        )
+        with self.db.adding() as added:
+            user = repository.add_node(
+                self.db,
+                parent_id,
+                Role.USER,
+                text,
+                tokens=placement.tokens,
+                start_pos=placement.start_pos,
+                vocab_id=engine.vocab_id,
+                span_text=placement.text,
+            )
+            added.add(user.id)
         if parent_id == path[0].id:
             repository.title_if_unnamed(self.db, user.conversation_id, title_from(text))
         stats = ReplyStats.after(self._move_to(placement.base))
@@ -1090,19 +1092,21 @@ class ConversationService:
         they come, so a killed process leaves what was written. The
         conversation now goes on with the loaded model: it is recorded.
         """
-        reply = repository.add_node(
-            self.db,
-            parent_id,
-            Role.ASSISTANT,
-            "",
-            tokens=opening.tokens,
-            start_pos=start,
-            chunks=[len(opening.tokens)],
-            vocab_id=self._require_engine().vocab_id,
-            status=Status.GENERATING,
-            generation=generation,
-            span_text=opening.text,
-        )
+        with self.db.adding() as added:
+            reply = repository.add_node(
+                self.db,
+                parent_id,
+                Role.ASSISTANT,
+                "",
+                tokens=opening.tokens,
+                start_pos=start,
+                chunks=[len(opening.tokens)],
+                vocab_id=self._require_engine().vocab_id,
+                status=Status.GENERATING,
+                generation=generation,
+                span_text=opening.text,
+            )
+            added.add(reply.id)
         self._record_model(reply.conversation_id)
         return reply
 
@@ -1140,7 +1144,8 @@ class ConversationService:
         engine = self._require_engine()
         assert self._sync is not None
         chunks = engine.decode(user.tokens)
-        user = repository.update_node(self.db, user.id, chunks=chunks)
+        with self.db.changing([user.id]):
+            user = repository.update_node(self.db, user.id, chunks=chunks)
         self._sync.append(user)
         stats.prompt_tokens += len(user.tokens)
         stats.checkpoint_bytes_written += self._store_checkpoint(
@@ -1189,17 +1194,18 @@ class ConversationService:
             # user waited for), shown with the reply's other figures.
             "prompt_ms": round(stats.prompt_ms, 1),
         }
-        reply = repository.update_node(
-            self.db,
-            reply.id,
-            text=sampled.text,
-            thinking=sampled.thinking,
-            tokens=span,
-            chunks=chunks,
-            span_text=opening.text + closing_text,
-            status=_STATUS_BY_STOP_REASON.get(stop_reason, Status.COMPLETE),
-            generation=generation,
-        )
+        with self.db.changing([reply.id]):
+            reply = repository.update_node(
+                self.db,
+                reply.id,
+                text=sampled.text,
+                thinking=sampled.thinking,
+                tokens=span,
+                chunks=chunks,
+                span_text=opening.text + closing_text,
+                status=_STATUS_BY_STOP_REASON.get(stop_reason, Status.COMPLETE),
+                generation=generation,
+            )
         sync.append(reply)
         stats.checkpoint_bytes_written += self._store_checkpoint(
             reply, engine.capture(reply.start_pos, reply.end_pos)
@@ -1293,15 +1299,16 @@ class ConversationService:
                 engine.decode([token], [1])
                 if time.perf_counter() - last_save >= PARTIAL_SAVE_SECONDS:
                     last_save = time.perf_counter()
-                    repository.update_node(
-                        self.db,
-                        reply.id,
-                        text=earlier.text + splitter.answer,
-                        thinking=earlier.thinking + splitter.thinking,
-                        tokens=[*header, *result.tokens],
-                        chunks=[len(header)] + [1] * len(result.tokens),
-                        span_text=header_text + engine.detokenize(result.tokens),
-                    )
+                    with self.db.changing([reply.id]):
+                        repository.update_node(
+                            self.db,
+                            reply.id,
+                            text=earlier.text + splitter.answer,
+                            thinking=earlier.thinking + splitter.thinking,
+                            tokens=[*header, *result.tokens],
+                            chunks=[len(header)] + [1] * len(result.tokens),
+                            span_text=header_text + engine.detokenize(result.tokens),
+                        )
         cut = text.finish()
         if cut is not None:
             self._drop_from(result, first, cut)
@@ -1384,7 +1391,11 @@ class ConversationService:
         engine = self._require_engine()
         path = self.path(node_id)
         variables = self._variables(path[0].conversation_id)
-        return spans.ensure_spans(self.db, engine, path, variables), variables
+        # Making spans valid writes only the path's nodes (their spans, their
+        # stale checkpoints): named, so the tree cache follows (tree_cache.py).
+        with self.db.changing(n.id for n in path):
+            ensured = spans.ensure_spans(self.db, engine, path, variables)
+        return ensured, variables
 
     def continue_in_new_conversation(
         self,
@@ -1434,7 +1445,10 @@ class ConversationService:
     def _move_to(self, path: list[NodeRecord]) -> SyncStats:
         assert self._sync is not None
         try:
-            return self._sync.move_to(path)
+            # A move writes only the path's nodes (checkpoints made anew,
+            # batch sizes recorded): named, so the tree cache follows.
+            with self.db.changing(n.id for n in path):
+                return self._sync.move_to(path)
         except Exception:
             # A failed decode leaves the context somewhere unknown; start clean
             # next time rather than trust it.
