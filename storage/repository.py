@@ -14,7 +14,7 @@ import re
 import sqlite3
 import unicodedata
 from array import array
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    insert,
     literal,
     null,
     or_,
@@ -530,6 +531,91 @@ def set_node_chunks(db: Database, chunks: dict[int, list[int]]) -> None:
             _get(s, Node, node_id).chunks = list(sizes)
 
 
+# The fields ``update_nodes`` may change (those of ``update_node``).
+_NODE_FIELDS = frozenset(
+    {
+        "text",
+        "thinking",
+        "tokens",
+        "chunks",
+        "start_pos",
+        "span_text",
+        "status",
+        "vocab_id",
+        "generation",
+    }
+)
+# Ids bound in one ``IN (...)`` list: well under SQLite's variable limit.
+_IDS_PER_QUERY = 500
+
+
+def update_nodes(
+    db: Database,
+    changes: Mapping[int, Mapping[str, Any]],
+    drop_checkpoints: Sequence[int] = (),
+) -> dict[int, NodeRecord]:
+    """Change fields of many nodes, and drop some nodes' checkpoints, at once.
+
+    ``changes`` maps a node id to the fields to set, named as
+    ``update_node``'s keywords. One transaction for all of them: the first
+    visit of an imported path renders every span, and a transaction per
+    node (with the WAL's commit each time) was most of its storage time.
+    Returns the changed nodes by id. Raises ``NotFound`` if any node is
+    gone (then nothing is changed) and ``ValueError`` for a field that is
+    not one of a node's. The space freed by the checkpoints is given back
+    afterwards, as ``delete_checkpoints`` does.
+    """
+    unknown = {name for fields in changes.values() for name in fields} - _NODE_FIELDS
+    if unknown:
+        raise ValueError(f"not fields of a node: {sorted(unknown)}")
+    ids = list(changes)
+    for ident in ids:
+        _require_valid_id(Node, ident)
+    freed = 0
+    with db.write() as s:
+        nodes: dict[int, Node] = {}
+        for part in _id_batches(ids):
+            rows = s.execute(select(Node).where(Node.id.in_(part))).scalars()
+            nodes.update((node.id, node) for node in rows)
+        missing = [ident for ident in ids if ident not in nodes]
+        if missing:
+            raise NotFound(_not_found_message(Node, missing[0]))
+        for ident, fields in changes.items():
+            node = nodes[ident]
+            for name, value in fields.items():
+                if name == "tokens":
+                    node.tokens = pack_tokens(value)
+                    node.n_tokens = len(value)
+                elif name == "chunks":
+                    node.chunks = list(value)
+                else:
+                    setattr(node, name, value)
+        for part in _id_batches(_valid_ids(list(drop_checkpoints))):
+            found = s.execute(
+                select(Checkpoint.id, Checkpoint.byte_size).where(
+                    Checkpoint.node_id.in_(part)
+                )
+            ).all()
+            if found:
+                s.execute(
+                    delete(Checkpoint).where(Checkpoint.id.in_([r.id for r in found]))
+                )
+                freed += sum(r.byte_size for r in found)
+        s.flush()
+        result = {ident: _node_record(nodes[ident]) for ident in ids}
+    if freed:
+        try:
+            release_space(db)
+        except StorageUnavailable as exc:
+            # As after delete_checkpoints: the change is committed.
+            log.warning("Could not shrink the database: %s", exc)
+    return result
+
+
+def _id_batches(ids: Sequence[int]) -> list[Sequence[int]]:
+    return [ids[i : i + _IDS_PER_QUERY] for i in range(0, len(ids), _IDS_PER_QUERY)]
+
+
 def get_node(db: Database, node_id: int) -> NodeRecord:
     """Return one node; raises ``NotFound``."""
     with db.read() as s:
@@ -1004,6 +1090,104 @@ def save_checkpoint(
         s.flush()
         s.add(CheckpointBlob(checkpoint_id=checkpoint.id, data=data))
         return len(data)
+
+
+@dataclass(frozen=True)
+class CapturedCheckpoint:
+    """A checkpoint to store with ``save_checkpoints``.
+
+    ``captured_tokens``: the node's tokens when ``data`` was captured, to
+    skip a node whose span changed since (None: not compared).
+    """
+
+    node_id: int
+    kind: str
+    start_pos: int
+    end_pos: int
+    data: bytes = field(repr=False)
+    captured_tokens: tuple[int, ...] | None = None
+
+
+def save_checkpoints(
+    db: Database, profile_id: int, checkpoints: Sequence[CapturedCheckpoint]
+) -> list[int]:
+    """Store (or replace) several checkpoints for ``profile_id`` in one transaction.
+
+    What ``save_checkpoint`` does for each, for the checkpoints of a whole
+    reprocess: one commit instead of one per node, and one statement per
+    table. Returns the bytes stored for each; 0 for one whose node is gone
+    or whose span changed since its capture (skipped, as a queued write for
+    it would be). Raises ``NotFound`` if the profile is gone.
+    """
+    if not checkpoints:
+        return []
+    with db.write() as s:
+        profile = _get(s, BackendProfile, profile_id)
+        wanted = sorted(set(_valid_ids([c.node_id for c in checkpoints])))
+        spans: dict[int, tuple[int, bytes]] = {}
+        for part in _id_batches(wanted):
+            rows = s.execute(
+                select(Node.id, Node.start_pos, Node.tokens).where(Node.id.in_(part))
+            )
+            spans.update((r.id, (r.start_pos, r.tokens)) for r in rows)
+        sizes: list[int] = []
+        # A node captured twice keeps its last checkpoint, as two saves would.
+        latest: dict[int, tuple[dict[str, Any], bytes]] = {}
+        now = utcnow()
+        for captured in checkpoints:
+            span = spans.get(captured.node_id)
+            if span is None or (
+                captured.captured_tokens is not None
+                and span != (captured.start_pos, pack_tokens(captured.captured_tokens))
+            ):
+                log.info(
+                    "checkpoint of node %s not written: the node changed or is gone",
+                    captured.node_id,
+                )
+                sizes.append(0)
+                continue
+            row = {
+                "node_id": captured.node_id,
+                "profile_id": profile_id,
+                "kind": captured.kind,
+                "start_pos": captured.start_pos,
+                "end_pos": captured.end_pos,
+                "byte_size": len(captured.data),
+                "checksum": checkpoint_checksum(
+                    captured.node_id,
+                    profile.fingerprint,
+                    captured.kind,
+                    captured.start_pos,
+                    captured.end_pos,
+                    span[1],
+                    captured.data,
+                ),
+                "created_at": now,
+                "last_used_at": now,
+            }
+            latest[captured.node_id] = (row, captured.data)
+            sizes.append(len(captured.data))
+        if not latest:
+            return sizes
+        for part in _id_batches(sorted(latest)):
+            s.execute(
+                delete(Checkpoint).where(
+                    Checkpoint.node_id.in_(part), Checkpoint.profile_id == profile_id
+                )
+            )
+        kept = list(latest.values())
+        ids = s.scalars(
+            insert(Checkpoint).returning(Checkpoint.id, sort_by_parameter_order=True),
+            [row for row, _data in kept],
+        ).all()
+        s.execute(
+            insert(CheckpointBlob),
+            [
+                {"checkpoint_id": ident, "data": data}
+                for ident, (_row, data) in zip(ids, kept, strict=True)
+            ],
+        )
+        return sizes
 
 
 def checkpointed_nodes(

@@ -30,6 +30,8 @@ REPOSITORY_WRITES = frozenset(
         "release_space",
         "create_conversation",
         "add_root",
+        "update_nodes",
+        "save_checkpoints",
         "set_conversation_sampling",
         "rename_conversation",
         "title_if_unnamed",

@@ -18,13 +18,17 @@ evicted, or a new backend profile: the usual reasons to reprocess) the spans
 are decoded in full batches, about twice as fast here
 (``tools/reprocess_speed.py``), and the batch sizes used are recorded, so
 that what the new checkpoints hold is again what a replay gives.
+
+The checkpoints made on the way are saved in batches where the service can
+write several in one transaction (``save_checkpoints``): the first visit of
+an imported path of a thousand nodes would otherwise commit a thousand times.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,12 +38,47 @@ from app.conversation.tree_cache import TreeCache
 from storage import repository
 from storage.checkpoint_reader import CheckpointReader
 from storage.db import Database
-from storage.repository import CheckpointRef, NodeRecord, StoredCheckpoint
+from storage.repository import (
+    CapturedCheckpoint,
+    CheckpointRef,
+    NodeRecord,
+    StoredCheckpoint,
+)
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
 
 log = logging.getLogger(__name__)
+
+# Checkpoint bytes a reprocess holds before saving them in one transaction
+# (at least one checkpoint): few commits, and a bounded amount in memory.
+SAVE_BATCH_BYTES = 32 << 20
+
+Captured = Sequence[tuple[NodeRecord, bytes]]
+"""Checkpoints just captured, each with its node."""
+
+
+def write_batches(
+    db: Database, profile_id: int, kind: str
+) -> Callable[[Captured], int]:
+    """A ``save_checkpoints`` that writes each batch at once, in one transaction
+    (for a service whose checkpoints are not queued)."""
+
+    def save(captured: Captured) -> int:
+        return sum(
+            repository.save_checkpoints(
+                db,
+                profile_id,
+                [
+                    CapturedCheckpoint(
+                        node.id, kind, node.start_pos, node.end_pos, data
+                    )
+                    for node, data in captured
+                ],
+            )
+        )
+
+    return save
 
 
 @dataclass
@@ -71,7 +110,10 @@ class ContextSync:
     returns the bytes written; the service decides how (directly or queued).
     ``tree`` is the service's cache of the conversation's tree.
     ``settle(node_ids)`` returns once those nodes' checkpoints are no longer
-    queued; it is called before they are read.
+    queued; it is called before they are read. ``save_checkpoints(captured)``,
+    where given, stores several checkpoints at once and returns the bytes
+    written; a reprocess then saves its checkpoints in batches of about
+    ``SAVE_BATCH_BYTES``.
     """
 
     def __init__(
@@ -82,6 +124,7 @@ class ContextSync:
         save_checkpoint: Callable[[NodeRecord, bytes], int],
         tree: TreeCache,
         settle: Callable[[list[int]], None] = lambda _node_ids: None,
+        save_checkpoints: Callable[[Captured], int] | None = None,
     ) -> None:
         self._db = db
         self._engine = engine
@@ -89,6 +132,7 @@ class ContextSync:
         self._save_checkpoint = save_checkpoint
         self._tree = tree
         self._settle = settle
+        self._save_checkpoints = save_checkpoints
         self._reader = CheckpointReader()
         self.loaded: list[NodeRecord] = []
 
@@ -301,12 +345,47 @@ class ContextSync:
             return
         exact = self._relied_on(nodes)
         rebatched: dict[int, list[int]] = {}
-        for node in nodes:
-            used = self._reprocess(node, stats, exact)
-            if node.tokens and used != list(node.chunks):
-                rebatched[node.id] = used
+        captured: list[tuple[NodeRecord, bytes]] = []
+        held = 0
+        try:
+            for node in nodes:
+                used, data = self._reprocess(node, stats, exact)
+                if node.tokens and used != list(node.chunks):
+                    rebatched[node.id] = used
+                if data is None:
+                    continue
+                if self._save_checkpoints is None:
+                    stats.checkpoint_bytes_written += self._save_checkpoint(node, data)
+                    continue
+                captured.append((node, data))
+                held += len(data)
+                if held >= SAVE_BATCH_BYTES:
+                    self._save_captured(captured, stats)
+                    held = 0
+        except BaseException:
+            # What was decoded before the failure keeps its checkpoints, as
+            # when each was saved at once; the failure is the one to report.
+            try:
+                self._save_captured(captured, stats)
+            except Exception as exc:
+                log.warning("checkpoints of a failed reprocess not saved: %s", exc)
+            raise
+        self._save_captured(captured, stats)
         if rebatched:
-            repository.set_node_chunks(self._db, rebatched)
+            # One statement's worth of reading for all of them (an imported
+            # path records the batches of every node).
+            repository.update_nodes(
+                self._db,
+                {node_id: {"chunks": used} for node_id, used in rebatched.items()},
+            )
+
+    def _save_captured(
+        self, captured: list[tuple[NodeRecord, bytes]], stats: SyncStats
+    ) -> None:
+        # Save the checkpoints held back, in one go, and forget them.
+        if captured and self._save_checkpoints is not None:
+            stats.checkpoint_bytes_written += self._save_checkpoints(list(captured))
+        captured.clear()
 
     def _relied_on(self, nodes: list[NodeRecord]) -> bool:
         """Whether a checkpoint under the first of ``nodes``, other than
@@ -319,7 +398,11 @@ class ContextSync:
         self._tree.refresh(first.id)
         return any(self._tree.checkpoint(node) is not None for node in others)
 
-    def _reprocess(self, node: NodeRecord, stats: SyncStats, exact: bool) -> list[int]:
+    def _reprocess(
+        self, node: NodeRecord, stats: SyncStats, exact: bool
+    ) -> tuple[list[int], bytes | None]:
+        # Decode one span; returns the batch sizes used and its new checkpoint
+        # (None for an empty span), which the caller saves.
         started = time.perf_counter()
         used = self._engine.decode(
             node.tokens, (node.chunks or None) if exact else None
@@ -327,8 +410,7 @@ class ContextSync:
         stats.reprocess_ms += (time.perf_counter() - started) * 1000
         stats.reprocessed_tokens += len(node.tokens)
         self.loaded.append(node)
-        if node.tokens:
-            # Repair: the next visit restores instead of reprocessing.
-            data = self._engine.capture(node.start_pos, node.end_pos)
-            stats.checkpoint_bytes_written += self._save_checkpoint(node, data)
-        return used
+        if not node.tokens:
+            return used, None
+        # Repair: the next visit restores instead of reprocessing.
+        return used, self._engine.capture(node.start_pos, node.end_pos)

@@ -23,7 +23,7 @@ from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams, StateKind
 from app.conversation import spans, summary
 from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
-from app.conversation.context_sync import ContextSync, SyncStats
+from app.conversation.context_sync import ContextSync, SyncStats, write_batches
 from app.conversation.errors import ServiceError
 from app.conversation.spans import Placement
 from app.conversation.titles import title_from
@@ -250,6 +250,10 @@ class ConversationService:
                 self._store_checkpoint,
                 self._tree,
                 self._checkpoints.settle,
+                # Written at once: a reprocess's checkpoints in few transactions.
+                write_batches(db, self.profile_id, engine.state_kind)
+                if isinstance(self._checkpoints, DirectWriter)
+                else None,
             )
             self._remember_vocab(engine)
 

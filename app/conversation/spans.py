@@ -10,12 +10,12 @@ model) or never rendered (a conversation created before any model loaded).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from app.backend.chat_format import Message, TemplateError
 from app.backend.errors import ContextFullError
-from app.conversation import folding
+from app.conversation import folding, path_texts
 from storage import repository
 from storage.db import Database
 from storage.repository import NodeRecord
@@ -94,11 +94,15 @@ def place(engine: LlamaEngine, path: Sequence[NodeRecord], target: str) -> Place
     where it would not, it starts further up and holds that node's turn too,
     so that the context stays what llama.cpp makes of the whole render.
     """
-    nodes = folding.effective(path)
-    k, text = folding.fold(nodes, target)
-    while k >= 0 and not _joins_cleanly(engine, nodes[k], text):
-        k, text = folding.fold(nodes[:k], target)
-    return Placement(nodes[: k + 1], text, span_tokens(engine, text, k < 0))
+    return _place(engine, folding.Chain(path), target)
+
+
+def _place(engine: LlamaEngine, chain: folding.Chain, target: str) -> Placement:
+    # ``place`` after the effective nodes and held texts of ``chain``.
+    k, text = chain.fold(target)
+    while k >= 0 and not _joins_cleanly(engine, chain.nodes[k], text):
+        k, text = chain.fold(target, k)
+    return Placement(chain.nodes[: k + 1], text, span_tokens(engine, text, k < 0))
 
 
 # How much text on each side of a seam ``_joins_cleanly`` tokenizes.
@@ -138,8 +142,16 @@ def place_user(
     through, with_prompt = engine.chat_format.prompt(
         system_of(path), [*turns_of(path), Message("user", text)], variables
     )
-    placement = place(engine, path, through)
-    prompt = with_prompt[len(through) :]
+    return _place_user(
+        engine, folding.Chain(path), through, with_prompt[len(through) :]
+    )
+
+
+def _place_user(
+    engine: LlamaEngine, chain: folding.Chain, through: str, prompt: str
+) -> tuple[Placement, str]:
+    # ``place_user`` from the rendering through the turn and the prompt after it.
+    placement = _place(engine, chain, through)
     cut = _clean_cut(engine, placement.text, prompt)
     if cut == len(placement.text):
         return placement, prompt
@@ -215,31 +227,114 @@ def ensure_spans(
     span is fine but whose anchor above it changed length keeps its tokens
     and only moves. Either way its stale checkpoints are dropped. Spans made
     before their text was recorded get it from their tokens.
+
+    The path is fixed top down in memory and written in one transaction at
+    the end (also when a node fails: what was fixed above it is kept, as a
+    node-by-node write would have kept it). Where many spans are rendered,
+    the template's texts come from windows of the path (``path_texts``), so
+    that a first visit costs what its nodes cost, not their square.
     """
-    if any(node.vocab_id != engine.vocab_id for node in path):
+    stale = sum(node.vocab_id != engine.vocab_id for node in path)
+    if stale:
         check_fits(engine, path, variables)
+    texts = _Texts(engine, path, variables, whole=stale >= _WHOLE_PATH_SPANS)
+    chain = folding.Chain()
     result: list[NodeRecord] = []
     # (end before, end now) of each node fixed so far, to move the nodes below.
     ends: list[tuple[int, int]] = []
-    for node in path:
-        old_end = node.end_pos
-        start = _anchor(node.start_pos, ends, is_root=not result)
-        same_vocab = node.vocab_id == engine.vocab_id
-        if same_vocab and start is not None and node.status in UNCLOSED:
-            node = _close_unfinished(db, engine, node, start)
-        elif not same_vocab or start is None or node.status in UNCLOSED:
-            node = _rerender(db, engine, result, node, variables)
-        else:
-            if node.span_text is None:
-                node = repository.update_node(
-                    db, node.id, span_text=_recorded_text(engine, node, not result)
-                )
-            if node.start_pos != start:
-                repository.delete_checkpoints(db, node_ids=[node.id])
-                node = repository.update_node(db, node.id, start_pos=start)
-        result.append(node)
-        ends.append((old_end, node.end_pos))
-    return result
+    changes: dict[int, dict[str, Any]] = {}
+    dropped: list[int] = []  # nodes whose checkpoints no longer fit their span
+    try:
+        for index, node in enumerate(path):
+            old_end = node.end_pos
+            start = _anchor(node.start_pos, ends, is_root=not result)
+            same_vocab = node.vocab_id == engine.vocab_id
+            fields: dict[str, Any] = {}
+            if same_vocab and start is not None and node.status in UNCLOSED:
+                fields = _close_unfinished(engine, node, start)
+            elif not same_vocab or start is None or node.status in UNCLOSED:
+                fields = _rerender(engine, chain, node, texts, index, variables)
+            else:
+                if node.span_text is None:
+                    fields["span_text"] = _recorded_text(engine, node, not result)
+                if node.start_pos != start:
+                    fields["start_pos"] = start
+            if fields:
+                if "start_pos" in fields:
+                    dropped.append(node.id)
+                changes[node.id] = fields
+                node = _changed(node, fields)
+            result.append(node)
+            chain.push(node)
+            ends.append((old_end, node.end_pos))
+    except BaseException:
+        _write(db, changes, dropped)
+        raise
+    written = _write(db, changes, dropped)
+    return [written.get(node.id, node) for node in result]
+
+
+# Spans to render before a path's texts are taken from windows of it:
+# ``path_texts.whole_path`` renders six nodes in full to check itself, so
+# fewer spans cost no more rendered one by one.
+_WHOLE_PATH_SPANS = 16
+
+
+class _Texts:
+    """The template's text for each node of a path that is rendered again."""
+
+    def __init__(
+        self,
+        engine: LlamaEngine,
+        path: Sequence[NodeRecord],
+        variables: Variables,
+        whole: bool,
+    ) -> None:
+        self._fmt = engine.chat_format
+        self._path = path
+        self._variables = variables
+        self._whole: path_texts.PathTexts | None = None
+        # A user turn's reasoning would be rendered above it but not as its
+        # own last turn (``place_user`` renders only its text): none has one.
+        if whole and all(n.role != Role.USER or not n.thinking for n in path):
+            self._whole = path_texts.whole_path(
+                self._fmt, system_of(path), turns_of(path), variables
+            )
+
+    def at(self, index: int) -> path_texts.Target:
+        """The target of ``path[index]`` (not the root)."""
+        if self._whole is not None:
+            return self._whole[index - 1]
+        node = self._path[index]
+        above = self._path[:index]
+        turn = (
+            Message("user", node.text)
+            if node.role == Role.USER
+            else Message(node.role, node.text, node.thinking)
+        )
+        return path_texts.exact(
+            self._fmt, system_of(above), [*turns_of(above), turn], self._variables
+        )
+
+
+def _changed(node: NodeRecord, fields: dict[str, Any]) -> NodeRecord:
+    # The record as ``update_node`` would return it once written.
+    values = dict(fields)
+    if "tokens" in values:
+        values["tokens"] = tuple(values["tokens"])
+    if "chunks" in values:
+        values["chunks"] = tuple(values["chunks"])
+    if "status" in values:
+        values["status"] = Status(values["status"])
+    return replace(node, **values)
+
+
+def _write(
+    db: Database, changes: dict[int, dict[str, Any]], dropped: list[int]
+) -> dict[int, NodeRecord]:
+    if not changes:
+        return {}
+    return repository.update_nodes(db, changes, drop_checkpoints=dropped)
 
 
 def check_fits(
@@ -289,40 +384,40 @@ def _recorded_text(engine: LlamaEngine, node: NodeRecord, is_root: bool) -> str:
 
 
 def _rerender(
-    db: Database,
     engine: LlamaEngine,
-    above: list[NodeRecord],
+    chain: folding.Chain,
     node: NodeRecord,
+    texts: _Texts,
+    index: int,
     variables: Variables,
-) -> NodeRecord:
+) -> dict[str, Any]:
+    # A span rendered anew after the nodes of ``chain``: the fields to write.
     if node.role == Role.ROOT:
         text = engine.chat_format.root_text(node.text or None, variables)
         placement = Placement([], text, span_tokens(engine, text, True))
-    elif node.role == Role.USER:
-        placement, _prompt = place_user(engine, above, node.text, variables)
     else:
-        target = engine.chat_format.reply_history(
-            system_of(above), [*turns_of(above), *turns_of([node])], variables
-        )
-        placement = place(engine, above, target)
-    repository.delete_checkpoints(db, node_ids=[node.id])
-    return repository.update_node(
-        db,
-        node.id,
-        tokens=placement.tokens,
-        start_pos=placement.start_pos,
-        span_text=placement.text,
-        vocab_id=engine.vocab_id,
-        chunks=[],
+        target = texts.at(index)
+        if isinstance(target, path_texts.UserText):
+            placement, _prompt = _place_user(
+                engine, chain, target.through, target.prompt
+            )
+        else:
+            placement = _place(engine, chain, target)
+    return {
+        "tokens": placement.tokens,
+        "start_pos": placement.start_pos,
+        "span_text": placement.text,
+        "vocab_id": engine.vocab_id,
+        "chunks": [],
         # The template closes the turn it renders: an unfinished reply is
         # closed now, as a stopped one (else a later visit closes it again).
-        status=Status.STOPPED if node.status in UNCLOSED else node.status,
-    )
+        "status": Status.STOPPED if node.status in UNCLOSED else node.status,
+    }
 
 
 def _close_unfinished(
-    db: Database, engine: LlamaEngine, node: NodeRecord, start: int
-) -> NodeRecord:
+    engine: LlamaEngine, node: NodeRecord, start: int
+) -> dict[str, Any]:
     # A reply cut off by a killed process: keep its sampled ids and close the
     # turn, as a stopped reply would have been closed.
     footer = engine.chat_format.footer
@@ -333,13 +428,10 @@ def _close_unfinished(
     chunks = list(node.chunks)
     if footer_tokens:
         chunks.append(len(footer_tokens))
-    repository.delete_checkpoints(db, node_ids=[node.id])
-    return repository.update_node(
-        db,
-        node.id,
-        tokens=[*node.tokens, *footer_tokens],
-        start_pos=start,
-        span_text=recorded + footer,
-        status=Status.STOPPED,
-        chunks=chunks,
-    )
+    return {
+        "tokens": [*node.tokens, *footer_tokens],
+        "start_pos": start,
+        "span_text": recorded + footer,
+        "status": Status.STOPPED,
+        "chunks": chunks,
+    }
