@@ -51,6 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.backend.engine import LlamaEngine
+from app.backend.errors import ContextFullError
 from app.backend.settings import BackendSettings
 from app.conversation import spans
 from app.conversation.checkpoint_writer import CheckpointWriter
@@ -62,6 +63,9 @@ from tests.tiny_model import write_tiny_model
 N_CTX = 65536
 TARGET_RATIO = 1.5
 SIZES = (101, 1001)
+# A path that cannot fit: refused before any span is rendered (spans.check_fits).
+UNFIT_NODES = 3001
+UNFIT_CONTEXT = 4096
 
 
 @dataclass
@@ -106,6 +110,26 @@ def imported_path(db: Any, nodes: int) -> int:
     active = exchange.import_json(db, data).active_node_id
     assert active is not None
     return active
+
+
+def refused(folder: Path, model: Path, nodes: int, n_ctx: int) -> float:
+    """Wall seconds until the first visit of a ``nodes``-node imported path
+    that cannot fit an ``n_ctx`` context is refused."""
+    db = open_database(folder / f"unfit-{nodes}.sqlite3")
+    try:
+        last = imported_path(db, nodes)
+        with LlamaEngine(model, BackendSettings(n_ctx=n_ctx, n_threads=1)) as engine:
+            service = ConversationService(db, engine)
+            started = time.perf_counter()
+            try:
+                service.restore(last)
+            except ContextFullError:
+                return time.perf_counter() - started
+            finally:
+                service.close()
+        raise AssertionError("the path fitted")
+    finally:
+        db.close()
 
 
 def _timed(function: Callable[..., Any], add: Callable[[float], None]) -> Any:
@@ -177,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         model = write_tiny_model(folder / "tiny-64k.gguf", context_length=N_CTX)
         rows = [first_visit(folder, model, size, args.queued) for size in sizes]
+        unfit = refused(folder, model, UNFIT_NODES, UNFIT_CONTEXT)
     header = (
         f"{'nodes':>6} {'tokens':>7} {'total':>7} {'decode':>7} {'capture':>7} "
         f"{'spans':>6} {'other':>6} {'not decode':>10} {'per node':>9}"
@@ -193,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.capture:>7.2f} {r.spans:>6.2f} {r.other:>6.2f} "
             f"{r.not_decode:>10.2f} {r.not_decode / r.nodes * 1000:>7.2f}ms"
         )
+    print(
+        f"a {UNFIT_NODES:,}-node path that cannot fit a {UNFIT_CONTEXT:,}-token "
+        f"context: refused in {unfit:.2f} s (target < 2 s)"
+    )
     if len(rows) < 2:
         return 0
     small, large = rows[0], rows[-1]
