@@ -12,28 +12,9 @@ from app.backend.engine import LlamaEngine
 from app.backend.errors import ContextFullError
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
-from storage import exchange, repository
+from storage import repository
 from storage.db import open_database
-
-
-def _imported(db, turns: int) -> int:
-    """Import a linear conversation of ``turns`` messages; its last node's id."""
-    nodes = [{"id": 0, "parent": None, "role": "root", "text": "Be brief."}]
-    for i in range(1, turns + 1):
-        role = "user" if i % 2 else "assistant"
-        nodes.append(
-            {"id": i, "parent": i - 1, "role": role, "text": f"message {i} on trees"}
-        )
-    data = {
-        "format": exchange.FORMAT,
-        "version": exchange.VERSION,
-        "title": "long",
-        "nodes": nodes,
-        "active": turns,
-    }
-    result = exchange.import_json(db, data)
-    assert result.active_node_id is not None
-    return result.active_node_id
+from tools.scale_first_visit import imported_path
 
 
 def test_a_path_that_cannot_fit_is_refused_before_any_work(
@@ -44,7 +25,7 @@ def test_a_path_that_cannot_fit_is_refused_before_any_work(
     try:
         with LlamaEngine(tiny_model, settings) as engine:
             service = ConversationService(db, engine)
-            last = _imported(db, 3000)
+            last = imported_path(db, 3001)
             with pytest.raises(ContextFullError, match="context holds 2,048"):
                 service.restore(last)
             # Nothing was rendered on the way: every span is still unmade.
