@@ -181,6 +181,10 @@ class ConversationTreeModel(QAbstractItemModel):
             [self._items[n] for n in changed if n in self._items], ACTIVE_PATH_ROLES
         )
 
+    def has_nested_rows(self) -> bool:
+        """Whether any row has rows under it (a fork, or a start of several)."""
+        return any(item.children for item in self._root.children)
+
     def index_of(self, node_id: int, column: int = 0) -> QModelIndex:
         """The index of a node (invalid if unknown)."""
         item = self._items.get(node_id)

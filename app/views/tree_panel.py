@@ -313,7 +313,10 @@ class TreePanel(QWidget):
 
     @Slot()
     def _on_model_model_reset(self) -> None:
-        self.view.expandAll()
+        # A chain without forks is one level: nothing to expand, and
+        # expandAll would still ask the model about every row.
+        if self.model.has_nested_rows():
+            self.view.expandAll()
 
     @Slot(QAbstractButton, bool)
     def _on_mode_group_button_toggled(

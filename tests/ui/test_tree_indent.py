@@ -256,3 +256,20 @@ def test_each_start_holds_its_branch_once_there_are_two(qtbot, qtmodeltester):
     model.set_snapshot(_snapshot(_chain(1, 5, None)))
     assert _rows(model) == [(0, n) for n in range(1, 6)]
     qtmodeltester.check(model)
+
+
+def test_a_conversation_opened_with_forks_shows_them_expanded(qtbot):
+    model = ConversationTreeModel()
+    panel = TreePanel(model)
+    qtbot.addWidget(panel)
+    panel.show()
+    # Another conversation (a reset): a chain with no fork needs no expanding,
+    # one with forks shows every branch open.
+    flat = _chain(1, 6, None)
+    model.set_snapshot(TreeSnapshot(2, [_summary(n, flat[n]) for n in sorted(flat)]))
+    assert not model.has_nested_rows()
+    forked = _chain(1, 5, None) | {6: 3, 7: 6, 8: 7, 9: 7}
+    model.set_snapshot(_snapshot(forked))
+    assert model.has_nested_rows()
+    for fork in (3, 7):
+        assert panel.view.isExpanded(model.index_of(fork))
