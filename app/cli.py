@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -31,6 +32,7 @@ from app.backend.values import MAX_FORKS, SamplingParams
 from app.conversation.errors import USER_ERRORS
 from app.interrupt import StopRequest
 from app.library.errors import LIBRARY_ERRORS
+from app.presets import conversation_sampling
 from app.starter_model import starter_model_path
 from storage import catalog
 
@@ -313,30 +315,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Sampling flag -> SamplingParams field. A flag left out leaves the field to
+# the conversation's own sampling (a preset picked in the window), else to
+# the defaults.
+_SAMPLING_FLAGS = {
+    "max_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "min_p": float,
+    "repeat_penalty": float,
+    "seed": int,
+}
+
+
 def _sampling_flags(parser: argparse.ArgumentParser) -> None:
-    defaults = SamplingParams()
-    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
-    parser.add_argument("--temperature", type=float, default=defaults.temperature)
-    parser.add_argument("--top-k", type=int, default=defaults.top_k)
-    parser.add_argument("--top-p", type=float, default=defaults.top_p)
-    parser.add_argument("--min-p", type=float, default=defaults.min_p)
-    parser.add_argument("--repeat-penalty", type=float, default=defaults.repeat_penalty)
-    parser.add_argument("--seed", type=int)
+    for field, kind in _SAMPLING_FLAGS.items():
+        parser.add_argument("--" + field.replace("_", "-"), type=kind)
     parser.add_argument(
         "--stream", action="store_true", help="echo tokens to stderr as they come"
     )
 
 
-def _sampling(args: argparse.Namespace) -> SamplingParams:
-    return SamplingParams(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-    )
+def _sampling_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling fields given as flags; checked now, so that a bad value
+    fails before any model loads."""
+    given = {
+        field: getattr(args, field)
+        for field in _SAMPLING_FLAGS
+        if getattr(args, field) is not None
+    }
+    SamplingParams(**given)  # raises InvalidSetting
+    return given
+
+
+def _sampling(args: argparse.Namespace, service: ConversationService) -> SamplingParams:
+    """The sampling of a reply to ``args.node``: its conversation's (the
+    defaults where it has none), with the flags given on top."""
+    stored = service.stored_sampling(args.node)
+    base, _preset = conversation_sampling(stored, SamplingParams())
+    return replace(base, **args.sampling)
 
 
 def _gpu_layers(text: str) -> int:
@@ -447,7 +465,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     try:
         args.settings = _settings(args)
         # Only the commands that generate have sampling flags.
-        args.sampling = _sampling(args) if hasattr(args, "temperature") else None
+        args.sampling = _sampling_given(args) if hasattr(args, "temperature") else None
     except InvalidSetting as exc:
         raise UsageError(str(exc)) from exc
     return args
@@ -529,7 +547,7 @@ def _generating(
         else None
     )
     with service:
-        reply = action(args.sampling, on_token=on_token, should_stop=stop)
+        reply = action(_sampling(args, service), on_token=on_token, should_stop=stop)
         evicted = _keep_within_budget(service)
     _note_model_used(service)
     if args.stream:
@@ -593,7 +611,11 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
     )
     with service:
         replies = service.regenerate_parallel(
-            args.node, args.sampling, args.n, on_token=on_token, should_stop=stop
+            args.node,
+            _sampling(args, service),
+            args.n,
+            on_token=on_token,
+            should_stop=stop,
         )
         evicted = _keep_within_budget(service)
     _note_model_used(service)
@@ -829,7 +851,9 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         sys.stdin.reconfigure(errors="surrogateescape")
     with service:
         _note_model_used(service)
-        status = chat_loop(service, args.sampling, args.system)
+        status = chat_loop(
+            service, replace(SamplingParams(), **args.sampling), args.system
+        )
         # Once, at the end of the session: the loop (app/chat_repl.py) has no
         # place between replies for it yet.
         _keep_within_budget(service)

@@ -18,6 +18,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
+from app.paths import database_path
 from app.presets import conversation_sampling
 from storage import repository
 from storage.db import open_database
@@ -151,3 +152,29 @@ def test_the_cli_starts_a_new_system_prompt(arbor):
     assert [n["text"] for n in starts] == ["Be brief.", "Be verbose."]
     assert tree[reply["user_node"]]["parent"] == second["node"]
     assert first["assistant_node"] in tree
+
+
+def test_the_cli_replies_with_the_conversations_sampling_unless_told(arbor, data_dir):
+    root = arbor("new")["node"]
+    db = open_database(database_path(data_dir))
+    try:
+        repository.set_conversation_sampling(
+            db,
+            1,
+            {**SamplingParams(temperature=0, max_tokens=3).as_dict(), "preset": "x"},
+        )
+    finally:
+        db.close()
+    plain = arbor("send", root, "Hello")
+    told = arbor("send", root, "Hello", "--max-tokens", "5", "--seed", "9")
+    db = open_database(database_path(data_dir))
+    try:
+        first = repository.get_node(db, plain["assistant_node"]).generation
+        second = repository.get_node(db, told["assistant_node"]).generation
+    finally:
+        db.close()
+    assert first is not None and second is not None
+    assert (first["params"]["max_tokens"], first["params"]["temperature"]) == (3, 0)
+    # A flag wins over the conversation's field; the rest stays the conversation's.
+    assert second["params"]["max_tokens"] == 5 and second["params"]["seed"] == 9
+    assert second["params"]["temperature"] == 0

@@ -350,6 +350,11 @@ class ConversationService:
         self._render_root(conversation_id, root)
         return root.id
 
+    def stored_sampling(self, node_id: int) -> dict[str, Any] | None:
+        """The sampling stored with ``node_id``'s conversation (None: none)."""
+        node = repository.get_node(self.db, node_id)
+        return repository.get_conversation(self.db, node.conversation_id).sampling
+
     def set_sampling(
         self,
         conversation_id: int,
