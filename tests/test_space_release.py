@@ -27,6 +27,7 @@ import pytest
 from storage import repository
 from storage.db import Database, open_database
 from tests.conftest import ROOT
+from tools.scale_space import settled_size, wal_size
 
 BLOB = 2 << 20
 # The -wal may hold one step of release_space and what a deletion writes.
@@ -48,29 +49,15 @@ def _fill(db: Database, count: int, size: int = BLOB) -> tuple[list[int], int]:
     return ids, profile
 
 
-def _settled(path: Path) -> int:
-    """The file's size once the -wal is copied into it."""
-    with contextlib.closing(sqlite3.connect(path)) as con:
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path.stat().st_size
-
-
-def _wal_size(path: Path) -> int:
-    try:
-        return os.stat(f"{path}-wal").st_size
-    except FileNotFoundError:
-        return 0
-
-
 @contextlib.contextmanager
 def _watched_wal(path: Path) -> Iterator[list[int]]:
     """Yield a list whose one item becomes the largest size the -wal had."""
-    peak = [_wal_size(path)]
+    peak = [wal_size(path)]
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.wait(0.0005):
-            peak[0] = max(peak[0], _wal_size(path))
+            peak[0] = max(peak[0], wal_size(path))
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -79,7 +66,7 @@ def _watched_wal(path: Path) -> Iterator[list[int]]:
     finally:
         stop.set()
         watcher.join()
-        peak[0] = max(peak[0], _wal_size(path))
+        peak[0] = max(peak[0], wal_size(path))
 
 
 def _consistent(path: Path) -> None:
@@ -104,14 +91,14 @@ def test_evicting_most_checkpoints_keeps_the_wal_small_and_shrinks_the_file(
     db = open_database(path)
     try:
         ids, profile = _fill(db, 96)  # 192 MiB
-        full = _settled(path)
+        full = settled_size(path)
         calls: list[tuple[int, int]] = []
 
         with _watched_wal(path) as peak:
 
             def progress(done: int, total: int) -> None:
                 calls.append((done, total))
-                peak[0] = max(peak[0], _wal_size(path))
+                peak[0] = max(peak[0], wal_size(path))
 
             # Keeps the 16 used last; the kept pages, at the end of the
             # file, all move into the holes the evicted ones leave.
@@ -120,10 +107,10 @@ def test_evicting_most_checkpoints_keeps_the_wal_small_and_shrinks_the_file(
         assert freed == 80 * BLOB
         assert peak[0] <= WAL_BOUND, f"-wal reached {peak[0] / 2**20:.1f} MiB"
         assert peak[0] <= freed // 8
-        assert _wal_size(path) == 0  # and it does not stay
+        assert wal_size(path) == 0  # and it does not stay
         kept = path.stat().st_size
         assert kept < 17 * BLOB < full // 5
-        assert _settled(path) == kept  # given back already, not at a checkpoint
+        assert settled_size(path) == kept  # given back already, not at a checkpoint
         # Progress: several steps, never backwards, ending at what was freed.
         assert len(calls) >= 10
         assert [done for done, _total in calls] == sorted(d for d, _t in calls)
@@ -144,7 +131,7 @@ def test_clearing_a_conversation_keeps_the_wal_small(tmp_path: Path) -> None:
     db = open_database(path)
     try:
         ids, _profile = _fill(db, 48)  # 96 MiB
-        full = _settled(path)
+        full = settled_size(path)
         conversation = repository.get_node(db, ids[0]).conversation_id
         with _watched_wal(path) as peak:
             cleared = repository.delete_checkpoints(db, conversation_id=conversation)
@@ -264,7 +251,7 @@ def test_evicting_on_a_full_disk_needs_no_more_room_than_it_frees(
     db = open_database(path)
     try:
         ids, profile = _fill(db, 8)  # 16 MiB
-        _settled(path)
+        settled_size(path)
         _fill_disk(small_disk)
         assert repository.evict_checkpoints(db, BLOB) == 7 * BLOB
         assert set(repository.checkpointed_nodes(db, ids, profile)) == {ids[-1]}

@@ -66,13 +66,15 @@ class Freeing:
     wall_s: float
 
 
-def _settle(path: Path) -> int:
+def settled_size(path: Path) -> int:
+    """The file's size once the -wal is copied into it."""
     with contextlib.closing(sqlite3.connect(path)) as con:
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path.stat().st_size
 
 
-def _wal_size(path: Path) -> int:
+def wal_size(path: Path) -> int:
+    """The size of the -wal file beside ``path`` (0: none)."""
     try:
         return os.stat(f"{path}-wal").st_size
     except FileNotFoundError:
@@ -110,16 +112,16 @@ def fill(
 def _freeing(
     case: str, path: Path, run: Callable[[Callable[[int, int], None]], int]
 ) -> Freeing:
-    before = _settle(path)
-    peak = [_wal_size(path)]
+    before = settled_size(path)
+    peak = [wal_size(path)]
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.wait(0.0005):
-            peak[0] = max(peak[0], _wal_size(path))
+            peak[0] = max(peak[0], wal_size(path))
 
     def progress(_done: int, _total: int) -> None:
-        peak[0] = max(peak[0], _wal_size(path))
+        peak[0] = max(peak[0], wal_size(path))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -131,7 +133,7 @@ def _freeing(
         cpu = time.process_time() - cpu
         stop.set()
         watcher.join()
-    peak[0] = max(peak[0], _wal_size(path))
+    peak[0] = max(peak[0], wal_size(path))
     return Freeing(case, before, freed, path.stat().st_size, peak[0], cpu, wall)
 
 

@@ -437,9 +437,8 @@ class LlamaEngine:
         # context; for Gemma 3, whose window is 1k, 1.5x the whole KV cache at
         # a 4k context and 4.7x at 32k). Checkpoints are the same size either way.
         ctx_params.swa_full = True
-        self.threads_now = settings.threads
-        ctx_params.n_threads = self.threads_now
-        ctx_params.n_threads_batch = self.threads_now
+        ctx_params.n_threads = settings.threads
+        ctx_params.n_threads_batch = settings.threads
         ctx_params.type_k = KV_CACHE_TYPES[settings.kv_cache_type]
         ctx_params.type_v = KV_CACHE_TYPES[settings.kv_cache_type]
         ctx_params.flash_attn_type = (
@@ -652,9 +651,8 @@ class LlamaEngine:
         if self.settings.n_threads > 0:
             return
         threads = automatic_threads()
-        if threads != self.threads_now:
+        if threads != self.threads_in_use:
             llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
-            self.threads_now = threads
 
     def _decode_batch(self, tokens: list[int]) -> None:
         batch = self._batch

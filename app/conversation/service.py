@@ -446,16 +446,17 @@ class ConversationService:
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id (for
         a start of several, the first other start's)."""
-        node = repository.get_node(self.db, node_id)
-        if node.parent_id is None and len(self._roots(node.conversation_id)) < 2:
+        self._checkpoints.flush()  # a queued write would bring one back
+        try:
+            parent = repository.delete_subtree(self.db, node_id)
+        except ValueError as exc:  # the only start (the repository decides)
             raise ServiceError(
                 "The start of a conversation cannot be deleted (delete the "
                 "conversation instead)."
-            )
+            ) from exc
         if self._sync is not None:
-            self._sync.drop(node_id)
-        self._checkpoints.flush()
-        return repository.delete_subtree(self.db, node_id)
+            self._sync.drop(node_id)  # the context no longer holds it
+        return parent
 
     # --- moving and generating ----------------------------------------------------
 
@@ -1442,9 +1443,6 @@ class ConversationService:
         """``text``'s tokens with the loaded model (a file to attach: what it
         will take of the context)."""
         return self._require_engine().tokenize(text)
-
-    def _roots(self, conversation_id: int) -> list[int]:
-        return [n.id for n in self.tree(conversation_id) if n.parent_id is None]
 
     def _require_engine(self) -> LlamaEngine:
         if self.engine is None or self._sync is None:
