@@ -44,21 +44,20 @@ class ConversationRecord:
     sampling: dict[str, Any] | None = None
 
 
-_LISTING = """
-SELECT c.id, c.title, c.system_prompt, c.active_node_id, c.created_at,
-       c.updated_at, coalesce(counts.n, 0), coalesce(sizes.b, 0), c.reasoning,
-       c.model_path, c.model_identity, c.sampling
+# A conversation's columns in the order ``conversation_record`` reads them.
+_COLUMNS = """c.id, c.title, c.system_prompt, c.active_node_id, c.created_at,
+       c.updated_at, c.node_count, c.checkpoint_bytes, c.reasoning,
+       c.model_path, c.model_identity, c.sampling"""
+
+_LISTING = f"""
+SELECT {_COLUMNS}
 FROM conversation AS c
-LEFT JOIN (SELECT conversation_id, count(id) AS n FROM node
-           GROUP BY conversation_id) AS counts
-       ON counts.conversation_id = c.id
-LEFT JOIN (SELECT node.conversation_id, sum(checkpoint.byte_size) AS b
-           FROM node JOIN checkpoint ON checkpoint.node_id = node.id
-           GROUP BY node.conversation_id) AS sizes
-       ON sizes.conversation_id = c.id
-{where}
+{{where}}
 ORDER BY c.updated_at DESC, c.id DESC
 """
+
+# One conversation by id, for ``conversation_record``.
+CONVERSATION_BY_ID = f"SELECT {_COLUMNS} FROM conversation AS c WHERE c.id = ?"
 
 # The filter matches the title or any message's text, case-insensitively
 # (SQLite's LIKE folds ASCII case); % and _ in it are matched literally.
@@ -89,23 +88,25 @@ def list_conversations(
         )
     else:
         rows = connection.execute(_LISTING.format(where=""))
-    return [
-        ConversationRecord(
-            id=row[0],
-            title=row[1],
-            system_prompt=row[2],
-            active_node_id=row[3],
-            created_at=timestamp(row[4]),
-            updated_at=timestamp(row[5]),
-            node_count=row[6],
-            checkpoint_bytes=row[7],
-            reasoning=row[8],
-            model_path=row[9],
-            model_identity=row[10],
-            sampling=json.loads(row[11]) if row[11] is not None else None,
-        )
-        for row in rows
-    ]
+    return [conversation_record(row) for row in rows]
+
+
+def conversation_record(row: tuple[Any, ...]) -> ConversationRecord:
+    """The record of a row of the listing's columns (``CONVERSATION_BY_ID``)."""
+    return ConversationRecord(
+        id=row[0],
+        title=row[1],
+        system_prompt=row[2],
+        active_node_id=row[3],
+        created_at=timestamp(row[4]),
+        updated_at=timestamp(row[5]),
+        node_count=row[6],
+        checkpoint_bytes=row[7],
+        reasoning=row[8],
+        model_path=row[9],
+        model_identity=row[10],
+        sampling=json.loads(row[11]) if row[11] is not None else None,
+    )
 
 
 def read_listing(path: Path) -> list[ConversationRecord] | None:

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from storage.counters import create_counters, drop_counters
 from storage.errors import StorageUnavailable
 from storage.models import Base, checkpoint_checksum
 from storage.probe import SCHEMA_VERSION
@@ -53,6 +54,7 @@ def _create(engine: Engine) -> None:
         # same function as the upgrade's, so both paths build the same schema.
         raw: sqlite3.Connection = connection.connection.dbapi_connection  # type: ignore[assignment]
         create_search_index(raw)
+        create_counters(raw)
         connection.execute(text(f"PRAGMA user_version={SCHEMA_VERSION}"))
 
 
@@ -120,6 +122,9 @@ def _autoincrement_ids_and_bound_checksums(raw: sqlite3.Connection) -> None:
     # re-bound after their old CRC-32 is verified; damaged ones are dropped
     # (they are a cache, rebuilt from tokens on the next visit).
     _drop_orphan_checkpoints(raw)
+    # Only in a file whose version was set back by hand (tests do); version 7
+    # creates them again.
+    drop_counters(raw)
     for name in _AUTOINCREMENT_TABLES:
         _rebuild_table(raw, name)
     _rebind_checksums(raw)
@@ -282,6 +287,19 @@ def _add_parent_index_and_sampling(raw: sqlite3.Connection) -> None:
         raw.execute("ALTER TABLE conversation ADD COLUMN sampling JSON")
 
 
+def _add_counters(raw: sqlite3.Connection) -> None:
+    # Version 7: each conversation keeps its node count and checkpoint bytes
+    # (storage/counters.py), counted here once from the rows already there.
+    have = _column_names(raw, "conversation")
+    for column in ("node_count", "checkpoint_bytes"):
+        if column not in have:
+            raw.execute(
+                f"ALTER TABLE conversation ADD COLUMN {column} "
+                "INTEGER NOT NULL DEFAULT 0"
+            )
+    create_counters(raw)
+
+
 def _column_names(raw: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
 
@@ -293,4 +311,5 @@ _STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
     3: _add_search_index,
     4: _add_conversation_model,
     5: _add_parent_index_and_sampling,
+    6: _add_counters,
 }

@@ -58,6 +58,12 @@ class Conversation(Base):
     # The sampling the conversation's replies use (temperature, top_p, ...,
     # and the name of the preset they came from); None: the Settings' own.
     sampling: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Its nodes (roots included) and the bytes of their checkpoints, what the
+    # list shows; kept by the triggers of storage/counters.py, never by Python.
+    node_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    checkpoint_bytes: Mapped[int] = mapped_column(
+        Integer, default=0, server_default="0"
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 

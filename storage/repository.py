@@ -289,9 +289,9 @@ def _node_record(node: Node) -> NodeRecord:
     )
 
 
-def _conversation_record(
-    conv: Conversation, nodes: int = 0, size: int = 0
-) -> ConversationRecord:
+def _conversation_record(conv: Conversation) -> ConversationRecord:
+    # The counts are the triggers' (storage/counters.py): a session that added
+    # nodes since it read ``conv`` must refresh them first (``_recounted``).
     return ConversationRecord(
         id=conv.id,
         title=conv.title,
@@ -299,13 +299,21 @@ def _conversation_record(
         active_node_id=conv.active_node_id,
         created_at=conv.created_at,
         updated_at=conv.updated_at,
-        node_count=nodes,
-        checkpoint_bytes=size,
+        node_count=conv.node_count,
+        checkpoint_bytes=conv.checkpoint_bytes,
         reasoning=conv.reasoning,
         model_path=conv.model_path,
         model_identity=conv.model_identity,
         sampling=conv.sampling,
     )
+
+
+def _recounted(session: Session, conv: Conversation) -> ConversationRecord:
+    """``conv``'s record after this session's writes, with the counts the
+    triggers have kept meanwhile (the session's copy does not see them)."""
+    session.flush()
+    session.refresh(conv, ["node_count", "checkpoint_bytes"])
+    return _conversation_record(conv)
 
 
 # --- conversations --------------------------------------------------------------
@@ -333,7 +341,7 @@ def create_conversation(
         s.add(root)
         s.flush()
         conv.active_node_id = root.id
-        return _conversation_record(conv), _node_record(root)
+        return _recounted(s, conv), _node_record(root)
 
 
 def add_root(db: Database, conversation_id: int, system_prompt: str) -> NodeRecord:
@@ -701,10 +709,6 @@ _NODE_COLUMNS = (
     "vocab_id, status, generation, created_at, thinking, span_text"
 )
 _CONVERSATION_OF = "SELECT conversation_id FROM node WHERE id = ?"
-_CONVERSATION = (
-    "SELECT id, title, system_prompt, active_node_id, created_at, updated_at, "
-    "reasoning, model_path, model_identity, sampling FROM conversation WHERE id = ?"
-)
 _PARENTS = "SELECT id, parent_id FROM node WHERE conversation_id = ?"
 _CHECKPOINTS = (
     "SELECT c.node_id, c.id, c.kind, c.start_pos, c.end_pos, c.byte_size, "
@@ -775,7 +779,9 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
         if found is None:
             raise NotFound(f"No node with id {node_id}.")
         conversation_id = found[0]
-        conversation = raw.execute(_CONVERSATION, (conversation_id,)).fetchone()
+        conversation = raw.execute(
+            catalog.CONVERSATION_BY_ID, (conversation_id,)
+        ).fetchone()
         parents: dict[int, int | None] = dict(
             raw.execute(_PARENTS, (conversation_id,)).fetchall()
         )
@@ -791,22 +797,8 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
         ):
             path.append(parent)
         nodes = _read_nodes(raw, path)
-    (cid, title, system_prompt, active, created_at, updated_at, reasoning) = (
-        conversation[:7]
-    )
     return TreeIndex(
-        ConversationRecord(
-            id=cid,
-            title=title,
-            system_prompt=system_prompt,
-            active_node_id=active,
-            created_at=catalog.timestamp(created_at),
-            updated_at=catalog.timestamp(updated_at),
-            reasoning=reasoning,
-            model_path=conversation[7],
-            model_identity=conversation[8],
-            sampling=_from_json(conversation[9]),
-        ),
+        catalog.conversation_record(conversation),
         parents,
         checkpoints,
         profile,
@@ -1436,9 +1428,11 @@ def _scaled(progress: Progress, done: int, batch: int, total: int) -> Progress:
 
 
 def _checkpoint_bytes(session: Session) -> int:
+    # The conversations' kept sums (storage/counters.py): every checkpoint
+    # belongs to one, and there are far fewer of them than checkpoints.
     return int(
         session.execute(
-            select(func.coalesce(func.sum(Checkpoint.byte_size), 0))
+            select(func.coalesce(func.sum(Conversation.checkpoint_bytes), 0))
         ).scalar_one()
     )
 
@@ -1812,7 +1806,7 @@ def insert_conversation(
             s.flush()
             ids[new.key] = node.id
         conv.active_node_id = ids.get(active_key, ids[nodes[0].key])
-        return _conversation_record(conv, len(ids)), ids
+        return _recounted(s, conv), ids
 
 
 # --- settings ---------------------------------------------------------------------
