@@ -757,7 +757,9 @@ def _node_from_row(row: tuple[Any, ...]) -> NodeRecord:
 
 
 def _from_json(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
+    # SQLAlchemy's JSON type stores None as the text "null": most nodes (a
+    # question, a root) have no generation figures, and a tree reads them all.
+    return None if value is None or value == "null" else json.loads(value)
 
 
 def _read_nodes(raw: sqlite3.Connection, ids: list[int]) -> dict[int, NodeRecord]:

@@ -28,6 +28,7 @@ one branch, that branch moves back up, to the rows after the fork.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from PySide6.QtCore import (
@@ -76,10 +77,55 @@ ACTIVE_PATH_BACKGROUND = QColor(64, 132, 214, 48)
 
 Index = QModelIndex | QPersistentModelIndex
 
+# What every row answers the same (an enum's "|" costs microseconds in Python,
+# and the view asks these of every cell it paints).
+_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+_FIGURES_ALIGNMENT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+_ALIGNMENT = int(Qt.ItemDataRole.TextAlignmentRole)
+_FONT = int(Qt.ItemDataRole.FontRole)
+_BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+_ANSWERED_ROLES = frozenset(
+    int(role)
+    for role in (
+        _DISPLAY,
+        _TOOLTIP,
+        _ALIGNMENT,
+        _FONT,
+        _BACKGROUND,
+        NodeIdRole,
+        MessageRoleRole,
+        OnActivePathRole,
+        IsActiveRole,
+        HasCheckpointRole,
+        TokensRole,
+    )
+)
+# Labels kept made: a paint asks each visible row's several times, and making
+# one reduces the message's whole Markdown to words.
+LABELS_KEPT = 4096
+
 
 def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
     """One line of ``text``'s words (no Markdown), shortened to ``limit``."""
     return plain_snippet(text, limit)
+
+
+@functools.lru_cache(maxsize=LABELS_KEPT)
+def row_label(role: str, text: str, thought: bool) -> str:
+    """A message's row in the list: who, and its first words (``thought``:
+    the reply has reasoning, which shows when its answer is empty)."""
+    if role == "root":
+        # The conversation's start, in plain words: its system prompt if it
+        # has one (the figures are in the tooltip).
+        if text.strip():
+            return f"{ROOT_WITH_PROMPT}: {snippet(text)}"
+        return ROLE_LABELS["root"]
+    label = ROLE_LABELS.get(role, role)
+    if text.strip():
+        return f"{label}: {snippet(text)}"  # a reply's answer, never its thinking
+    return f"{label}: {'(thinking only)' if thought else '(empty)'}"
 
 
 def format_bytes(size: int) -> str:
@@ -130,6 +176,8 @@ class ConversationTreeModel(QAbstractItemModel):
         self._children: dict[int | None, list[int]] = {None: []}
         self._active_id: int | None = None
         self._active_path: set[int] = set()
+        self._bold = QFont()
+        self._bold.setBold(True)
 
     # --- public API ---------------------------------------------------------------
 
@@ -200,9 +248,14 @@ class ConversationTreeModel(QAbstractItemModel):
         column: int,
         parent: Index = QModelIndex(),  # noqa: B008 - Qt's own signature
     ) -> QModelIndex:
-        if not self.hasIndex(row, column, parent):
-            return QModelIndex()
+        # Bounds checked here rather than by hasIndex, which asks rowCount and
+        # columnCount through Python: the tree view asks every row's index
+        # when it lays out its rows (a 1,000-message path: 1,000 times).
         parent_item = parent.internalPointer() if parent.isValid() else self._root
+        if parent.column() > 0 or not (
+            0 <= row < len(parent_item.children) and 0 <= column < len(COLUMNS)
+        ):
+            return QModelIndex()
         return self.createIndex(row, column, parent_item.children[row])
 
     def parent(self, child: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
@@ -218,6 +271,11 @@ class ConversationTreeModel(QAbstractItemModel):
             return 0
         item = parent.internalPointer() if parent.isValid() else self._root
         return len(item.children)
+
+    def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
+        # Qt's own asks rowCount and columnCount: two calls into Python per
+        # row where one does.
+        return self.rowCount(parent) > 0
 
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return len(COLUMNS)
@@ -239,26 +297,26 @@ class ConversationTreeModel(QAbstractItemModel):
     def flags(self, index: Index) -> Qt.ItemFlag:
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        return _FLAGS
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
+        # The view asks seven roles of every cell it paints, most of which a
+        # row does not answer: those return before anything is looked up.
+        if role not in _ANSWERED_ROLES or not index.isValid():
             return None
         node_id = index.internalPointer().node_id
         node = self._snapshot.nodes[node_id]
         column = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
+        if role == _DISPLAY:
             return self._display(node, column)
-        if role == Qt.ItemDataRole.ToolTipRole:
+        if role == _TOOLTIP:
             return self._tooltip(node)
-        if role == Qt.ItemDataRole.TextAlignmentRole and column > 0:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.FontRole and node_id in self._active_path:
-            font = QFont()
-            font.setBold(True)
-            return font
-        if role == Qt.ItemDataRole.BackgroundRole and node_id in self._active_path:
-            return ACTIVE_PATH_BACKGROUND
+        if role == _ALIGNMENT:
+            return _FIGURES_ALIGNMENT if column > 0 else None
+        if role == _FONT:
+            return self._bold if node_id in self._active_path else None
+        if role == _BACKGROUND:
+            return ACTIVE_PATH_BACKGROUND if node_id in self._active_path else None
         if role == NodeIdRole:
             return node_id
         if role == MessageRoleRole:
@@ -269,9 +327,7 @@ class ConversationTreeModel(QAbstractItemModel):
             return node_id == self._active_id
         if role == HasCheckpointRole:
             return node.checkpoint_bytes > 0
-        if role == TokensRole:
-            return node.n_tokens
-        return None
+        return node.n_tokens  # TokensRole
 
     # --- internals ------------------------------------------------------------------
 
@@ -282,18 +338,7 @@ class ConversationTreeModel(QAbstractItemModel):
     @staticmethod
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
-            if node.role == "root":
-                # The conversation's start, in plain words: its system prompt
-                # if it has one (the figures are in the tooltip).
-                if node.text.strip():
-                    return f"{ROOT_WITH_PROMPT}: {snippet(node.text)}"
-                return ROLE_LABELS["root"]
-            label = ROLE_LABELS.get(node.role, node.role)
-            if node.text.strip():
-                text = node.text  # a reply's answer, never its thinking
-            else:
-                text = "(thinking only)" if node.thinking else "(empty)"
-            return f"{label}: {snippet(text)}"
+            return row_label(node.role, node.text, bool(node.thinking))
         if column == 1:
             return f"{node.n_tokens:,}"
         # A mark only: the size is in the tooltip, in words.

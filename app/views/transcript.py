@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -193,7 +194,7 @@ class TranscriptView(QScrollArea):
         row = QHBoxLayout(page)
         row.setContentsMargins(*PAGE_MARGINS)
         column = QWidget()
-        column.setMaximumWidth(MAX_COLUMN_WIDTH)
+        column.setMaximumWidth(MAX_COLUMN_WIDTH)  # narrower once sized (resizeEvent)
         row.addStretch(0)
         row.addWidget(column, 1)
         row.addStretch(0)
@@ -454,6 +455,11 @@ class TranscriptView(QScrollArea):
         bar = self.verticalScrollBar()
         return bar.value() >= bar.maximum() - FOLLOW_SLACK_PX
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """Keep the column as wide as ``_column_width`` says."""
+        self._column.setMaximumWidth(self._column_width())
+        super().resizeEvent(event)
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         """Keep the jump button in the viewport's bottom-right corner, and the
         cards made those in view when its size changes."""
@@ -561,8 +567,14 @@ class TranscriptView(QScrollArea):
         return height if self.isVisible() else max(height, UNSHOWN_VIEW_PX)
 
     def _column_width(self) -> int:
+        """The column's width: that of the view with its scroll bar shown,
+        whether the bar shows or not (CSS's ``scrollbar-gutter: stable``)."""
+        # A path long enough to scroll would otherwise narrow the column by
+        # the bar's width: every card wrapped again, every estimate made again.
         left, _top, right, _bottom = PAGE_MARGINS
-        return max(1, min(MAX_COLUMN_WIDTH, self.viewport().width() - left - right))
+        room = self.width() - 2 * self.frameWidth()
+        room -= self.verticalScrollBar().sizeHint().width()
+        return max(1, min(MAX_COLUMN_WIDTH, room - left - right))
 
     def _current_metrics(self) -> Metrics:
         """The figures of the estimates now: the bodies' width and font."""
