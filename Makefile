@@ -47,7 +47,7 @@ WITH_STARTER ?= 0
 
 run: setup
 	@# Names the system libraries Qt's X11 plugin lacks, with the apt line.
-	$(BIN)/python -m app.qt_deps
+	$(BIN)/python -m app.platform.qt_deps
 	$(BIN)/arbor
 
 test: setup
@@ -89,7 +89,7 @@ $(VENV)/.arbor-$(WHEEL_KEY): pyproject.toml
 
 package: package-venv
 	@# Reinstalled every time (seconds): the bundle carries this metadata,
-	@# which is where app.version reads the version from.
+	@# which is where app.platform.version reads the version from.
 	$(PKG_BIN)/pip install -q --no-deps --force-reinstall .
 	$(PKG_BIN)/python packaging/build.py $(if $(filter 1,$(WITH_STARTER)),--with-starter)
 

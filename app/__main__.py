@@ -28,13 +28,13 @@ def main() -> None:
     argv = sys.argv[1:]
     if wants_window(argv):
         from app.cli import build_parser
-        from app.qt_deps import check_xcb
+        from app.platform.qt_deps import check_xcb
 
         missing = check_xcb()
         if missing:  # Qt would abort with a message nobody can act on
             print(missing, file=sys.stderr)
             sys.exit(1)
-        from app.gui import run_gui
+        from app.qt.gui import run_gui
 
         args = build_parser().parse_args(argv)
         sys.exit(run_gui(args.data_dir, args.model, args.verbose))

@@ -13,7 +13,8 @@ import sys
 
 from app.backend.values import SamplingParams
 from app.conversation.errors import USER_ERRORS
-from app.conversation.service import ConversationService, Reply
+from app.conversation.results import Reply
+from app.conversation.service import ConversationService
 from app.interrupt import StopRequest
 
 HELP = "Type a message. /regen: another reply, /new: new conversation, /quit: exit."

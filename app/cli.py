@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from app import paths
 from app.backend.errors import BackendError, InvalidSetting
 from app.backend.settings import (
     ALL_GPU_LAYERS,
@@ -30,14 +29,16 @@ from app.backend.settings import (
 )
 from app.backend.values import MAX_FORKS, SamplingParams
 from app.conversation.errors import USER_ERRORS
+from app.conversation.presets import conversation_sampling
 from app.interrupt import StopRequest
 from app.library.errors import LIBRARY_ERRORS
-from app.presets import conversation_sampling
-from app.starter_model import starter_model_path
+from app.platform import paths
+from app.platform.starter_model import starter_model_path
 from storage import catalog
 
 if TYPE_CHECKING:
-    from app.conversation.service import ConversationService, Reply
+    from app.conversation.results import Reply
+    from app.conversation.service import ConversationService
     from storage.db import Database
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
-        from app.version import __version__
+        from app.platform.version import __version__
 
         print(f"{parser.prog} {__version__}")
         parser.exit()

@@ -11,7 +11,7 @@ from typing import Any
 
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
-from app.presets import STARTER_PRESETS, Preset, presets_from_stored
+from app.conversation.presets import STARTER_PRESETS, Preset, presets_from_stored
 from storage import repository
 from storage.db import Database
 

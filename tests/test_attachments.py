@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from app.attachments import (
+from app.conversation.titles import title_from
+from app.text.attachments import (
     Attachment,
     AttachmentError,
     compose,
     read_attachment,
     split,
 )
-from app.conversation.titles import title_from
 
 
 def write_pdf(path: Path, page_texts: list[str]) -> Path:

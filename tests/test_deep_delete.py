@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from app import paths
+from app.platform import paths
 from storage import repository
 from storage.db import Database, open_database
 from storage.errors import NotFound

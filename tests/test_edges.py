@@ -25,7 +25,7 @@ from app.backend.errors import BackendError, ModelFileError
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from app.paths import database_path
+from app.platform.paths import database_path
 from storage import repository
 from storage.db import open_database
 from tests.conftest import ROOT, run_cli

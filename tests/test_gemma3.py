@@ -31,8 +31,9 @@ from app.backend.sampling import Sampler
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation import folding
-from app.conversation.service import ConversationService, Reply
-from app.paths import database_path
+from app.conversation.results import Reply
+from app.conversation.service import ConversationService
+from app.platform.paths import database_path
 from storage.db import Database, open_database
 from storage.values import Role
 from tests import template_corpus

@@ -1,27 +1,39 @@
-"""Architecture rules: only app/backend imports llama_cpp; storage and the Qt-free
-packages never import PySide6; the window side (views, Qt models, presenter)
-writes nothing itself and names no backend module."""
+"""Architecture rules, one table: who may import what. Qt lives under app/qt
+only, libllama under app/backend only, storage knows nothing of the app, and the
+window side (widgets, Qt models, the Qt-free window logic) names no backend
+module, drives no engine and writes nothing itself."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
-QT_FREE = [
-    "storage",
-    "app/backend",
-    "app/conversation",
-    "app/library",
-    "app/bench",
-    "app/presenter.py",
-    "app/actions.py",
-    "app/values.py",
-    "app/workers/jobs.py",
-]
 # The window side: it reads snapshots and submits jobs; the engine worker,
 # through the conversation service, does every write.
-WINDOW_SIDE = ["app/views", "app/models", "app/presenter.py", "app/actions.py"]
+WINDOW_SIDE = ["app/qt/views", "app/qt/models", "app/window"]
+# What drives the engine or writes: only the workers (app/qt/workers) and the
+# CLI may use it; the window side reaches it through a job.
+ENGINE_MODULES = (
+    "app.conversation.service",
+    "app.conversation.context_sync",
+    "app.conversation.checkpoint_writer",
+    "app.qt.workers.engine_worker",
+)
+# (where, what it may not import, why). "Where" is a list of folders and
+# files; a name is forbidden with everything below it ("app.backend" forbids
+# "app.backend.engine"). Type-only imports count too: the rule is about names.
+CONTRACTS: list[tuple[list[str], tuple[str, ...], str]] = [
+    (["app", "storage"], ("PySide6",), "Qt is imported under app/qt only"),
+    (["app", "storage"], ("llama_cpp",), "only app/backend loads libllama"),
+    (["storage"], ("app",), "storage knows nothing of the app"),
+    (WINDOW_SIDE, ("app.backend",), "the window names values, not the backend"),
+    (WINDOW_SIDE, ENGINE_MODULES, "the window drives the engine through jobs"),
+]
+# Where a contract does not reach, by the forbidden name.
+EXEMPT = {"PySide6": ("app/qt/",), "llama_cpp": ("app/backend/",)}
 
 # The functions of storage/repository.py that write (checked against the
 # file below, so that a new writing function must be listed here).
@@ -57,11 +69,6 @@ REPOSITORY_WRITES = frozenset(
 # storage/exchange.py: importing a conversation writes it. (And
 # app.preferences.save_preferences writes the settings.)
 EXCHANGE_WRITES = frozenset({"import_file", "import_json"})
-
-
-def _imports(path: Path) -> set[str]:
-    """Top-level package names ``path`` imports."""
-    return {name.split(".")[0] for name in _modules(path)}
 
 
 def _modules(path: Path) -> set[str]:
@@ -150,23 +157,29 @@ def _relative(paths: list[Path]) -> list[str]:
     return [str(p.relative_to(ROOT)) for p in paths]
 
 
-def test_only_the_backend_imports_llama_cpp():
-    offenders = [
-        p
-        for p in _python_files("app", "storage")
-        if "llama_cpp" in _imports(p) and "app/backend" not in p.as_posix()
-    ]
-    assert _relative(offenders) == []
+def _breaks(module: str, forbidden: tuple[str, ...]) -> str | None:
+    for name in forbidden:
+        if module == name or module.startswith(name + "."):
+            return name
+    return None
 
 
-def test_qt_free_layers_do_not_import_qt():
-    offenders = [p for p in _python_files(*QT_FREE) if "PySide6" in _imports(p)]
-    assert _relative(offenders) == []
-
-
-def test_storage_does_not_import_the_app():
-    offenders = [p for p in _python_files("storage") if "app" in _imports(p)]
-    assert _relative(offenders) == []
+@pytest.mark.parametrize(
+    ("places", "forbidden", "why"), CONTRACTS, ids=[c[2] for c in CONTRACTS]
+)
+def test_contract(places, forbidden, why):
+    offenders = {}
+    for path in _python_files(*places):
+        where = path.relative_to(ROOT).as_posix()
+        broken = {
+            name
+            for module in _modules(path)
+            if (name := _breaks(module, forbidden))
+            and not where.startswith(EXEMPT.get(name, ()))
+        }
+        if broken:
+            offenders[where] = sorted(broken)
+    assert offenders == {}, why
 
 
 def test_the_window_side_writes_nothing_itself():
@@ -175,16 +188,6 @@ def test_the_window_side_writes_nothing_itself():
             (_repository_names(p) & REPOSITORY_WRITES)
             | (_repository_names(p, "storage.exchange") & EXCHANGE_WRITES)
             | (_repository_names(p, "app.preferences") & {"save_preferences"})
-        )
-        for p in _python_files(*WINDOW_SIDE)
-    }
-    assert {path: names for path, names in offenders.items() if names} == {}
-
-
-def test_the_window_side_names_no_backend_module():
-    offenders = {
-        str(p.relative_to(ROOT)): sorted(
-            m for m in _modules(p) if m == "app.backend" or m.startswith("app.backend.")
         )
         for p in _python_files(*WINDOW_SIDE)
     }
@@ -210,9 +213,16 @@ def test_rules_see_the_files():
     # The write check finds writes where they are (the dialogs read).
     assert _repository_names(ROOT / "app/conversation/service.py") & REPOSITORY_WRITES
     assert {"list_conversations", "total_checkpoint_bytes"} <= _repository_names(
-        ROOT / "app/views/dialogs/storage.py"
+        ROOT / "app/qt/views/dialogs/storage.py"
     )
     assert "import_json" in _repository_names(
         ROOT / "app/conversation/service.py", "storage.exchange"
     )
     assert len(_repository_writes_found()) >= 15
+    # The contracts see imports where they are, and only the exempt escape.
+    assert "PySide6.QtWidgets" in _modules(ROOT / "app/qt/views/main_window.py")
+    assert "app.window.presenter.WindowPresenter" in _modules(
+        ROOT / "app/qt/views/main_window.py"
+    )
+    assert _breaks("app.backend.engine", ("app.backend",)) == "app.backend"
+    assert _breaks("app.backendish", ("app.backend",)) is None

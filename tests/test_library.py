@@ -30,7 +30,7 @@ from app.library.catalog import CatalogError, load_catalog
 from app.library.download import NotEnoughSpace, pull
 from app.library.fit import assess
 from app.library.hub import check_repo_id
-from app.starter_model import starter_model_path
+from app.platform.starter_model import starter_model_path
 from tests.conftest import ROOT, CliResult
 from tests.fake_hub import FakeFile, FakeHub, HubServer
 from tests.fault_harness import mount_tmpfs, unmount

@@ -6,7 +6,7 @@ llama-cpp-python wheel the Makefile cached, unpacked from its tarball, and run
 from an empty environment: no virtualenv on PATH, no PYTHONPATH, HOME in a
 scratch folder. That is the proof that it needs no Python of its own.
 
-The window is driven by ``ARBOR_SMOKE_MESSAGE`` (``app/smoke.py``), the one
+The window is driven by ``ARBOR_SMOKE_MESSAGE`` (``app/qt/smoke.py``), the one
 way to drive the window of a frozen app.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from app.version import __version__
+from app.platform.version import __version__
 from tests.fake_hub import FakeHub, HubServer
 from tests.tiny_model import write_tiny_model
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.models.conversation_tree import snippet
-from app.plain_text import plain_text
+from app.qt.models.conversation_tree import snippet
+from app.text.plain_text import plain_text
 
 
 @pytest.mark.parametrize(

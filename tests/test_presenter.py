@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from app.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
-from app.paths import database_path
+from app.platform.paths import database_path
 from app.preferences import load_preferences
-from app.presenter import View, WindowPresenter
+from app.qt.workers.engine_worker import EngineWorker
 from app.values import SamplingParams
-from app.workers import jobs
-from app.workers.engine_worker import EngineWorker
-from app.workers.jobs import JobResult
+from app.window import jobs
+from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
+from app.window.jobs import JobResult
+from app.window.presenter import View, WindowPresenter
 from storage import repository
 from storage.db import Database, open_database
 from storage.errors import NotFound

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from app import qt_deps
+from app.platform import qt_deps
 
 LDD_OUTPUT = """\
 \tlinux-vdso.so.1 (0x00007ffd)
@@ -76,7 +76,7 @@ def test_no_check_where_qt_does_not_use_x11(monkeypatch):
 
 def test_module_runs_as_the_make_run_check():
     result = subprocess.run(
-        [sys.executable, "-m", "app.qt_deps"],
+        [sys.executable, "-m", "app.platform.qt_deps"],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "QT_QPA_PLATFORM": "offscreen"},

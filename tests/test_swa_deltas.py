@@ -19,7 +19,7 @@ from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from app.paths import database_path
+from app.platform.paths import database_path
 from storage import repository
 from storage.db import open_database
 from tests.tiny_model import N_HEAD_KV, N_LAYER, SWA_HEAD_DIM

@@ -7,8 +7,8 @@ import random
 import time
 from collections import defaultdict
 
-from app.plain_text import shorten
-from app.views.tree_layout import node_text, tidy_layout
+from app.qt.views.tree_layout import node_text, tidy_layout
+from app.text.plain_text import shorten
 
 
 def _random_tree(n: int, seed: int) -> dict[int | None, list[int]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.threads import usable_cores
-from app.starter_model import starter_model_path
+from app.platform.starter_model import starter_model_path
 
 BUSY = "while True: pass"
 REPLY_TOKENS = 32

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from app.backend.engine import LlamaEngine  # noqa: E402
 from app.backend.settings import BackendSettings  # noqa: E402
-from app.starter_model import starter_model_path  # noqa: E402
+from app.platform.starter_model import starter_model_path  # noqa: E402
 
 PROMPT_TOKENS = 2000
 DELTAS = 20

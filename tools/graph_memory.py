@@ -35,9 +35,9 @@ def measure(nodes: int) -> dict[str, float]:
     """Show a ``nodes``-node tree in the graph view of a fresh window."""
     from PySide6.QtWidgets import QApplication
 
-    import app.gui
-    from app.gui import build_window, keep_painting_on_the_gui_thread
-    from app.paths import database_path
+    import app.qt.gui
+    from app.platform.paths import database_path
+    from app.qt.gui import build_window, keep_painting_on_the_gui_thread
     from storage import repository
     from storage.db import open_database
 
@@ -49,7 +49,7 @@ def measure(nodes: int) -> dict[str, float]:
         ids = add_nodes(db, root.id, bushy_shape(nodes - 1))
         repository.set_active_node(db, ids[-1])
         repository.create_conversation(db, "small", None)  # the window opens here
-        app.gui.remembered_or_starter_model = _no_model
+        app.qt.gui.remembered_or_starter_model = _no_model
         window = build_window(db, None, gpu_supported=False)
         window.resize(1280, 800)
         window.show()

@@ -55,7 +55,7 @@ from app.backend.settings import BackendSettings  # noqa: E402
 from app.bench.workload import SYSTEM_PROMPT, filler_text, greedy  # noqa: E402
 from app.conversation.checkpoint_writer import CheckpointWriter  # noqa: E402
 from app.conversation.service import ConversationService  # noqa: E402
-from app.starter_model import starter_model_path  # noqa: E402
+from app.platform.starter_model import starter_model_path  # noqa: E402
 from storage import repository  # noqa: E402
 from storage.db import Database, open_database  # noqa: E402
 from storage.repository import NodeRecord  # noqa: E402

@@ -37,7 +37,7 @@ from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.bench import workload
 from app.conversation.service import ConversationService
-from app.starter_model import starter_model_path
+from app.platform.starter_model import starter_model_path
 from storage.db import open_database
 
 PARTS = ("read_ms", "verify_ms", "apply_ms")

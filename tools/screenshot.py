@@ -26,12 +26,12 @@ from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.backend.sampling import SamplingParams  # noqa: E402
-from app.gui import build_window  # noqa: E402
-from app.paths import database_path  # noqa: E402
+from app.platform.paths import database_path  # noqa: E402
+from app.platform.starter_model import starter_model_path  # noqa: E402
 from app.preferences import load_preferences, save_preferences  # noqa: E402
-from app.starter_model import starter_model_path  # noqa: E402
-from app.views.main_window import MainWindow  # noqa: E402
-from app.views.theme import ThemeManager  # noqa: E402
+from app.qt.gui import build_window  # noqa: E402
+from app.qt.views.main_window import MainWindow  # noqa: E402
+from app.qt.views.theme import ThemeManager  # noqa: E402
 from storage.db import open_database  # noqa: E402
 
 SYSTEM_PROMPT = "You are a concise, friendly assistant."

@@ -115,7 +115,7 @@ class ReplyMarks:
     """When each reply was asked for and when the window heard it was done."""
 
     def __init__(self, engine: Any) -> None:
-        from app.workers import jobs
+        from app.window import jobs
 
         self.marks: list[tuple[float, str]] = []
         is_reply = jobs.is_generating
@@ -186,8 +186,8 @@ def run_child(data_dir: Path, messages: int, switches: int) -> dict[str, object]
     the last reply and switch ``switches`` times; the figures."""
     from PySide6.QtWidgets import QApplication
 
-    from app.gui import build_window, keep_painting_on_the_gui_thread
-    from app.paths import database_path
+    from app.platform.paths import database_path
+    from app.qt.gui import build_window, keep_painting_on_the_gui_thread
     from storage.db import open_database
 
     keep_painting_on_the_gui_thread()  # as run_gui does
@@ -379,7 +379,7 @@ class GcTime:
 
 def _no_model(remembered: str | None) -> Path | None:
     """No model at all, whatever was used last (the timing's stand-in for
-    ``app.gui.remembered_or_starter_model``)."""
+    ``app.qt.gui.remembered_or_starter_model``)."""
     del remembered
     return None
 
@@ -389,10 +389,10 @@ def run_transcript_child(paths: list[int]) -> dict[str, object]:
     the GUI thread's CPU time for each step, and the cards made."""
     from PySide6.QtWidgets import QApplication
 
-    import app.gui
-    from app.gui import build_window, keep_painting_on_the_gui_thread
-    from app.paths import database_path
-    from app.views.message_card import MessageCard
+    import app.qt.gui
+    from app.platform.paths import database_path
+    from app.qt.gui import build_window, keep_painting_on_the_gui_thread
+    from app.qt.views.message_card import MessageCard
     from storage.db import open_database
 
     keep_painting_on_the_gui_thread()
@@ -402,7 +402,7 @@ def run_transcript_child(paths: list[int]) -> dict[str, object]:
         conversations = {n: _insert_path(db, n) for n in paths}
         _insert_path(db, 2)  # the most recent: the window opens on it
         # No model: nothing loads, and a conversation stays readable.
-        app.gui.remembered_or_starter_model = _no_model
+        app.qt.gui.remembered_or_starter_model = _no_model
         window = build_window(db, None, gpu_supported=False)
         window.resize(1280, 800)
         window.show()
@@ -516,7 +516,7 @@ def _arbor(data_dir: Path, *args: str) -> dict[str, object]:
 def prepare(data_dir: Path, reply_tokens: int) -> None:
     """A conversation with a few checkpointed turns, for the window to reopen,
     and replies of up to ``reply_tokens`` tokens in the window."""
-    from app.paths import database_path
+    from app.platform.paths import database_path
     from app.preferences import load_preferences, save_preferences
     from storage.db import open_database
 

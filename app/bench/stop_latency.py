@@ -26,7 +26,7 @@ from pathlib import Path
 from app.backend.engine import LlamaEngine
 from app.backend.errors import BackendError, Interrupted
 from app.backend.settings import BackendSettings
-from app.starter_model import starter_model_path
+from app.platform.starter_model import starter_model_path
 
 SENTENCE = "the quick brown fox jumps over the lazy dog while a river runs by"
 

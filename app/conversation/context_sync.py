@@ -29,11 +29,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.backend.values import StateKind
 from app.conversation import folding, profile_difference
+from app.conversation.results import SyncStats
 from app.conversation.tree_cache import TreeCache
 from storage import repository
 from storage.checkpoint_reader import CheckpointReader
@@ -79,28 +79,6 @@ def write_batches(
         )
 
     return save
-
-
-@dataclass
-class SyncStats:
-    """What it took to reach a node.
-
-    ``restore_ms`` is the whole of restoring checkpoints; of it, ``read_ms``
-    went to reading blobs from SQLite, ``verify_ms`` to their checksums and
-    ``apply_ms`` to the engine (combining deltas, llama.cpp).
-    """
-
-    kept_tokens: int = 0
-    restored_tokens: int = 0
-    reprocessed_tokens: int = 0
-    restore_ms: float = 0.0
-    read_ms: float = 0.0
-    verify_ms: float = 0.0
-    apply_ms: float = 0.0
-    reprocess_ms: float = 0.0
-    checkpoint_bytes_read: int = 0
-    checkpoint_bytes_written: int = 0
-    fallbacks: list[str] = field(default_factory=list)
 
 
 class ContextSync:

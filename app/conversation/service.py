@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.backend.errors import ContextFullError
@@ -23,13 +23,14 @@ from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams, StateKind
 from app.conversation import spans, summary
 from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
-from app.conversation.context_sync import ContextSync, SyncStats, write_batches
+from app.conversation.context_sync import ContextSync, write_batches
 from app.conversation.errors import ServiceError
+from app.conversation.presets import stored_sampling
+from app.conversation.results import Reply, ReplyStats, SyncStats
 from app.conversation.spans import Placement
 from app.conversation.titles import title_from
 from app.conversation.tree_cache import TreeCache
 from app.conversation.turn_markers import ReplyText
-from app.presets import stored_sampling
 from storage import exchange, repository
 from storage.catalog import ConversationRecord
 from storage.db import Database
@@ -70,38 +71,6 @@ def _check_text(text: str | None, what: str) -> None:
             text.encode("utf-8")
     except UnicodeEncodeError:
         raise ServiceError(f"The {what} is not valid UTF-8.") from None
-
-
-@dataclass
-class ReplyStats(SyncStats):
-    """Figures of one reply: how the context was reached (the ``SyncStats``
-    fields), then the prompt and the generation."""
-
-    prompt_tokens: int = 0
-    prompt_ms: float = 0.0
-    generated_tokens: int = 0
-    generate_ms: float = 0.0
-    tokens_per_second: float = 0.0
-    # Alternatives generated together: decoding the reply's span again alone,
-    # which makes its checkpoint exact (see ``regenerate_parallel``).
-    redecode_ms: float = 0.0
-    context_tokens: int = 0
-    n_ctx: int = 0
-    stop_reason: str = ""
-    logits_digest: str = ""
-
-    @classmethod
-    def after(cls, sync: SyncStats) -> ReplyStats:
-        """Start a reply's figures with what moving to its parent cost."""
-        return cls(**asdict(sync))
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict with times rounded for display."""
-        data = asdict(self)
-        for key, value in data.items():
-            if isinstance(value, float):
-                data[key] = round(value, 3)
-        return data
 
 
 @dataclass
@@ -186,17 +155,6 @@ def _indexed(callback: IndexedTokenCallback | None, index: int) -> TokenCallback
     if callback is None:
         return None
     return lambda piece: callback(index, piece)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """The outcome of send, edit or regenerate."""
-
-    user_node: int | None
-    assistant_node: int
-    text: str
-    stats: ReplyStats
-    thinking: str = ""
 
 
 class ConversationService:

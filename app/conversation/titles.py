@@ -3,8 +3,8 @@ as the message is sent, stored by the service with the message."""
 
 from __future__ import annotations
 
-from app.attachments import split
-from app.plain_text import plain_text
+from app.text.attachments import split
+from app.text.plain_text import plain_text
 
 TITLE_LENGTH = 48
 

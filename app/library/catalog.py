@@ -9,9 +9,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from app.assets import get_asset
 from app.library import names
 from app.library.units import format_bytes
+from app.platform.assets import get_asset
 
 CATALOG_ASSET = "models/catalog.json"
 

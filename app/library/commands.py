@@ -29,7 +29,7 @@ from app.library.installed import (
     models_dir_for,
 )
 from app.library.units import format_bytes, format_duration
-from app.starter_model import starter_model_path
+from app.platform.starter_model import starter_model_path
 
 
 def add_parser(sub: Any, parser_class: Any, path_type: Any, text_type: Any) -> None:
@@ -97,7 +97,7 @@ def _models_dir(args: argparse.Namespace, data_dir: Path) -> Path:
         return Path(args.models_dir)
     if os.environ.get(MODELS_DIR_ENV):
         return models_dir_for(data_dir, None)
-    from app.paths import database_path
+    from app.platform.paths import database_path
     from app.preferences import load_preferences
     from storage.db import open_database
 

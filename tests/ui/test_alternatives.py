@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from PySide6.QtCore import Qt
 
-from app.actions import TIMES
-from app.views.alternatives import AlternativesRow
-from app.workers import jobs
+from app.qt.views.alternatives import AlternativesRow
+from app.window import jobs
+from app.window.actions import TIMES
 from storage import repository
 from tests.ui.conftest import send, wait_idle
 

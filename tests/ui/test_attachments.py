@@ -93,7 +93,7 @@ def test_a_file_that_does_not_fit_is_refused_with_its_size(
     wait_idle(qtbot, window)
     shown: list[tuple[str, str]] = []
     monkeypatch.setattr(
-        "app.views.main_window.show_error",
+        "app.qt.views.main_window.show_error",
         lambda _parent, title, text: shown.append((title, text)),
     )
     big = tmp_path / "big.txt"
@@ -113,7 +113,7 @@ def test_a_file_that_is_not_text_is_refused_at_once(
     window = make_window()
     shown: list[str] = []
     monkeypatch.setattr(
-        "app.views.main_window.show_error",
+        "app.qt.views.main_window.show_error",
         lambda _parent, _title, text: shown.append(text),
     )
     blob = tmp_path / "photo.jpg"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-from app.models.conversation_list import ProgressRole
-from app.views import exchange_actions
+from app.qt.models.conversation_list import ProgressRole
+from app.qt.views import exchange_actions
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel
 
 from app.preferences import load_preferences, save_preferences
-from app.workers import jobs
+from app.window import jobs
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 

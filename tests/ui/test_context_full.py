@@ -8,7 +8,7 @@ from dataclasses import replace
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.views.dialogs.context_full import raised_context_size
+from app.qt.views.dialogs.context_full import raised_context_size
 from storage import repository
 from tests.ui.conftest import wait_idle
 

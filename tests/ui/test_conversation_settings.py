@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
+from app.conversation.presets import STARTER_PRESETS
 from app.preferences import load_preferences
-from app.presets import STARTER_PRESETS
-from app.views.dialogs.conversation_settings import ConversationSettingsDialog
-from app.views.dialogs.new_conversation import NewConversationDialog
+from app.qt.views.dialogs.conversation_settings import ConversationSettingsDialog
+from app.qt.views.dialogs.new_conversation import NewConversationDialog
 from storage import repository
 from tests.ui.conftest import send, wait_idle
 

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
-from app.models.conversation_tree import ConversationTreeModel
-from app.models.tree_snapshot import TreeSnapshot
-from app.views.empty_state import EXAMPLE_PROMPTS
+from app.conversation.tree_snapshot import TreeSnapshot
+from app.qt.models.conversation_tree import ConversationTreeModel
+from app.qt.views.empty_state import EXAMPLE_PROMPTS
 from storage.repository import NodeSummary
 from tests.ui.conftest import send, wait_idle
 

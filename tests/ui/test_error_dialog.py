@@ -14,8 +14,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QLabel, QMessageBox, QWidget
 
-from app.assets import get_asset
-from app.views.dialogs.errors import show_error
+from app.platform.assets import get_asset
+from app.qt.views.dialogs.errors import show_error
 
 TITLES = [
     "Could not generate a reply",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.views import exchange_actions
+from app.qt.views import exchange_actions
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 

@@ -10,8 +10,8 @@ import os
 import pytest
 from PySide6.QtCore import QRectF, Qt
 
-from app.views import tree_graph
-from app.views.tree_graph import TreeGraphView
+from app.qt.views import tree_graph
+from app.qt.views.tree_graph import TreeGraphView
 from storage import repository
 from tests.ui.conftest import wait_idle
 

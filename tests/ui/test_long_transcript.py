@@ -10,12 +10,12 @@ import pytest
 from PySide6.QtCore import QCoreApplication, QEvent, QPoint, Qt
 from PySide6.QtWidgets import QApplication
 
-import app.gui
-from app.models.tree_snapshot import TreeSnapshot
-from app.views import transcript as transcript_module
-from app.views.message_body import MessageBody
-from app.views.message_card import MessageCard
-from app.views.transcript import TranscriptView
+import app.qt.gui
+from app.conversation.tree_snapshot import TreeSnapshot
+from app.qt.views import transcript as transcript_module
+from app.qt.views.message_body import MessageBody
+from app.qt.views.message_card import MessageCard
+from app.qt.views.transcript import TranscriptView
 from storage.repository import NewNode, NodeSummary, insert_conversation
 from storage.values import Role
 from tests.ui.conftest import wait_idle
@@ -287,7 +287,7 @@ def test_the_window_opens_a_long_conversation_with_few_cards(
     qtbot, make_window, monkeypatch
 ):
     # No model: a conversation stays readable, and no engine work competes.
-    monkeypatch.setattr(app.gui, "remembered_or_starter_model", lambda _path: None)
+    monkeypatch.setattr(app.qt.gui, "remembered_or_starter_model", lambda _path: None)
     db = make_window.open_db()
     nodes = [NewNode(key=0, parent_key=None, role=Role.ROOT, text="")]
     for i, (role, text) in enumerate(_texts(1000), start=1):

@@ -18,9 +18,9 @@ from PySide6.QtWidgets import QTableWidget
 
 from app.library.catalog import load_catalog
 from app.preferences import load_preferences
-from app.views.dialogs.models import ModelsDialog
-from app.views.welcome import welcome_offer
-from app.workers.download_worker import DownloadState
+from app.qt.views.dialogs.models import ModelsDialog
+from app.qt.views.welcome import welcome_offer
+from app.qt.workers.download_worker import DownloadState
 from tests.fake_hub import FakeHub, HubServer
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
@@ -350,7 +350,9 @@ def test_recommended_models_show_their_fit_and_too_big_ones_are_greyed(
     qtbot, window, monkeypatch
 ):
     monkeypatch.setattr("app.library.fit.machine_memory", lambda: 6 * 1000**3)
-    monkeypatch.setattr("app.views.dialogs.models.machine_memory", lambda: 6 * 1000**3)
+    monkeypatch.setattr(
+        "app.qt.views.dialogs.models.machine_memory", lambda: 6 * 1000**3
+    )
     dialog = _open_models(qtbot, window)
     table = dialog.catalog_table
     catalog = window.models.library.catalog
@@ -381,7 +383,9 @@ def test_recommended_models_show_their_fit_and_too_big_ones_are_greyed(
 
 def test_a_gpu_counts_beside_the_memory_in_the_fits(qtbot, window, monkeypatch):
     monkeypatch.setattr("app.library.fit.machine_memory", lambda: 6 * 1000**3)
-    monkeypatch.setattr("app.views.dialogs.models.machine_memory", lambda: 6 * 1000**3)
+    monkeypatch.setattr(
+        "app.qt.views.dialogs.models.machine_memory", lambda: 6 * 1000**3
+    )
     dialog = _open_models(qtbot, window)
     without = _column(dialog.catalog_table, 6)
     dialog.refresh(4096, None, gpu_bytes=24 * 1024**3)
@@ -403,9 +407,9 @@ def test_add_a_file_by_path_and_remove_models(
         questions.append(text)
         return True
 
-    monkeypatch.setattr("app.views.dialogs.models.confirm", confirm)
+    monkeypatch.setattr("app.qt.views.dialogs.models.confirm", confirm)
     monkeypatch.setattr(
-        "app.views.dialogs.models.choose_model_file", lambda _parent, _start="": mine
+        "app.qt.views.dialogs.models.choose_model_file", lambda _parent, _start="": mine
     )
     dialog = _open_models(qtbot, window)
     dialog.tabs.setCurrentIndex(2)
@@ -446,7 +450,7 @@ def test_add_a_file_by_path_and_remove_models(
 def test_welcome_offers_the_best_model_that_fits_and_loads_it_when_downloaded(
     qtbot, hub, make_window, monkeypatch, data_dir, tiny_model
 ):
-    monkeypatch.setattr("app.gui.starter_model_path", lambda: None)
+    monkeypatch.setattr("app.qt.gui.starter_model_path", lambda: None)
     monkeypatch.setattr("app.library.fit.machine_memory", lambda: 32 * 1000**3)
     entry = welcome_offer(load_catalog(), 4096)
     assert entry is not None

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.gui import build_window
-from app.paths import database_path
+from app.platform.paths import database_path
+from app.qt.gui import build_window
 from storage import repository
 from storage.db import open_database
 from tests.ui.conftest import wait_idle

@@ -15,10 +15,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
-from app.views.message_card import MessageCard
-from app.views.status_bar import CHATML_NOTE
-from app.views.thinking import STREAMING_TITLE, thought_title
-from app.views.transcript import TranscriptView
+from app.qt.views.message_card import MessageCard
+from app.qt.views.status_bar import CHATML_NOTE
+from app.qt.views.thinking import STREAMING_TITLE, thought_title
+from app.qt.views.transcript import TranscriptView
 from storage import repository
 from tests.tiny_model import write_tiny_model
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.models.search_results import HtmlRole, NodeIdRole
+from app.qt.models.search_results import HtmlRole, NodeIdRole
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 

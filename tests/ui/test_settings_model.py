@@ -8,9 +8,9 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-from app.starter_model import starter_model_path
-from app.views.dialogs.settings import SettingsDialog
-from app.views.welcome import start_folder
+from app.platform.starter_model import starter_model_path
+from app.qt.views.dialogs.settings import SettingsDialog
+from app.qt.views.welcome import start_folder
 from tests.ui.conftest import wait_idle
 
 

@@ -6,7 +6,7 @@ from datetime import UTC
 
 from PySide6.QtCore import Qt
 
-from app.models.tree_snapshot import TreeSnapshot
+from app.conversation.tree_snapshot import TreeSnapshot
 from storage import repository
 from tests.ui.conftest import send, wait_idle
 
@@ -74,7 +74,7 @@ def test_ctrl_shift_t_focuses_the_tree(qtbot, make_window):
 
 
 def test_the_shortcuts_are_listed_in_help():
-    from app.actions import SHORTCUTS_HELP
+    from app.window.actions import SHORTCUTS_HELP
 
     for key in ("Alt+Left", "Alt+Up", "Ctrl+R", "Ctrl+E", "Ctrl+Shift+T"):
         assert key in SHORTCUTS_HELP

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from app.single_instance import LOCK_FILENAME, Claim, SingleInstance
+from app.qt.single_instance import LOCK_FILENAME, Claim, SingleInstance
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 from PySide6.QtCore import QCoreApplication, QEvent, Qt
 
-from app.models.tree_snapshot import TreeSnapshot
-from app.views import transcript as transcript_module
-from app.views.message_body import MessageBody
-from app.views.message_card import MessageCard
-from app.views.transcript import TranscriptView
+from app.conversation.tree_snapshot import TreeSnapshot
+from app.qt.views import transcript as transcript_module
+from app.qt.views.message_body import MessageBody
+from app.qt.views.message_card import MessageCard
+from app.qt.views.transcript import TranscriptView
 from storage.repository import NodeSummary
 from tests.ui.conftest import send, wait_idle
 

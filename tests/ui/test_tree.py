@@ -6,14 +6,14 @@ from datetime import UTC, datetime
 
 from PySide6.QtCore import Qt
 
-from app.models.conversation_tree import (
+from app.conversation.tree_snapshot import TreeSnapshot
+from app.qt.models.conversation_tree import (
     ConversationTreeModel,
     HasCheckpointRole,
     IsActiveRole,
     NodeIdRole,
     OnActivePathRole,
 )
-from app.models.tree_snapshot import TreeSnapshot
 from storage import repository
 from storage.repository import NodeSummary
 from tests.ui.conftest import send, wait_idle
@@ -92,7 +92,7 @@ def test_delete_a_branch_from_the_tree_after_confirmation(
 
     asked: list[str] = []
     monkeypatch.setattr(
-        "app.views.main_window.confirm",
+        "app.qt.views.main_window.confirm",
         lambda _p, _t, text, _a: asked.append(text) or False,
     )
     _click_node(qtbot, window, doomed_user)
@@ -102,7 +102,7 @@ def test_delete_a_branch_from_the_tree_after_confirmation(
     assert asked and "1 message below it" in asked[0]
     assert doomed_user in window.tree_model.snapshot  # cancelled: nothing deleted
 
-    monkeypatch.setattr("app.views.main_window.confirm", lambda *_: True)
+    monkeypatch.setattr("app.qt.views.main_window.confirm", lambda *_: True)
     qtbot.mouseClick(window.tree_panel.delete_button, Qt.MouseButton.LeftButton)
     wait_idle(qtbot, window)
     assert doomed_user not in window.tree_model.snapshot

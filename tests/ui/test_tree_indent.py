@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 from PySide6.QtCore import QModelIndex
 
-from app.models.conversation_tree import ConversationTreeModel, NodeIdRole
-from app.models.tree_snapshot import TreeSnapshot
-from app.views.tree_panel import TreePanel
+from app.conversation.tree_snapshot import TreeSnapshot
+from app.qt.models.conversation_tree import ConversationTreeModel, NodeIdRole
+from app.qt.views.tree_panel import TreePanel
 from storage.repository import NodeSummary
 
 ROLES = ("user", "assistant")

@@ -13,7 +13,7 @@ from dataclasses import replace
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.workers import jobs
+from app.window import jobs
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 

@@ -1,0 +1,559 @@
+"""``ConversationTreeModel``: the whole conversation tree for a ``QTreeView``.
+
+Items wrap node ids of a ``TreeSnapshot``; refreshing with a newer snapshot of
+the same conversation turns the difference into row insertions, removals,
+moves and ``dataChanged`` signals, so views keep their expansion, selection
+and scroll.
+
+The list is indented at forks only. A conversation is mostly a chain of
+single replies, and one level per message made a staircase that cut the
+labels off by the sixth turn. So a message that is its parent's only child is
+the row after its parent, under the same Qt parent; the children of a fork (a
+message with two or more) are rows under the fork, one branch after the
+other, each branch a chain at one level. The top level is the chain from the
+root::
+
+    Start
+    You: hi
+    Assistant: hello             a fork: two messages answer it
+        You: tell me more        the first branch
+        Assistant: ...
+        You: something else      the second branch
+        Assistant: ...
+
+A second child makes a message a fork: the branch it had moves under it
+(``beginMoveRows``), then the new one is inserted. When a fork is left with
+one branch, that branch moves back up, to the rows after the fork.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+)
+from PySide6.QtGui import QColor, QFont
+
+from app.conversation.tree_snapshot import TreeSnapshot
+from app.text.plain_text import snippet as plain_snippet
+from storage.repository import NodeSummary
+
+NodeIdRole = Qt.ItemDataRole.UserRole + 1
+MessageRoleRole = Qt.ItemDataRole.UserRole + 2  # "root", "user" or "assistant"
+OnActivePathRole = Qt.ItemDataRole.UserRole + 3
+IsActiveRole = Qt.ItemDataRole.UserRole + 4
+HasCheckpointRole = Qt.ItemDataRole.UserRole + 5
+TokensRole = Qt.ItemDataRole.UserRole + 6
+
+COLUMNS = ("Message", "Tokens", "Saved")
+# What the columns' titles mean, on hover (short titles leave the messages room).
+COLUMN_TIPS = (
+    "The message",
+    "How many tokens the message takes of the context",
+    "✓: saved with the model's state after it, so going back to it is instant",
+)
+# What a new active node changes in a row (its text and figures stay).
+ACTIVE_PATH_ROLES = (
+    Qt.ItemDataRole.FontRole,
+    Qt.ItemDataRole.BackgroundRole,
+    OnActivePathRole,
+    IsActiveRole,
+)
+SNIPPET_CHARS = 60
+ROLE_LABELS = {"root": "Start", "user": "You", "assistant": "Assistant"}
+# The root's label when it holds a system prompt.
+ROOT_WITH_PROMPT = "System prompt"
+# The Checkpoint column's mark of a message that restores instantly.
+SAVED_MARK = "✓"
+
+# Translucent so that it reads on light and dark palettes alike.
+ACTIVE_PATH_BACKGROUND = QColor(64, 132, 214, 48)
+
+Index = QModelIndex | QPersistentModelIndex
+
+# What every row answers the same (an enum's "|" costs microseconds in Python,
+# and the view asks these of every cell it paints).
+_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+_FIGURES_ALIGNMENT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+_ALIGNMENT = int(Qt.ItemDataRole.TextAlignmentRole)
+_FONT = int(Qt.ItemDataRole.FontRole)
+_BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+_ANSWERED_ROLES = frozenset(
+    int(role)
+    for role in (
+        _DISPLAY,
+        _TOOLTIP,
+        _ALIGNMENT,
+        _FONT,
+        _BACKGROUND,
+        NodeIdRole,
+        MessageRoleRole,
+        OnActivePathRole,
+        IsActiveRole,
+        HasCheckpointRole,
+        TokensRole,
+    )
+)
+# Labels kept made: a paint asks each visible row's several times, and making
+# one reduces the message's whole Markdown to words.
+LABELS_KEPT = 4096
+
+
+def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    """One line of ``text``'s words (no Markdown), shortened to ``limit``."""
+    return plain_snippet(text, limit)
+
+
+@functools.lru_cache(maxsize=LABELS_KEPT)
+def row_label(role: str, text: str, thought: bool) -> str:
+    """A message's row in the list: who, and its first words (``thought``:
+    the reply has reasoning, which shows when its answer is empty)."""
+    if role == "root":
+        # The conversation's start, in plain words: its system prompt if it
+        # has one (the figures are in the tooltip).
+        if text.strip():
+            return f"{ROOT_WITH_PROMPT}: {snippet(text)}"
+        return ROLE_LABELS["root"]
+    label = ROLE_LABELS.get(role, role)
+    if text.strip():
+        return f"{label}: {snippet(text)}"  # a reply's answer, never its thinking
+    return f"{label}: {'(thinking only)' if thought else '(empty)'}"
+
+
+def format_bytes(size: int) -> str:
+    """A byte count for people: 0 B, 20.4 KB, 3.1 MB, 1.20 GB."""
+    if size < 1000:
+        return f"{size} B"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if size < scale * 1000 or unit == "GB":
+            value = size / scale
+            return f"{value:.2f} {unit}" if unit == "GB" else f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+class _Item:
+    """A node's row: its id, the item it is a row of and the rows under it.
+
+    ``parent`` is the Qt parent (the fork the row's branch starts at), not
+    the node's parent message. ``row`` is kept by the model: a chain's rows
+    are many, and looking a row up in them each time would cost their number.
+    """
+
+    __slots__ = ("children", "node_id", "parent", "row")
+
+    def __init__(self, node_id: int | None, parent: _Item | None) -> None:
+        self.node_id = node_id
+        self.parent = parent
+        self.children: list[_Item] = []
+        self.row = 0
+
+
+class ConversationTreeModel(QAbstractItemModel):
+    """Every node of one conversation; the active path is marked by roles.
+
+    Parameters
+    ----------
+    parent
+        The Qt parent.
+    """
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._snapshot = TreeSnapshot.empty()
+        self._root = _Item(None, None)
+        self._items: dict[int, _Item] = {}
+        # The children of each node the model shows (of None: the roots), as
+        # rows are inserted and removed: while a snapshot is being applied,
+        # neither the old one nor the new one says how the rows stand.
+        self._children: dict[int | None, list[int]] = {None: []}
+        self._active_id: int | None = None
+        self._active_path: set[int] = set()
+        self._bold = QFont()
+        self._bold.setBold(True)
+
+    # --- public API ---------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> TreeSnapshot:
+        """The tree being shown."""
+        return self._snapshot
+
+    @property
+    def active_id(self) -> int | None:
+        """The active node."""
+        return self._active_id
+
+    def set_snapshot(self, snapshot: TreeSnapshot) -> None:
+        """Show ``snapshot``: a reset for another conversation, else row changes."""
+        if (
+            snapshot.conversation_id != self._snapshot.conversation_id
+            or snapshot.roots != self._snapshot.roots
+        ):  # another conversation, or a start added or deleted: rows afresh
+            self.beginResetModel()
+            self._snapshot = snapshot
+            self._build()
+            self._active_id, self._active_path = None, set()
+            self.endResetModel()
+            return
+        old = self._snapshot
+        self._remove_missing(snapshot)
+        self._snapshot = snapshot
+        # Parents come before their children: ids grow.
+        for node_id in sorted(snapshot.nodes):
+            if node_id not in self._items:
+                self._insert(node_id)
+            elif old.nodes[node_id] != snapshot.nodes[node_id]:
+                self._emit_row_changed(node_id)
+        if self._active_id is not None and self._active_id not in snapshot:
+            self.set_active(None)
+
+    def set_active(self, node_id: int | None) -> None:
+        """Mark ``node_id`` and its ancestors as the active path."""
+        new_path = (
+            set(self._snapshot.path(node_id)) if node_id in self._snapshot else set()
+        )
+        changed = (new_path ^ self._active_path) | {
+            n for n in (self._active_id, node_id) if n is not None
+        }
+        self._active_id = node_id if node_id in self._snapshot else None
+        self._active_path = new_path
+        self._emit_rows_changed(
+            [self._items[n] for n in changed if n in self._items], ACTIVE_PATH_ROLES
+        )
+
+    def has_nested_rows(self) -> bool:
+        """Whether any row has rows under it (a fork, or a start of several)."""
+        return any(item.children for item in self._root.children)
+
+    def index_of(self, node_id: int, column: int = 0) -> QModelIndex:
+        """The index of a node (invalid if unknown)."""
+        item = self._items.get(node_id)
+        if item is None:
+            return QModelIndex()
+        return self.createIndex(item.row, column, item)
+
+    # --- QAbstractItemModel ---------------------------------------------------------
+
+    def index(
+        self,
+        row: int,
+        column: int,
+        parent: Index = QModelIndex(),  # noqa: B008 - Qt's own signature
+    ) -> QModelIndex:
+        # Bounds checked here rather than by hasIndex, which asks rowCount and
+        # columnCount through Python: the tree view asks every row's index
+        # when it lays out its rows (a 1,000-message path: 1,000 times).
+        parent_item = parent.internalPointer() if parent.isValid() else self._root
+        if parent.column() > 0 or not (
+            0 <= row < len(parent_item.children) and 0 <= column < len(COLUMNS)
+        ):
+            return QModelIndex()
+        return self.createIndex(row, column, parent_item.children[row])
+
+    def parent(self, child: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
+        if not child.isValid():
+            return QModelIndex()
+        parent_item = child.internalPointer().parent
+        if parent_item is None or parent_item is self._root:
+            return QModelIndex()
+        return self.createIndex(parent_item.row, 0, parent_item)
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        if parent.column() > 0:
+            return 0
+        item = parent.internalPointer() if parent.isValid() else self._root
+        return len(item.children)
+
+    def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
+        # Qt's own asks rowCount and columnCount: two calls into Python per
+        # row where one does.
+        return self.rowCount(parent) > 0
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return len(COLUMNS)
+
+    def headerData(
+        self,
+        section: int,
+        orientation: Qt.Orientation,
+        role: int = Qt.ItemDataRole.DisplayRole,
+    ) -> Any:
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return COLUMN_TIPS[section]
+        return None
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return _FLAGS
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        # The view asks seven roles of every cell it paints, most of which a
+        # row does not answer: those return before anything is looked up.
+        if role not in _ANSWERED_ROLES or not index.isValid():
+            return None
+        node_id = index.internalPointer().node_id
+        node = self._snapshot.nodes[node_id]
+        column = index.column()
+        if role == _DISPLAY:
+            return self._display(node, column)
+        if role == _TOOLTIP:
+            return self._tooltip(node)
+        if role == _ALIGNMENT:
+            return _FIGURES_ALIGNMENT if column > 0 else None
+        if role == _FONT:
+            return self._bold if node_id in self._active_path else None
+        if role == _BACKGROUND:
+            return ACTIVE_PATH_BACKGROUND if node_id in self._active_path else None
+        if role == NodeIdRole:
+            return node_id
+        if role == MessageRoleRole:
+            return node.role
+        if role == OnActivePathRole:
+            return node_id in self._active_path
+        if role == IsActiveRole:
+            return node_id == self._active_id
+        if role == HasCheckpointRole:
+            return node.checkpoint_bytes > 0
+        return node.n_tokens  # TokensRole
+
+    # --- internals ------------------------------------------------------------------
+
+    def column_texts(self, column: int) -> set[str]:
+        """The texts the rows show in ``column`` (what its width must fit)."""
+        return {self._display(node, column) for node in self._snapshot.nodes.values()}
+
+    @staticmethod
+    def _display(node: NodeSummary, column: int) -> str:
+        if column == 0:
+            return row_label(node.role, node.text, bool(node.thinking))
+        if column == 1:
+            return f"{node.n_tokens:,}"
+        # A mark only: the size is in the tooltip, in words.
+        return SAVED_MARK if node.checkpoint_bytes else "—"
+
+    @staticmethod
+    def _tooltip(node: NodeSummary) -> str:
+        checkpoint = (
+            f"saved ({format_bytes(node.checkpoint_bytes)}): restores instantly"
+            if node.checkpoint_bytes
+            else "not saved: rebuilt from its text when you go back to it"
+        )
+        status = "" if node.status == "complete" else f" · {node.status}"
+        if node.status == "truncated":
+            status += " (cut off: the context is full)"
+        tokens = f"{node.n_tokens:,} token{'s' if node.n_tokens != 1 else ''}"
+        figures = f"{tokens} · {checkpoint}{status}"
+        if node.role == "root":
+            text = (
+                f"System prompt: {snippet(node.text, 400)}"
+                if node.text.strip()
+                else "The start of the conversation (no system prompt)"
+            )
+        else:
+            text = snippet(node.text, 400)
+        return f"{text}\n\n{figures}"
+
+    def _build(self) -> None:
+        """Make the rows of ``self._snapshot`` afresh (inside a reset)."""
+        self._root = _Item(None, None)
+        self._items = {}
+        # Oldest first, as rows are inserted when a snapshot grows.
+        self._children = {
+            node_id: sorted(self._snapshot.children.get(node_id, []))
+            for node_id in [None, *self._snapshot.nodes]
+        }
+        # Each entry: a fork's item and its children, the first rows of its
+        # branches; every branch is laid out as one chain of rows.
+        pending: list[tuple[_Item, list[int]]] = [(self._root, self._children[None])]
+        while pending:
+            fork, heads = pending.pop()
+            for head in heads:
+                node_id = head
+                while True:
+                    item = _Item(node_id, fork)
+                    item.row = len(fork.children)
+                    fork.children.append(item)
+                    self._items[node_id] = item
+                    children = self._children[node_id]
+                    if len(children) != 1 or self._nests(node_id):
+                        if children:
+                            pending.append((item, children))
+                        break
+                    node_id = children[0]
+
+    def _chain_end(self, node_id: int) -> int:
+        """The last row of the chain from ``node_id``: a leaf or a fork."""
+        while len(children := self._children[node_id]) == 1 and not self._nests(
+            node_id
+        ):
+            node_id = children[0]
+        return node_id
+
+    def _nests(self, node_id: int) -> bool:
+        """Whether the rows below ``node_id`` go under it rather than after it
+        even without a fork: a start of a conversation with several (one per
+        system prompt), so each start shows its own branches."""
+        return (
+            self._snapshot.nodes[node_id].parent_id is None
+            and len(self._children[None]) > 1
+        )
+
+    def _insert(self, node_id: int) -> None:
+        """Add the row of ``node_id``, whose parent the model shows."""
+        parent_id = self._snapshot.nodes[node_id].parent_id
+        siblings = self._children[parent_id]
+        if parent_id is None:
+            holder, row = self._root, len(self._root.children)
+        else:
+            parent = self._items[parent_id]
+            nests = self._nests(parent_id)
+            if not siblings and not nests:  # the chain goes on after its parent
+                assert parent.parent is not None
+                holder, row = parent.parent, parent.row + 1
+            else:
+                if len(siblings) == 1 and not nests:  # a fork now: its branch
+                    # moves under it
+                    self._move_branch_under(parent, siblings[0])
+                holder, row = parent, len(parent.children)
+        self.beginInsertRows(self._index_of_item(holder), row, row)
+        item = _Item(node_id, holder)
+        self._place(holder, row, [item])
+        self._items[node_id] = item
+        siblings.append(node_id)
+        self._children[node_id] = []
+        self.endInsertRows()
+
+    def _move_branch_under(self, fork: _Item, child_id: int) -> None:
+        """Move the chain from ``child_id``, the rows after ``fork``, under it."""
+        holder = fork.parent
+        assert holder is not None and not fork.children
+        first = self._items[child_id].row
+        last = self._items[self._chain_end(child_id)].row
+        moving = self.beginMoveRows(
+            self._index_of_item(holder), first, last, self._index_of_item(fork), 0
+        )
+        assert moving, "a branch cannot move under its fork"
+        rows = holder.children[first : last + 1]
+        del holder.children[first : last + 1]
+        self._renumber(holder, first)
+        self._place(fork, 0, rows)
+        self.endMoveRows()
+
+    def _move_branch_up(self, fork: _Item) -> None:
+        """Move the one branch left under ``fork`` up, to the rows after it."""
+        holder = fork.parent
+        assert holder is not None and fork.children
+        row = fork.row + 1
+        moving = self.beginMoveRows(
+            self._index_of_item(fork),
+            0,
+            len(fork.children) - 1,
+            self._index_of_item(holder),
+            row,
+        )
+        assert moving, "a branch cannot move up after its fork"
+        rows, fork.children = fork.children, []
+        self._place(holder, row, rows)
+        self.endMoveRows()
+
+    def _place(self, holder: _Item, row: int, items: list[_Item]) -> None:
+        """Make ``items`` the rows of ``holder`` from ``row`` on."""
+        holder.children[row:row] = items
+        for item in items:
+            item.parent = holder
+        self._renumber(holder, row)
+
+    @staticmethod
+    def _renumber(holder: _Item, start: int) -> None:
+        for row in range(start, len(holder.children)):
+            holder.children[row].row = row
+
+    def _remove_missing(self, snapshot: TreeSnapshot) -> None:
+        gone = {nid for nid in self._items if nid not in snapshot}
+        for node_id in sorted(gone):
+            # A descendant goes with its ancestor's rows.
+            if self._snapshot.nodes[node_id].parent_id not in gone:
+                self._remove(node_id)
+        self._active_path -= gone
+
+    def _remove(self, node_id: int) -> None:
+        """Remove the rows of ``node_id`` and all below it."""
+        parent_id = self._snapshot.nodes[node_id].parent_id
+        item = self._items[node_id]
+        holder = item.parent
+        assert holder is not None
+        first, last = item.row, self._items[self._chain_end(node_id)].row
+        self.beginRemoveRows(self._index_of_item(holder), first, last)
+        for row in holder.children[first : last + 1]:
+            self._forget(row)
+        del holder.children[first : last + 1]
+        self._renumber(holder, first)
+        self._children[parent_id].remove(node_id)
+        self.endRemoveRows()
+        if parent_id is not None:
+            fork = self._items[parent_id]
+            if (
+                len(self._children[parent_id]) == 1
+                and fork.children
+                and not self._nests(parent_id)
+            ):
+                self._move_branch_up(fork)
+
+    def _forget(self, item: _Item) -> None:
+        """Drop ``item``, the rows under it and the nodes' children lists."""
+        pending = [item]
+        while pending:
+            current = pending.pop()
+            if current.node_id is not None:
+                self._items.pop(current.node_id, None)
+                self._children.pop(current.node_id, None)
+            pending.extend(current.children)
+
+    def _index_of_item(self, item: _Item) -> QModelIndex:
+        if item is self._root:
+            return QModelIndex()
+        return self.createIndex(item.row, 0, item)
+
+    def _emit_rows_changed(
+        self, items: list[_Item], roles: tuple[int, ...] = ()
+    ) -> None:
+        """One ``dataChanged`` per run of adjacent rows: a switch between two
+        long paths changes a thousand rows, and a signal per row cost the
+        window most of its time (views repaint per signal)."""
+        runs: dict[int, list[_Item]] = {}
+        for item in items:
+            assert item.parent is not None
+            runs.setdefault(id(item.parent), []).append(item)
+        last_column = len(COLUMNS) - 1
+        for siblings in runs.values():
+            siblings.sort(key=lambda item: item.row)
+            start = end = siblings[0]
+            for item in [*siblings[1:], None]:
+                if item is not None and item.row == end.row + 1:
+                    end = item
+                    continue
+                self.dataChanged.emit(
+                    self.createIndex(start.row, 0, start),
+                    self.createIndex(end.row, last_column, end),
+                    list(roles),
+                )
+                if item is not None:
+                    start = end = item
+
+    def _emit_row_changed(self, node_id: int, roles: tuple[int, ...] = ()) -> None:
+        first = self.index_of(node_id, 0)
+        last = self.index_of(node_id, len(COLUMNS) - 1)
+        self.dataChanged.emit(first, last, list(roles))

@@ -1,0 +1,284 @@
+"""``SettingsDialog``: model file, backend, sampling, the default system prompt
+and the text size.
+
+It edits a ``Preferences`` value and validates it inline (the backend's own
+dataclasses say what is invalid); the window persists the result and reloads
+the model when the model or its settings changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import Slot
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.library.catalog import shipped_catalog
+from app.preferences import TEXT_SCALES, Preferences
+from app.qt.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
+from app.qt.views.sampling_form import SamplingForm
+from app.qt.views.welcome import choose_model_file
+from app.values import (
+    KV_CACHE_TYPES,
+    BackendSettings,
+    InvalidSetting,
+    ModelInfo,
+)
+
+__all__ = ["NO_GPU_EXPLANATION", "THREADS_NOTE", "SettingsDialog"]
+
+THREADS_NOTE = (
+    "Automatic uses the cores other programs leave free, but one, counted "
+    "again before each step: llama.cpp's threads wait for one another, so on "
+    "a busy computer fewer threads are faster than one per core."
+)
+
+
+class SettingsDialog(QDialog):
+    """Edit preferences; ``preferences()`` returns the result after ``accept``.
+
+    Parameters
+    ----------
+    prefs
+        The current preferences.
+    gpu_supported
+        Whether llama.cpp found a GPU to offload layers to.
+    parent
+        The Qt parent.
+    folder_for
+        Where Browse… opens, given the model file shown (``start_folder``).
+    loaded
+        The loaded model, whose trained context the model line tells.
+    default_models_dir
+        Where downloads go unless a models folder is chosen (shown greyed).
+    """
+
+    def __init__(
+        self,
+        prefs: Preferences,
+        gpu_supported: bool,
+        parent: QWidget | None = None,
+        folder_for: Callable[[str], str] | None = None,
+        loaded: ModelInfo | None = None,
+        default_models_dir: str = "",
+    ) -> None:
+        super().__init__(parent)
+        self._default_models_dir = default_models_dir
+        self._folder_for = folder_for or (
+            lambda current: str(Path(current).parent) if current else ""
+        )
+        self._loaded = loaded
+        self.setObjectName("SettingsDialog")
+        self.setWindowTitle("Settings")
+        self.setMinimumWidth(520)
+        self._prefs = prefs
+        tabs = QTabWidget()
+        tabs.addTab(self._model_tab(prefs, gpu_supported), "Model")
+        self.sampling_form = SamplingForm(prefs.sampling)
+        tabs.addTab(self.sampling_form, "Sampling")
+        tabs.addTab(self._chat_tab(prefs), "Chat")
+        self.error_label = QLabel()
+        self.error_label.setObjectName("SettingsError")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #c0392b;")
+        self.error_label.hide()
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self._on_buttons_accepted)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(tabs)
+        layout.addWidget(self.error_label)
+        layout.addWidget(buttons)
+        self._result = prefs
+
+    # --- tabs -------------------------------------------------------------------
+
+    def _model_tab(self, prefs: Preferences, gpu_supported: bool) -> QWidget:
+        page = QWidget()
+        form = QFormLayout(page)
+        row = QHBoxLayout()
+        self.model_combo = QComboBox()
+        self.model_combo.setEditable(True)
+        self.model_combo.setMinimumContentsLength(30)
+        for path in dict.fromkeys(
+            [p for p in (prefs.model_path, *prefs.recent_models) if p]
+        ):
+            self.model_combo.addItem(path)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._on_browse_button_clicked)
+        row.addWidget(self.model_combo, 1)
+        row.addWidget(browse)
+        form.addRow("Model file", row)
+        # The file's name, quantization, size and trained context: a path in
+        # an installed package says none of that.
+        self.model_summary = QLabel()
+        self.model_summary.setObjectName("ModelSummary")
+        self.model_summary.setWordWrap(True)
+        form.addRow("", self.model_summary)
+        self.model_combo.currentTextChanged.connect(self._on_model_combo_text_changed)
+        self._on_model_combo_text_changed(self.model_combo.currentText())
+        folder_row = QHBoxLayout()
+        self.models_dir_edit = QLineEdit(prefs.models_dir or "")
+        self.models_dir_edit.setPlaceholderText(self._default_models_dir)
+        self.models_dir_edit.setToolTip(
+            "Where Models… downloads go. Models downloaded before stay where they are."
+        )
+        folder_browse = QPushButton("Browse…")
+        folder_browse.clicked.connect(self._on_folder_browse_button_clicked)
+        folder_row.addWidget(self.models_dir_edit, 1)
+        folder_row.addWidget(folder_browse)
+        form.addRow("Models folder", folder_row)
+
+        backend = prefs.backend
+        self.n_ctx = QSpinBox()
+        self.n_ctx.setRange(256, 1_048_576)
+        self.n_ctx.setSingleStep(1024)
+        self.n_ctx.setValue(backend.n_ctx)
+        self.n_ctx.setSuffix(" tokens")
+        self.gpu_layers = GpuLayersField(
+            backend.n_gpu_layers, backend.n_ctx, self._loaded, gpu_supported
+        )
+        self.n_ctx.valueChanged.connect(self.gpu_layers.set_context)
+        form.addRow("GPU layers", self.gpu_layers)
+        form.addRow("Context size", self.n_ctx)
+        self.threads = QSpinBox()
+        self.threads.setRange(0, 256)
+        self.threads.setSpecialValueText("automatic")
+        self.threads.setValue(backend.n_threads)
+        self.threads.setToolTip(THREADS_NOTE)
+        form.addRow("CPU threads", self.threads)
+        threads_note = QLabel(THREADS_NOTE)
+        threads_note.setObjectName("Hint")
+        threads_note.setWordWrap(True)
+        form.addRow("", threads_note)
+        self.flash_attn = QCheckBox("Use flash attention")
+        self.flash_attn.setChecked(backend.flash_attn)
+        form.addRow("", self.flash_attn)
+        self.kv_type = QComboBox()
+        self.kv_type.addItems(list(KV_CACHE_TYPES))
+        self.kv_type.setCurrentText(backend.kv_cache_type)
+        self.kv_type.setToolTip(
+            "Quantized types (q8_0, …) halve memory and need flash attention."
+        )
+        form.addRow("KV cache type", self.kv_type)
+        return page
+
+    def _chat_tab(self, prefs: Preferences) -> QWidget:
+        page = QWidget()
+        layout = QVBoxLayout(page)
+        label = QLabel(
+            "Default system prompt for new conversations (empty: the model's own):"
+        )
+        label.setWordWrap(True)
+        layout.addWidget(label)
+        self.system_prompt = QPlainTextEdit(prefs.system_prompt)
+        layout.addWidget(self.system_prompt)
+        # The zoom's steps (View → Zoom in, Ctrl++), and nothing between them:
+        # a choice of these needs no check.
+        self.text_scale = QComboBox()
+        self.text_scale.setObjectName("TextScale")
+        for scale in TEXT_SCALES:
+            self.text_scale.addItem(f"{scale} %", scale)
+        at = self.text_scale.findData(prefs.text_scale)
+        self.text_scale.setCurrentIndex(at if at >= 0 else TEXT_SCALES.index(100))
+        self.text_scale.setToolTip(
+            "The size of the messages' text and of the text you write; "
+            "View → Zoom in / Zoom out (Ctrl++ / Ctrl+-) change it too."
+        )
+        size_row = QFormLayout()
+        size_row.addRow("Text size", self.text_scale)
+        layout.addLayout(size_row)
+        return page
+
+    # --- result -----------------------------------------------------------------
+
+    def preferences(self) -> Preferences:
+        """The edited preferences (valid once the dialog is accepted)."""
+        return self._result
+
+    def _collect(self) -> Preferences:
+        backend = BackendSettings(
+            n_ctx=self.n_ctx.value(),
+            n_gpu_layers=self.gpu_layers.value(),
+            n_threads=self.threads.value(),
+            n_batch=self._prefs.backend.n_batch,
+            flash_attn=self.flash_attn.isChecked(),
+            kv_cache_type=self.kv_type.currentText(),
+        )
+        if backend.kv_cache_type not in ("f16", "f32") and not backend.flash_attn:
+            raise InvalidSetting(
+                "A quantized KV cache needs flash attention: tick it or choose f16."
+            )
+        sampling = self.sampling_form.params()
+        model = self.model_combo.currentText().strip() or None
+        if model is not None and not Path(model).is_file():
+            raise InvalidSetting(f"There is no file at {model}.")
+        models_dir = self.models_dir_edit.text().strip() or None
+        if models_dir is not None:
+            folder = Path(models_dir).expanduser()
+            if folder.exists() and not folder.is_dir():
+                raise InvalidSetting(f"{models_dir} is a file, not a folder.")
+            models_dir = str(folder.resolve())
+        prefs = replace(
+            self._prefs,
+            backend=backend,
+            sampling=sampling,
+            models_dir=models_dir,
+            system_prompt=self.system_prompt.toPlainText().strip(),
+            text_scale=int(self.text_scale.currentData()),
+        )
+        return prefs.with_model(model) if model else prefs
+
+    @Slot()
+    def _on_buttons_accepted(self) -> None:
+        try:
+            self._result = self._collect()
+        except InvalidSetting as exc:  # shown inline; the dialog stays open
+            self.error_label.setText(str(exc))
+            self.error_label.show()
+            return
+        self.accept()
+
+    @Slot(str)
+    def _on_model_combo_text_changed(self, text: str) -> None:
+        path = text.strip()
+        if not path:
+            self.model_summary.setText("")
+            return
+        loaded = self._loaded
+        trained = loaded.n_ctx_train if loaded and loaded.path == path else None
+        self.model_summary.setText(shipped_catalog().summary(path, trained))
+
+    @Slot()
+    def _on_folder_browse_button_clicked(self) -> None:
+        start = self.models_dir_edit.text().strip() or self._default_models_dir
+        folder = QFileDialog.getExistingDirectory(self, "Models folder", start)
+        if folder:
+            self.models_dir_edit.setText(folder)
+
+    @Slot()
+    def _on_browse_button_clicked(self) -> None:
+        current = self.model_combo.currentText().strip()
+        path = choose_model_file(self, self._folder_for(current))
+        if path is not None:
+            self.model_combo.setCurrentText(str(path))

@@ -1,0 +1,455 @@
+"""``MessageCard``: one message of the transcript with its actions.
+
+A header (role, status, the "< 2/3 >" sibling navigator, actions), then, for a
+reply that reasoned, its folded thinking, then the text rendered from
+Markdown. The card only emits requests; the window decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from PySide6.QtCore import QSize, Qt, Signal, Slot
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.qt.views.attachment_chips import AttachmentChips
+from app.qt.views.message_body import MessageBody
+from app.qt.views.streaming_body import PART_CHARS, StreamingBody
+from app.qt.views.theme import icon
+from app.qt.views.thinking import ThinkingSection
+from app.text.attachments import split
+from app.values import MAX_FORKS
+from app.window.actions import TIMES
+
+ROLE_TITLES = {"root": "System prompt", "user": "You", "assistant": "Assistant"}
+STATUS_LABELS = {
+    "stopped": "stopped",
+    "interrupted": "interrupted",
+    "generating": "generating…",
+    "truncated": "cut off",
+}
+# A line under the text for statuses that need more than a badge.
+STATUS_NOTES = {
+    "truncated": (
+        "Cut off: the context is full — branch from an earlier message or "
+        "raise the context size."
+    ),
+}
+
+# A badge for a complete reply that ended at the length limit, not by itself.
+LENGTH_BADGE = "length limit"
+LENGTH_TOOLTIP = (
+    "The reply stopped at the most tokens a reply may have (Settings → "
+    "Max tokens), not where the model ended it."
+)
+
+
+def reply_figures(generation: Mapping[str, Any] | None) -> str:
+    """A reply's figures for people: tokens, speed, wait for the first token,
+    why it ended ("" when it has none, e.g. a message of the user's)."""
+    if not generation or "generated_tokens" not in generation:
+        return ""
+    parts = [f"{int(generation['generated_tokens']):,} tokens"]
+    speed = generation.get("tokens_per_second")
+    if speed:
+        parts.append(f"{float(speed):,.1f} tokens/s")
+    waited = generation.get("prompt_ms")
+    if waited is not None:
+        parts.append(f"first token after {float(waited) / 1000:,.2f} s")
+    ended = {
+        "max_tokens": "ended at the length limit",
+        "stopped": "stopped by you",
+        "context_full": "cut off: the context is full",
+    }.get(str(generation.get("stop_reason")))
+    if ended:
+        parts.append(ended)
+    return " · ".join(parts)
+
+
+# The "Regenerate N times" choices of a reply's regenerate menu: as many
+# replies as the engine generates together.
+ALTERNATIVE_COUNTS = tuple(range(2, MAX_FORKS + 1))
+
+
+class MessageCard(QFrame):
+    """A message; ``node_id`` is None while a reply streams in.
+
+    ``text`` is the message (for a reply: the answer); ``thinking`` is a
+    reply's reasoning, shown folded above the answer ("" shows no section).
+
+    Signals
+    -------
+    sibling_requested(int)
+        Show the sibling with this node id instead.
+    edit_requested(int), regenerate_requested(int), branch_requested(int),
+    continue_requested(int)
+        The action was chosen on this card's node.
+    alternatives_requested(int, int)
+        "Regenerate N times" was chosen on this reply: N new replies, together.
+    """
+
+    sibling_requested = Signal(int)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal(int)
+    continue_requested = Signal(int)
+    alternatives_requested = Signal(int, int)
+    branch_requested = Signal(int)
+
+    def __init__(
+        self,
+        role: str,
+        text: str,
+        node_id: int | None = None,
+        siblings: list[int] | None = None,
+        status: str = "complete",
+        thinking: str = "",
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.node_id = node_id
+        self.role = role
+        self.status = status
+        self._text = text
+        self._siblings = siblings or ([node_id] if node_id is not None else [])
+        self.setObjectName("MessageCard")
+        self.setProperty("role", role)
+        self.setProperty("streaming", node_id is None)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 8, 14, 10)
+        layout.setSpacing(4)
+        header = QHBoxLayout()
+        header.setSpacing(6)
+        # In the card first, so that what is added to it belongs to the card
+        # at once (a navigator shown before would be a window of its own).
+        layout.addLayout(header)
+        title = QLabel(ROLE_TITLES.get(role, role))
+        title.setObjectName("MessageRole")
+        title.setProperty("role", role)
+        header.addWidget(title)
+        self._title = title
+        if status in STATUS_LABELS:
+            badge = QLabel(STATUS_LABELS[status])
+            badge.setObjectName("MessageStatus")
+            header.addWidget(badge)
+        # Shown for a reply that ended at the length limit (``show_generation``).
+        self.length_badge = QLabel(LENGTH_BADGE)
+        self.length_badge.setObjectName("MessageStatus")
+        self.length_badge.setToolTip(LENGTH_TOOLTIP)
+        self.length_badge.hide()
+        header.addWidget(self.length_badge)
+        # ... and a way on from it: a longer sibling that starts with it.
+        self.continue_button = QToolButton()
+        self.continue_button.setText("Continue")
+        self.continue_button.setObjectName("ContinueButton")
+        self.continue_button.setToolTip(
+            "Go on from where this reply stopped: a longer version of it, as a "
+            "new branch beside it (this one stays)"
+        )
+        self.continue_button.clicked.connect(self._on_continue_button_clicked)
+        self.continue_button.hide()
+        header.addWidget(self.continue_button)
+        header.addStretch(1)
+        self._header = header
+        # Where the "< 2/3 >" navigator goes (made when a sibling appears).
+        self._navigator_at = header.count()
+        if node_id is not None:
+            self._show_navigator()
+            self._add_actions(header)
+        self._layout = layout
+
+        self.thinking_section: ThinkingSection | None = None
+        self.body = MessageBody()
+        layout.addWidget(self.body)
+        # A message of the user's may carry files: chips below its words.
+        self.attachments = AttachmentChips(removable=False)
+        layout.addWidget(self.attachments)
+        # A long reply while it streams, in its place (see ``stream_text``).
+        self.streaming_parts: StreamingBody | None = None
+        if thinking:
+            self.set_thinking(thinking)
+        self.set_text(text)
+        if status in STATUS_NOTES:
+            note = QLabel(STATUS_NOTES[status])
+            note.setObjectName("MessageNote")
+            note.setWordWrap(True)
+            layout.addWidget(note)
+
+    def show_generation(self, generation: Mapping[str, Any] | None) -> None:
+        """Show how a reply was made: its figures on hover, a badge when it
+        ended at the length limit."""
+        figures = reply_figures(generation)
+        self._title.setToolTip(figures)
+        self.setToolTip(figures)
+        at_limit = generation is not None and (
+            generation.get("stop_reason") == "max_tokens"
+        )
+        self.length_badge.setVisible(at_limit)
+        self.continue_button.setVisible(at_limit and self.node_id is not None)
+
+    @property
+    def text(self) -> str:
+        """The message's text (Markdown source)."""
+        return self._text
+
+    @property
+    def thinking(self) -> str:
+        """The reply's reasoning ("" if none)."""
+        return self.thinking_section.text if self.thinking_section else ""
+
+    def shows(self, role: str, text: str, status: str, thinking: str) -> bool:
+        """Whether this card shows exactly this message (its siblings aside):
+        the transcript then reuses it rather than rendering it again."""
+        return (role, text, status, thinking) == (
+            self.role,
+            self._text,
+            self.status,
+            self.thinking,
+        )
+
+    def attach(
+        self, node_id: int, siblings: list[int], text: str, thinking: str
+    ) -> None:
+        """Make this card of a message not yet stored (a question just sent,
+        a reply that streamed) the card of stored ``node_id``.
+
+        Its actions and navigator appear and it looks settled; the text and
+        reasoning are drawn again only where they differ from what streamed.
+        Cheaper than a new card, at the end of every reply.
+        """
+        assert self.node_id is None, "the card shows a stored message already"
+        self.node_id = node_id
+        self._siblings = list(siblings)
+        self.setProperty("streaming", False)
+        self.style().unpolish(self)  # the border of a streaming card goes
+        self.style().polish(self)
+        self._show_navigator()
+        self._add_actions(self._header)
+        if thinking or self.thinking_section is not None:
+            self.set_thinking(thinking)  # folded, now that it is done
+        if text != self._text or not text or self.streaming_parts is not None:
+            # An empty text reads differently once stored; a long one is
+            # shown in one body again.
+            self.set_text(text)
+
+    def set_siblings(self, siblings: list[int]) -> None:
+        """Show the card's place among ``siblings`` (a reply was added or deleted)."""
+        if self.node_id is None or siblings == self._siblings:
+            return
+        self._siblings = list(siblings)
+        self._show_navigator()
+
+    @property
+    def sibling_position(self) -> tuple[int, int]:
+        """(1-based position, count) among its siblings."""
+        if self.node_id is None:
+            return (1, 1)
+        return (self._siblings.index(self.node_id) + 1, len(self._siblings))
+
+    def stream_text(self, text: str) -> None:
+        """Show the streaming reply's ``text`` so far.
+
+        A long one is shown part by part (``StreamingBody``), so that each
+        drawing renders only what changed; ``set_text`` and ``attach`` put it
+        back in one body.
+        """
+        if self.streaming_parts is None and len(text) < PART_CHARS:
+            self.set_text(text)
+            return
+        self._text = text
+        if self.streaming_parts is None:
+            self.streaming_parts = StreamingBody()
+            self._layout.insertWidget(
+                self._layout.indexOf(self.body), self.streaming_parts
+            )
+            self.body.hide()
+        self.streaming_parts.set_markdown(text, self._code_background())
+
+    def set_text(self, text: str) -> None:
+        """Show ``text`` (a message of the user's: its words, its files as chips)."""
+        self._text = text
+        if self.role == "user":
+            text, files = split(text)
+            self.attachments.set_files(files)
+        if self.streaming_parts is not None:
+            self.streaming_parts.hide()
+            self.streaming_parts.deleteLater()
+            self.streaming_parts = None
+        # While a reply is still thinking, the open thinking section is the
+        # progress indicator; a "…" under it would only add noise.
+        thinking_only = self.node_id is None and self.thinking_section is not None
+        self.body.setVisible(bool(text) or not thinking_only)
+        if not text:
+            if self.node_id is None:
+                self.body.setHtml("<i>…</i>")
+            elif self.thinking_section is not None:
+                self.body.setHtml("<i>(no answer: the reply ended while thinking)</i>")
+            elif self.role == "root":  # a start of several, with no prompt
+                self.body.setHtml("<i>(none: the model's own default)</i>")
+            else:
+                self.body.setHtml("<i>(empty)</i>")
+            return
+        self.body.set_markdown(text, self._code_background())
+
+    def show_waiting(self, note: str) -> None:
+        """Say what a reply that has no text yet waits for (a long prompt
+        being read); its first text replaces the note."""
+        if self.node_id is None and not self._text:
+            self.body.setPlainText(note)
+
+    def _code_background(self) -> QColor:
+        if self.role == "user":
+            return self.palette().color(QPalette.ColorRole.Base)
+        return self.palette().color(QPalette.ColorRole.AlternateBase)
+
+    def set_thinking(self, thinking: str, streaming: bool = False) -> None:
+        """Show the reply's reasoning above its answer.
+
+        ``streaming`` keeps the section open under "Thinking…" while the
+        reasoning comes in; without it the section is folded to one line.
+        """
+        if self.thinking_section is None:
+            self.thinking_section = ThinkingSection()
+            # Between the header and the answer.
+            self._layout.insertWidget(
+                self._layout.indexOf(self.body), self.thinking_section
+            )
+            if self.node_id is None and not self._text:
+                self.body.hide()
+        self.thinking_section.set_text(thinking)
+        self.thinking_section.set_streaming(streaming)
+
+    # --- header ---------------------------------------------------------------------
+
+    def _tool_button(
+        self, name: str, tooltip: str, object_name: str = "MessageAction"
+    ) -> QToolButton:
+        button = QToolButton()
+        button.setObjectName(object_name)
+        button.setIcon(icon(name))
+        button.setIconSize(QSize(15, 15))
+        button.setToolTip(tooltip)
+        button.setAutoRaise(True)
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        return button
+
+    def _show_navigator(self) -> None:
+        """The "< 2/3 >" navigator, made when the message first has siblings,
+        hidden while it has none."""
+        position, count = self.sibling_position
+        if not hasattr(self, "sibling_label"):
+            if count < 2:
+                return
+            self._make_navigator()
+        self.sibling_label.setText(f"{position}/{count}")
+        self.previous_button.setEnabled(position > 1)
+        self.next_button.setEnabled(position < count)
+        for widget in (self.previous_button, self.sibling_label, self.next_button):
+            widget.setVisible(count > 1)
+
+    def _make_navigator(self) -> None:
+        self.previous_button = self._tool_button(
+            "chevron-left", "Previous version", "SiblingButton"
+        )
+        self.previous_button.clicked.connect(self._on_previous_button_clicked)
+        self.sibling_label = QLabel()
+        self.sibling_label.setObjectName("SiblingLabel")
+        self.next_button = self._tool_button(
+            "chevron-right", "Next version", "SiblingButton"
+        )
+        self.next_button.clicked.connect(self._on_next_button_clicked)
+        at = self._navigator_at
+        for offset, widget in enumerate(
+            (self.previous_button, self.sibling_label, self.next_button)
+        ):
+            self._header.insertWidget(at + offset, widget)
+        self._header.insertSpacing(at + 3, 8)
+
+    def _add_actions(self, header: QHBoxLayout) -> None:
+        self.copy_button = self._tool_button(
+            "copy", "Copy the answer" if self.role == "assistant" else "Copy the text"
+        )
+        self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        header.addWidget(self.copy_button)
+        if self.role in ("user", "root"):
+            self.edit_button = self._tool_button(
+                "edit",
+                "Edit: creates a new branch, nothing is erased"
+                if self.role == "user"
+                else "Change the system prompt: a new start beside this one, "
+                "nothing is erased",
+            )
+            self.edit_button.clicked.connect(self._on_edit_button_clicked)
+            header.addWidget(self.edit_button)
+        if self.role == "assistant":
+            self.regenerate_button = self._tool_button(
+                "regenerate", "Regenerate: a new reply beside this one"
+            )
+            self.regenerate_button.clicked.connect(self._on_regenerate_button_clicked)
+            # Its menu (the arrow beside it): several replies generated together.
+            menu = QMenu(self.regenerate_button)
+            for n in ALTERNATIVE_COUNTS:
+                action = menu.addAction(f"Regenerate {TIMES}{n} (side by side)")
+                action.triggered.connect(
+                    lambda _checked=False, n=n: self._request_alternatives(n)
+                )
+            self.regenerate_button.setMenu(menu)
+            self.regenerate_button.setPopupMode(
+                QToolButton.ToolButtonPopupMode.MenuButtonPopup
+            )
+            header.addWidget(self.regenerate_button)
+        self.branch_button = self._tool_button(
+            "branch", "Branch from here: continue from this message"
+        )
+        self.branch_button.clicked.connect(self._on_branch_button_clicked)
+        header.addWidget(self.branch_button)
+
+    # --- slots ----------------------------------------------------------------------
+
+    @Slot()
+    def _on_previous_button_clicked(self) -> None:
+        position, _count = self.sibling_position
+        self.sibling_requested.emit(self._siblings[position - 2])
+
+    @Slot()
+    def _on_next_button_clicked(self) -> None:
+        position, _count = self.sibling_position
+        self.sibling_requested.emit(self._siblings[position])
+
+    @Slot()
+    def _on_copy_button_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self._text)
+
+    @Slot()
+    def _on_edit_button_clicked(self) -> None:
+        assert self.node_id is not None
+        self.edit_requested.emit(self.node_id)
+
+    @Slot()
+    def _on_regenerate_button_clicked(self) -> None:
+        assert self.node_id is not None
+        self.regenerate_requested.emit(self.node_id)
+
+    def _request_alternatives(self, n: int) -> None:
+        assert self.node_id is not None
+        self.alternatives_requested.emit(self.node_id, n)
+
+    @Slot()
+    def _on_branch_button_clicked(self) -> None:
+        assert self.node_id is not None
+        self.branch_requested.emit(self.node_id)
+
+    @Slot()
+    def _on_continue_button_clicked(self) -> None:
+        if self.node_id is not None:
+            self.continue_requested.emit(self.node_id)

@@ -1,0 +1,1 @@
+"""Qt workers: the engine thread, and the download and library threads."""

@@ -1,6 +1,0 @@
-"""Widgets and windows of the desktop app."""
-
-from app.qt_runtime import protect_singletons
-
-# Before any other PySide6 call: see app/qt_runtime.py.
-protect_singletons()

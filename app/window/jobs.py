@@ -1,0 +1,291 @@
+"""Requests the window sends to the engine worker, and what comes back (Qt-free).
+
+Jobs are plain frozen dataclasses queued through one signal, so they run one at
+a time on the engine thread in the order they were asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.preferences import Preferences
+from app.values import BackendSettings, SamplingParams
+
+if TYPE_CHECKING:
+    from app.conversation.results import Reply, SyncStats
+    from app.conversation.tree_snapshot import TreeSnapshot
+    from app.values import ModelInfo
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """Load (or replace) the model; cannot be cancelled."""
+
+    path: Path
+    settings: BackendSettings
+
+
+@dataclass(frozen=True)
+class NewConversation:
+    """Create a conversation with an optional system prompt and title.
+
+    ``sampling`` None: its replies use the Settings' sampling; else these,
+    from the preset named ``preset`` if any.
+    """
+
+    system_prompt: str | None
+    title: str | None = None
+    sampling: SamplingParams | None = None
+    preset: str | None = None
+
+
+@dataclass(frozen=True)
+class NewSystemPrompt:
+    """A new root with ``system_prompt``: a branch of its own, nothing erased."""
+
+    conversation_id: int
+    system_prompt: str
+
+
+@dataclass(frozen=True)
+class SetSampling:
+    """The sampling a conversation's replies use (None: the Settings')."""
+
+    conversation_id: int
+    sampling: SamplingParams | None
+    preset: str | None = None
+
+
+@dataclass(frozen=True)
+class Send:
+    """A user message under ``parent_id`` (root or assistant), and its reply."""
+
+    parent_id: int
+    text: str
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    """An edited sibling of user message ``node_id``, and its reply."""
+
+    node_id: int
+    text: str
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Regenerate:
+    """A new reply beside assistant message ``node_id``."""
+
+    node_id: int
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class RegenerateParallel:
+    """``n`` new replies generated together beside reply (or under user message)
+    ``node_id``; they stream side by side."""
+
+    node_id: int
+    params: SamplingParams
+    n: int
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerateReply:
+    """A (new) reply to user message ``node_id``."""
+
+    node_id: int
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Put the engine at the end of ``node_id``'s path."""
+
+    node_id: int
+
+
+@dataclass(frozen=True)
+class DeleteBranch:
+    """Delete ``node_id`` and everything below it."""
+
+    node_id: int
+
+
+@dataclass(frozen=True)
+class SetActiveNode:
+    """Remember ``node_id`` as where its conversation continues (no restore)."""
+
+    node_id: int
+
+
+@dataclass(frozen=True)
+class RenameConversation:
+    """Give a conversation a new title."""
+
+    conversation_id: int
+    title: str
+
+
+@dataclass(frozen=True)
+class DeleteConversation:
+    """Delete a conversation with every message and checkpoint in it."""
+
+    conversation_id: int
+
+
+@dataclass(frozen=True)
+class ImportConversation:
+    """Create a conversation from an exported file's JSON (read by the window).
+
+    ``data`` is checked here, on the worker, and written in one transaction.
+    """
+
+    data: Any
+
+
+@dataclass(frozen=True)
+class EvictCheckpoints:
+    """Delete least recently used checkpoints until they fit ``budget_bytes``."""
+
+    budget_bytes: int
+
+
+@dataclass(frozen=True)
+class ClearCheckpoints:
+    """Delete every checkpoint (messages stay: they are reprocessed when needed)."""
+
+
+@dataclass(frozen=True)
+class SetReasoning:
+    """Store a conversation's reasoning choice; its next reply uses it.
+
+    ``choice`` is one of the model's ``reasoning_choices``, or None for the
+    template's default.
+    """
+
+    conversation_id: int
+    choice: str | None
+
+
+@dataclass(frozen=True)
+class SavePreferences:
+    """Store the user's preferences (the window keeps using them at once)."""
+
+    prefs: Preferences
+
+
+@dataclass(frozen=True)
+class ContinueWithSummary:
+    """Start a conversation from the model's summary of ``node_id``'s path."""
+
+    node_id: int
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class ContinueReply:
+    """A longer sibling of reply ``node_id``, which ended at the length limit."""
+
+    node_id: int
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CountTokens:
+    """How many tokens ``text`` (a file to attach, named ``name``) takes."""
+
+    name: str
+    text: str
+
+
+Job = (
+    LoadModel
+    | NewConversation
+    | NewSystemPrompt
+    | SetSampling
+    | Send
+    | Edit
+    | Regenerate
+    | RegenerateParallel
+    | GenerateReply
+    | Restore
+    | SetActiveNode
+    | DeleteBranch
+    | SetReasoning
+    | RenameConversation
+    | DeleteConversation
+    | ImportConversation
+    | EvictCheckpoints
+    | ClearCheckpoints
+    | SavePreferences
+    | ContinueWithSummary
+    | CountTokens
+    | ContinueReply
+)
+
+
+def is_generating(job: Job | None) -> bool:
+    """Whether ``job`` streams a reply (and can be stopped)."""
+    match job:
+        case (
+            Send()
+            | Edit()
+            | Regenerate()
+            | RegenerateParallel()
+            | GenerateReply()
+            | ContinueReply()
+        ):
+            return True
+        case _:
+            return False
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What ``job`` did. ``error`` is set (and the rest mostly empty) on failure.
+
+    ``node_id`` is the node the window should show as active afterwards;
+    ``replies`` holds every reply of a job that made several (``reply`` is
+    then the first).
+    """
+
+    job: Job
+    error: str | None = None
+    # The job failed because the branch no longer fits the context: the window
+    # offers the ways on (branch, raise the context, continue from a summary).
+    context_full: bool = False
+    # A model load failed and the model loaded before could not come back:
+    # none is loaded now (otherwise a failed load keeps the one there was).
+    model_lost: bool = False
+    # The user stopped the job before it ended (a prompt being read, a model
+    # being loaded): no error to show; what was stored before stays.
+    stopped: bool = False
+    conversation_id: int | None = None
+    node_id: int | None = None
+    reply: Reply | None = None
+    replies: tuple[Reply, ...] = ()
+    sync: SyncStats | None = None
+    model: ModelInfo | None = None
+    # The loaded model's backend profile: whose checkpoints the tree counts.
+    profile_id: int | None = None
+    context_tokens: int = 0
+    n_ctx: int = 0
+    # CountTokens: the tokens its text takes with the loaded model.
+    n_tokens: int = 0
+    # Checkpoint bytes the job deleted: eviction beyond the budget after a
+    # reply, EvictCheckpoints, ClearCheckpoints.
+    evicted_bytes: int = 0
+    # The conversation's tree after a reply, checkpoints written: read on the
+    # engine thread, which is idle then, so that the window need not read it.
+    tree: TreeSnapshot | None = None

@@ -1,0 +1,1229 @@
+"""The window's state machine, without Qt: what is shown, what may be done next.
+
+``WindowPresenter`` holds which conversation and node are shown, whether a
+model is loaded or loading, whether a reply is being generated, and whether
+the database can be written. The window forwards what the user asks for
+(send, click a node, rename, ...) and what the engine reports; the presenter
+decides, submits jobs to the engine worker (the only writer, see
+``app/window/jobs.py``) and tells its ``View`` what to show. Tests drive it
+with plain Python: a recording view and an engine that runs jobs inline.
+
+It reads the database directly (a snapshot of the tree, a conversation's
+record): reads are cheap, and WAL keeps them from waiting on the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.conversation.presets import Preset, conversation_sampling, stored_sampling
+from app.conversation.titles import title_from
+from app.conversation.tree_snapshot import TreeSnapshot
+from app.library.catalog import shipped_catalog
+from app.library.units import format_bytes
+from app.preferences import Preferences
+from app.values import BackendSettings, ModelInfo, SamplingParams
+from app.window import jobs
+from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
+from app.window.jobs import JobResult
+from app.window.reply_stream import ReplyStream
+from storage import repository
+from storage.catalog import ConversationRecord
+from storage.db import Database
+from storage.errors import NotFound, StorageUnavailable
+from storage.models import DEFAULT_TITLE
+from storage.values import Status
+
+if TYPE_CHECKING:
+    from app.conversation.results import ReplyStats, SyncStats
+
+
+# Tokens kept free beside attached files: the typed words, the turn's markup
+# and the first tokens of a reply.
+ATTACH_MARGIN = 64
+
+
+class WayOn(Enum):
+    """What the user chose to do about a branch that filled the context."""
+
+    BRANCH = "branch"  # pick an earlier message and branch from there
+    RAISE = "raise"  # reload the model with a larger context
+    SUMMARY = "summary"  # a new conversation from the model's summary
+    NOTHING = "nothing"
+
+
+def busy_text(job: jobs.Job) -> str | None:
+    """What the status bar says while ``job`` runs (None: nothing)."""
+    match job:
+        case jobs.LoadModel():
+            return "Loading the model…"
+        case jobs.Restore():
+            return "Restoring…"
+        case jobs.DeleteBranch() | jobs.DeleteConversation():
+            return "Deleting…"
+        case jobs.ClearCheckpoints() | jobs.EvictCheckpoints():
+            return "Deleting checkpoints…"
+        case jobs.ContinueWithSummary():
+            return "Summarizing this branch…"
+        case _ if jobs.is_generating(job):
+            return "Generating…"
+        case _:
+            return None
+
+
+def progress_text(job: jobs.Job, done: int, total: int) -> str | None:
+    """What the status bar says while ``job`` has done ``done`` of ``total``."""
+    match job:
+        case jobs.LoadModel():
+            return f"Loading the model… {done * 100 // max(total, 1)}%"
+        case jobs.Restore():
+            return f"Reading this branch again… {done:,} of {total:,} tokens"
+        case jobs.ContinueWithSummary():
+            return f"Reading the branch to summarize… {done:,} of {total:,} tokens"
+        case jobs.EvictCheckpoints():
+            return f"Freeing space… {format_bytes(done)} of {format_bytes(total)}"
+        case _ if jobs.is_generating(job):
+            return f"Reading the prompt… {done:,} of {total:,} tokens"
+        case _:
+            return None
+
+
+def failure_title(job: jobs.Job) -> str:
+    """The title of the message that says ``job`` failed."""
+    match job:
+        case jobs.LoadModel():
+            return "Could not load the model"
+        case jobs.NewConversation():
+            return "Could not create the conversation"
+        case jobs.NewSystemPrompt():
+            return "Could not change the system prompt"
+        case jobs.SetSampling():
+            return "Could not change the sampling"
+        case jobs.ContinueWithSummary():
+            return "Could not continue from a summary"
+        case jobs.CountTokens():
+            return "Could not attach the file"
+        case jobs.Restore():
+            return "Could not go to that message"
+        case jobs.SetActiveNode():
+            return "Could not save your place"
+        case jobs.DeleteBranch():
+            return "Could not delete the branch"
+        case jobs.SetReasoning():
+            return "Could not change the reasoning setting"
+        case jobs.RenameConversation():
+            return "Could not rename the conversation"
+        case jobs.DeleteConversation():
+            return "Could not delete the conversation"
+        case jobs.ImportConversation():
+            return "Could not import the conversation"
+        case jobs.SavePreferences():
+            return "Could not save the settings"
+        case jobs.EvictCheckpoints():
+            return "Cannot evict checkpoints"
+        case jobs.ClearCheckpoints():
+            return "Cannot clear checkpoints"
+        case _:
+            return "Could not generate a reply"
+
+
+class Engine(Protocol):
+    """What the presenter needs of the engine thread (``EngineController``)."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is queued or running."""
+        ...
+
+    def submit(self, job: jobs.Job) -> None:
+        """Queue a job; its result comes back through ``on_finished``."""
+        ...
+
+    def stop(self) -> None:
+        """Ask the running generation to stop."""
+        ...
+
+
+class View(Protocol):
+    """What the presenter asks of the window."""
+
+    def conversation_shown(self, record: ConversationRecord) -> None:
+        """A conversation is now shown: its title, its reasoning choice."""
+
+    def show_title(self, conversation_id: int, title: str) -> None:
+        """A conversation has this title now (in the list, and the window's)."""
+
+    def show_tree(self, snapshot: TreeSnapshot) -> None:
+        """The tree of the shown conversation changed."""
+
+    def show_path(self, node_id: int | None, follow: bool) -> None:
+        """Show the path to the active node; ``follow`` keeps the newest in sight."""
+
+    def begin_reply(self, prefix_id: int, pending_text: str | None, n: int) -> None:
+        """A reply starts streaming after ``prefix_id`` (``n`` > 0: ``n`` of them,
+        side by side)."""
+
+    def refresh_list(self, selected: int | None) -> None:
+        """Re-read the conversation list and highlight ``selected``."""
+
+    def offer_choice(self, replies: list[tuple[int, str]]) -> None:
+        """Replies made together (node id, text): side by side, to keep one."""
+
+    def conversation_removed(self, conversation_id: int) -> None:
+        """Take a conversation out of the list at once (it is being deleted)."""
+
+    def set_busy(self, text: str | None) -> None:
+        """Say what the engine is doing (None: nothing)."""
+
+    def show_progress(self, done: int, total: int) -> None:
+        """How far the engine's long work got (``total`` 0: no figure)."""
+
+    def show_generating(self, conversation_id: int, text: str | None) -> None:
+        """Say in the list that a reply is being written in a conversation
+        (None: no longer)."""
+
+    def append_stream(self, piece: str) -> None:
+        """A piece of the streaming reply's answer."""
+
+    def show_reply_progress(self, text: str) -> None:
+        """Say in the streaming reply what it waits for (a prompt being read)."""
+
+    def append_thinking(self, piece: str) -> None:
+        """A piece of the streaming reply's reasoning."""
+
+    def append_alternative(self, index: int, piece: str) -> None:
+        """A piece of alternative ``index``'s answer."""
+
+    def show_message(self, text: str) -> None:
+        """A passing note in the status bar."""
+
+    def show_error(self, title: str, text: str) -> None:
+        """Something the user asked for failed."""
+
+    def show_restore(self, stats: SyncStats, context_tokens: int, n_ctx: int) -> None:
+        """How the engine reached the active node, and how full the context is."""
+
+    def show_context_full(self) -> None:
+        """The shown branch does not fit the loaded context."""
+
+    def show_reply_stats(self, stats: ReplyStats) -> None:
+        """A reply's figures: its speed, the context, how its parent was reached."""
+
+    def model_loaded(self, info: ModelInfo, n_ctx: int) -> None:
+        """A model is loaded: show it and the chat."""
+
+    def model_missing(self) -> None:
+        """No model could be loaded: ask for one."""
+
+    def show_chat(self, chat: bool) -> None:
+        """Show the conversation (True) or the page that asks for a model."""
+
+    def give_back_text(self, text: str) -> None:
+        """A message that was not sent goes back to the composer, if it is empty."""
+
+    def attachment_counted(self, name: str, n_tokens: int) -> None:
+        """A file in the composer takes ``n_tokens`` of the context."""
+
+    def refuse_attachment(self, name: str, reason: str) -> None:
+        """A file in the composer cannot go: take it out, say why ("": said)."""
+
+    def show_reasoning(self, choice: str | None) -> None:
+        """The conversation's stored reasoning choice (after a failed change)."""
+
+    def offer_ways_on(self, message: str, n_ctx: int, n_ctx_train: int) -> None:
+        """The branch filled the context: let the user pick a ``WayOn``."""
+
+    def focus_tree(self) -> None:
+        """Show the tree and give it the keyboard."""
+
+    def offer_model_switch(self, made_with: str | None) -> None:
+        """The shown conversation was made with the model in ``made_with``, not
+        the loaded one: offer to switch back or go on (None: offer nothing)."""
+
+    def preferences_changed(self, prefs: Preferences) -> None:
+        """The preferences changed (e.g. the recent models)."""
+
+    def state_changed(self) -> None:
+        """Anything the enabled actions or the composer depend on changed."""
+
+
+class WindowPresenter:
+    """The window's state and decisions.
+
+    Parameters
+    ----------
+    db
+        The open database, for reads (the engine worker does every write).
+    engine
+        Where jobs go.
+    prefs
+        The user's preferences.
+    view
+        The window.
+    """
+
+    def __init__(
+        self, db: Database, engine: Engine, prefs: Preferences, view: View
+    ) -> None:
+        self.db = db
+        self.engine = engine
+        self.prefs = prefs
+        self.view = view
+        self.read_only = db.read_only
+        self.model_info: ModelInfo | None = None
+        # The settings the loaded model runs with (a failed reload keeps them).
+        self._loaded_backend: BackendSettings | None = None
+        # The loaded model's backend profile: the tree marks its checkpoints.
+        self.profile_id: int | None = None
+        self.loading_model: str | None = None
+        self.conversation_id: int | None = None
+        # The shown conversation as stored (which model it was made with).
+        self.shown_record: ConversationRecord | None = None
+        # Conversations the user chose to go on with the loaded model, though
+        # they were made with another.
+        self._keep_loaded: set[int] = set()
+        self.active_id: int | None = None
+        self.snapshot = TreeSnapshot.empty()
+        # The shown conversation's stored reasoning choice (None: the default).
+        self.reasoning: str | None = None
+        # The reply being generated, what it streamed so far, and whether the
+        # transcript shows it (the user may be reading something else).
+        self.generating_job: jobs.Job | None = None
+        self.stream: ReplyStream | None = None
+        self.stream_shown = False
+        # The job the engine runs now (what a progress report is about).
+        self.running_job: jobs.Job | None = None
+        # The tokens of each file attached in the composer, once counted.
+        self.attached_tokens: dict[str, int] = {}
+
+    # --- state --------------------------------------------------------------------
+
+    @property
+    def generating(self) -> bool:
+        """Whether a reply is being generated."""
+        return self.generating_job is not None
+
+    @property
+    def writable(self) -> bool:
+        """Whether the user can change anything now (idle, database writable)."""
+        return not self.generating and not self.read_only
+
+    @property
+    def can_reply(self) -> bool:
+        """Whether a reply can be asked for (writable, a model loaded)."""
+        return self.writable and self.model_info is not None
+
+    def allows(self, when: When) -> bool:
+        """Whether an action enabled ``when`` is enabled now."""
+        match when:
+            case When.ALWAYS:
+                return True
+            case When.WRITABLE:
+                return self.writable
+
+    def action_states(self) -> dict[str, bool]:
+        """Every action of ``app.window.actions.ACTIONS`` by name: enabled or not."""
+        return {spec.name: self.allows(spec.when) for spec in ACTIONS}
+
+    def composer_state(self) -> tuple[bool, str]:
+        """Whether the composer takes text, and what it says when empty."""
+        if self.read_only:
+            return False, "Read-only: you can read, not write."
+        if self.loading_model is not None:
+            return False, "Loading the model…"
+        if self.model_info is None:
+            return (
+                False,
+                "Choose a model to start chatting (File → Open model file, Ctrl+O).",
+            )
+        if self.generating and not self.stream_shown:
+            return (
+                False,
+                "A reply is being written elsewhere: read on, or Stop it (Esc); "
+                "you can write here when it is done.",
+            )
+        if self._active_role() == "user":
+            return (
+                True,
+                "Type to send a new version of the message above (a new branch); "
+                "leave empty and press Ctrl+Enter for a reply to it.",
+            )
+        return True, "Write a message…  (Ctrl+Enter to send)"
+
+    # --- starting -----------------------------------------------------------------
+
+    def start(self, model: Path | None) -> None:
+        """Show the most recent conversation (or a new one) and load ``model``.
+
+        With no model, the view asks for one.
+        """
+        self.view.refresh_list(None)
+        recent = self._most_recent()
+        if recent is not None:
+            self.show_conversation(recent)
+        elif not self.read_only:
+            self.new_conversation()
+        if self.read_only:
+            # Nothing can be written, so no reply can be made: no model needed.
+            self.view.show_chat(True)
+        elif model is not None:
+            self.load_model(model)
+        else:
+            # Conversations stay readable without a model; the page that asks
+            # for one is for a first start, with nothing to read.
+            self.view.show_chat(len(self.snapshot.nodes) > 1)
+
+    def load_model(self, path: Path) -> None:
+        """Load a model in the background (the composer waits for it)."""
+        job = jobs.LoadModel(path, self.prefs.backend)
+        self.loading_model = str(path)
+        self.view.set_busy(busy_text(job))  # at once: loading can take a while
+        self.view.state_changed()
+        self.engine.submit(job)
+
+    # --- showing ------------------------------------------------------------------
+
+    def show_conversation(
+        self, conversation_id: int, node_id: int | None = None
+    ) -> None:
+        """Show a conversation at ``node_id`` (by default, its active node)."""
+        try:
+            record = repository.get_conversation(self.db, conversation_id)
+        except (StorageUnavailable, NotFound) as exc:
+            self.view.show_error("Could not open the conversation", str(exc))
+            return
+        left = self.conversation_id if self._shown_is_unused() else None
+        self.conversation_id = conversation_id
+        self.shown_record = record
+        self.reasoning = record.reasoning
+        self.view.conversation_shown(record)
+        self.reload_tree()
+        if left is not None and left != conversation_id:
+            self._drop_unused(left)
+        stream = self.stream
+        if node_id is None and stream and stream.conversation_id == conversation_id:
+            self._show_stream(stream)  # back where the reply streams
+            return
+        if node_id not in self.snapshot:
+            node_id = record.active_node_id or self.snapshot.root_id
+        self.activate(node_id)
+
+    def activate(
+        self, node_id: int | None, restore: bool = True, follow: bool = True
+    ) -> None:
+        """Make ``node_id`` the active node: the view follows at once, the engine
+        restores to it in the background and the place is remembered.
+
+        ``follow`` False leaves the transcript where the user scrolled to.
+        While a reply is generated the engine is busy: the view follows, and
+        the engine restores to where the user is once the reply is done.
+        """
+        stream = self.stream
+        if stream is not None and self._streams_at(stream, node_id):
+            self._show_stream(stream)
+            return
+        node_id = self._show_active(node_id, follow)
+        made_with = self.made_with_other_model()
+        self.view.offer_model_switch(made_with)
+        if node_id is not None and not self.generating:
+            if restore and self.model_info is not None and made_with is None:
+                # Restoring also records the node as where to reopen.
+                self.engine.submit(jobs.Restore(node_id))
+            elif not self.read_only:  # where to reopen: worth no error
+                # With another model's conversation nothing is restored until
+                # the user says which model: restoring under this one would
+                # tokenize its messages anew.
+                self.engine.submit(jobs.SetActiveNode(node_id))
+        self.view.state_changed()
+
+    def made_with_other_model(self) -> str | None:
+        """The model file the shown conversation was made with, when another
+        model is loaded and the user has not chosen to go on with that one."""
+        record, info = self.shown_record, self.model_info
+        if (
+            record is None
+            or info is None
+            or not record.model_identity
+            or not record.model_path
+            or record.model_identity == info.identity
+            or record.id in self._keep_loaded
+        ):
+            return None
+        return record.model_path
+
+    def switch_to_made_with(self) -> None:
+        """Load the model the shown conversation was made with."""
+        made_with = self.made_with_other_model()
+        if made_with is not None and self.writable:
+            self.load_model(Path(made_with))
+
+    def keep_loaded_model(self) -> None:
+        """Go on with the loaded model in the shown conversation."""
+        if self.conversation_id is not None:
+            self._keep_loaded.add(self.conversation_id)
+            self.activate(self.active_id, follow=False)
+
+    def reload_tree(self) -> None:
+        """Read the shown conversation's tree again."""
+        if self.conversation_id is None:
+            self._set_snapshot(TreeSnapshot.empty())
+            return
+        try:
+            nodes = repository.tree(self.db, self.conversation_id, self.profile_id)
+        except (StorageUnavailable, NotFound) as exc:
+            self.view.show_error("Could not read the conversation", str(exc))
+            return
+        self._set_snapshot(TreeSnapshot(self.conversation_id, nodes))
+
+    def select_conversation(self, conversation_id: int) -> None:
+        """The user picked a conversation in the list."""
+        if conversation_id != self.conversation_id:
+            self.show_conversation(conversation_id)
+
+    def choose_node(self, node_id: int) -> None:
+        """The user picked a node (in the tree, or "Branch from here")."""
+        if node_id != self.active_id:
+            self.activate(node_id)
+
+    def choose_sibling(self, node_id: int) -> None:
+        """The user stepped to a sibling: show the newest leaf below it."""
+        self.activate(self.snapshot.latest_leaf(node_id))
+
+    def open_search_hit(self, conversation_id: int, node_id: int) -> None:
+        """Show a search hit (also while a reply streams: the user reads)."""
+        if conversation_id != self.conversation_id:
+            self.show_conversation(conversation_id, node_id)
+        elif node_id != self.active_id:
+            self.activate(node_id)
+
+    def previous_branch(self) -> None:
+        """Go to the previous sibling at the nearest fork above the active node."""
+        self._walk(lambda tree, node: tree.sibling_step(node, -1))
+
+    def next_branch(self) -> None:
+        """Go to the next sibling at the nearest fork above the active node."""
+        self._walk(lambda tree, node: tree.sibling_step(node, 1))
+
+    def parent_message(self) -> None:
+        """Go to the active node's parent."""
+        self._walk(TreeSnapshot.parent_of)
+
+    def child_message(self) -> None:
+        """Go to the active node's newest child."""
+        self._walk(TreeSnapshot.newest_child)
+
+    def last_of_role(self, role: str) -> int | None:
+        """The last message of ``role`` on the active path."""
+        active = self.active_id
+        if active is None or active not in self.snapshot:
+            return None
+        return self.snapshot.last_of_role(active, role)
+
+    # --- generating ---------------------------------------------------------------
+
+    def send(self, text: str, editing: int | None) -> bool:
+        """Send the composer's ``text`` (an edit of ``editing``, when given).
+
+        With the active node a user message, ``text`` becomes a new version of
+        it (a sibling: two user turns in a row would not be a chat), and with
+        no text its reply is generated. Returns whether the text was taken:
+        the composer then clears and leaves editing.
+        """
+        if not self.can_reply or self.loading_model or self.active_id is None:
+            return False
+        if self.made_with_other_model() is not None and self.conversation_id:
+            # Writing on is choosing the loaded model.
+            self._keep_loaded.add(self.conversation_id)
+            self.view.offer_model_switch(None)
+        text = text.strip()
+        budget = self.prefs.checkpoint_budget_bytes
+        if editing is not None and editing in self.snapshot:
+            if not text:
+                return False
+            parent = self.snapshot.nodes[editing].parent_id
+            assert parent is not None  # a user message is never the root
+            job: jobs.Job = jobs.Edit(editing, text, self._sampling(), budget)
+            self._begin_generation(job, parent, text)
+            return True
+        if self._active_role() == "user":
+            if text:
+                return self.send(text, editing=self.active_id)
+            self.reply_to_active()
+            return False
+        if not text:
+            return False
+        job = jobs.Send(self.active_id, text, self._sampling(), budget)
+        self._name_after(text)
+        self._begin_generation(job, self.active_id, text)
+        return True
+
+    def _name_after(self, first_message: str) -> None:
+        """Show the name a first message gives the shown conversation at once,
+        as the worker stores it with the message (not once the reply is done)."""
+        record, active = self.shown_record, self.snapshot.nodes.get(self.active_id or 0)
+        if (
+            record is None
+            or record.title != DEFAULT_TITLE
+            or active is None
+            or active.parent_id is not None  # not a first message
+        ):
+            return
+        title = title_from(first_message)
+        self.shown_record = replace(record, title=title)
+        self.view.show_title(record.id, title)
+
+    def attach(self, name: str, text: str) -> None:
+        """A file was attached in the composer: count what it takes of the
+        context (the engine tokenizes; the answer comes back as a job's)."""
+        self.attached_tokens.pop(name, None)
+        if self.model_info is not None:
+            self.engine.submit(jobs.CountTokens(name, text))
+
+    def detach(self, name: str) -> None:
+        """A file was taken out of the composer."""
+        self.attached_tokens.pop(name, None)
+
+    def reply_to_active(self) -> None:
+        """Generate a reply to the active node, a user message."""
+        if not self.can_reply or self.loading_model or self._active_role() != "user":
+            return
+        assert self.active_id is not None
+        budget = self.prefs.checkpoint_budget_bytes
+        job = jobs.GenerateReply(self.active_id, self._sampling(), budget)
+        self._begin_generation(job, self.active_id, None)
+
+    @property
+    def stoppable(self) -> bool:
+        """Whether Stop has something to stop: a reply, a model being loaded,
+        or other long work that reports its progress."""
+        return self.generating or isinstance(self.running_job, jobs.LoadModel)
+
+    def stop(self) -> bool:
+        """Stop the reply being generated, or the model being loaded; False if
+        there is nothing to stop."""
+        if self.stoppable:
+            self.engine.stop()
+            return True
+        return False
+
+    def regenerate(self, node_id: int) -> None:
+        """A new reply beside reply ``node_id``."""
+        if not self.can_reply:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        self._begin_generation(
+            jobs.Regenerate(node_id, self._sampling(), budget),
+            self._parent(node_id),
+            None,
+        )
+
+    def continue_reply(self, node_id: int) -> None:
+        """A longer version of reply ``node_id``, cut at the length limit."""
+        if not self.can_reply:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        self._begin_generation(
+            jobs.ContinueReply(node_id, self._sampling(), budget),
+            self._parent(node_id),
+            None,
+        )
+
+    def alternatives(self, node_id: int, n: int) -> None:
+        """``n`` new replies beside reply ``node_id``, generated side by side."""
+        if not self.can_reply:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        self._begin_generation(
+            jobs.RegenerateParallel(node_id, self._sampling(), n, budget),
+            self._parent(node_id),
+            None,
+        )
+
+    def regenerate_last(self) -> None:
+        """Regenerate the last reply on the active path."""
+        reply = self.last_of_role("assistant")
+        if reply is not None:
+            self.regenerate(reply)
+
+    def alternatives_last(self) -> None:
+        """Regenerate the last reply on the active path, side by side."""
+        reply = self.last_of_role("assistant")
+        if reply is not None:
+            self.alternatives(reply, DEFAULT_ALTERNATIVES)
+
+    def set_reasoning(self, choice: str | None) -> None:
+        """The user chose how the shown conversation's model reasons."""
+        if self.conversation_id is None or choice == self.reasoning:
+            return
+        self.reasoning = choice
+        self.engine.submit(jobs.SetReasoning(self.conversation_id, choice))
+
+    def way_on_chosen(self, choice: WayOn, size: int | None) -> None:
+        """The user chose how to go on from a full context (``size``: new n_ctx)."""
+        if choice is WayOn.BRANCH:
+            self.view.focus_tree()
+            self.view.show_message("Click an earlier message to branch from it.")
+        elif choice is WayOn.RAISE and size is not None:
+            backend = replace(self.prefs.backend, n_ctx=size)
+            self.apply_preferences(replace(self.prefs, backend=backend))
+        elif choice is WayOn.SUMMARY and self.active_id is not None:
+            job = jobs.ContinueWithSummary(self.active_id, self._sampling())
+            self.view.set_busy(busy_text(job))
+            self.engine.submit(job)
+
+    # --- changing conversations ---------------------------------------------------
+
+    def new_conversation(
+        self,
+        system_prompt: str | None = None,
+        title: str | None = None,
+        preset: Preset | None = None,
+    ) -> None:
+        """Start a conversation; ``system_prompt`` None: the preferred one.
+        With a ``preset``, its replies use the preset's sampling.
+
+        The conversation shown is new already (nothing written in it, no
+        system prompt, no title of the user's): it is kept, not doubled.
+        """
+        if system_prompt is None:
+            system_prompt = self.prefs.system_prompt or None
+        if (
+            self._shown_is_unused()
+            and not system_prompt
+            and not title
+            and preset is None
+        ):
+            self.view.show_message("This conversation is new: write the first message.")
+            return
+        sampling, name = (preset.sampling, preset.name) if preset else (None, None)
+        self.engine.submit(jobs.NewConversation(system_prompt, title, sampling, name))
+
+    def branch_system_prompt(self) -> str:
+        """The system prompt of the branch shown (the text of its root)."""
+        if self.active_id is None or self.active_id not in self.snapshot:
+            return ""
+        return self.snapshot.nodes[self.snapshot.path(self.active_id)[0]].text
+
+    def conversation_sampling(self) -> tuple[SamplingParams, str | None]:
+        """The sampling the shown conversation's replies use, and its preset."""
+        stored = self.shown_record.sampling if self.shown_record else None
+        return conversation_sampling(stored, self.prefs.sampling)
+
+    def change_conversation_settings(
+        self, system_prompt: str, sampling: SamplingParams | None, preset: str | None
+    ) -> None:
+        """Give the shown conversation ``sampling`` (None: the Settings') and,
+        where ``system_prompt`` is not the branch's, a new branch from a new
+        start with it: the branches written with the old one stay."""
+        record = self.shown_record
+        if record is None or self.generating:
+            return
+        stored = stored_sampling(sampling, preset)
+        if stored != record.sampling:
+            self.engine.submit(jobs.SetSampling(record.id, sampling, preset))
+            self.shown_record = replace(record, sampling=stored)
+        if system_prompt.strip() != self.branch_system_prompt().strip():
+            self.engine.submit(jobs.NewSystemPrompt(record.id, system_prompt.strip()))
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        """Give a conversation a new title (shown at once, stored by the worker)."""
+        self.engine.submit(jobs.RenameConversation(conversation_id, title))
+        if not self.read_only:
+            self.view.show_title(conversation_id, title)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation; the most recent other one is shown (or a new one).
+
+        It leaves the list at once; the worker deletes it (and drops it from
+        the engine's context) before it runs anything asked for after.
+        """
+        self.engine.submit(jobs.DeleteConversation(conversation_id))
+        if self.read_only:
+            return  # the job fails and says why
+        self.view.conversation_removed(conversation_id)
+        if conversation_id != self.conversation_id:
+            return
+        self.conversation_id = None
+        recent = self._most_recent(besides=conversation_id)
+        if recent is not None:
+            self.show_conversation(recent)
+            return
+        self.reload_tree()
+        self.activate(None)
+        self.new_conversation()
+
+    def delete_branch(self, node_id: int) -> None:
+        """Delete a node and everything below it (the user has confirmed)."""
+        if not self.generating:
+            self.engine.submit(jobs.DeleteBranch(node_id))
+
+    def import_conversation(self, data: Any) -> None:
+        """Import a conversation from an exported file's JSON; it is then shown."""
+        if not self.generating:
+            self.engine.submit(jobs.ImportConversation(data))
+
+    # --- preferences --------------------------------------------------------------
+
+    def save_preferences(self, prefs: Preferences) -> None:
+        """Use ``prefs`` now; the worker stores them (not on a read-only database)."""
+        self.prefs = prefs
+        self.view.preferences_changed(prefs)
+        if not self.read_only:
+            self.engine.submit(jobs.SavePreferences(prefs))
+
+    def apply_preferences(self, prefs: Preferences) -> None:
+        """Save new preferences; reload the model if it or its settings changed."""
+        old = self.prefs
+        self.save_preferences(prefs)
+        model_changed = (
+            prefs.model_path != old.model_path or prefs.backend != old.backend
+        )
+        if prefs.model_path and (model_changed or self.model_info is None):
+            self.load_model(Path(prefs.model_path))
+
+    # --- what the engine reports --------------------------------------------------
+
+    def on_started(self, job: jobs.Job) -> None:
+        """A job began on the engine thread."""
+        self.running_job = job
+        self.view.set_busy(busy_text(job))
+        self.view.state_changed()  # e.g. Stop now stops a model load
+
+    def on_progress(self, done: int, total: int) -> None:
+        """The running job's long work got this far."""
+        job = self.running_job
+        stream = self.stream
+        if job is None:
+            return
+        if done >= total:
+            # Read: the job goes on with what it does otherwise (generating).
+            self.view.set_busy(busy_text(job))
+            self.view.show_progress(0, 0)
+            return
+        text = progress_text(job, done, total)
+        if stream is not None and stream.pieces:
+            # After the replies streamed: their checkpoints being made.
+            text = f"Saving the replies… {done:,} of {total:,} tokens"
+        if text is None:
+            return
+        self.view.set_busy(text)
+        # A progress bar counts in 32-bit ints; bytes freed can be more.
+        self.view.show_progress(done * 1000 // total, 1000)
+        if stream is not None and job is self.generating_job:
+            self.view.show_generating(stream.conversation_id, text)
+            if self.stream_shown:
+                self.view.show_reply_progress(text)
+
+    def on_token(self, piece: str) -> None:
+        """A piece of the reply's answer streamed."""
+        self._streamed(piece, ReplyStream.add_answer, self.view.append_stream)
+
+    def on_thinking(self, piece: str) -> None:
+        """A piece of the reply's reasoning streamed."""
+        self._streamed(piece, ReplyStream.add_thinking, self.view.append_thinking)
+
+    def on_alternative(self, index: int, piece: str) -> None:
+        """A piece of alternative ``index``'s answer streamed."""
+        stream = self.stream
+        if stream is None:
+            return
+        stream.add_alternative(index, piece)
+        if self.stream_shown:
+            self.view.append_alternative(index, piece)
+        self._say_writing(stream)
+
+    def on_failed(self, job: jobs.Job, message: str) -> None:
+        """A job failed with a message for the user."""
+        self.view.show_error(failure_title(job), message)
+
+    def on_finished(self, result: JobResult) -> None:
+        """A job ended, after success or failure."""
+        self.running_job = None
+        if not self.engine.busy:
+            self.view.set_busy(None)
+        self.view.show_progress(0, 0)
+        job = result.job
+        match job:
+            case jobs.LoadModel():
+                self._model_loaded(result)
+            case _ if jobs.is_generating(job):
+                self._end_generation(result)
+            case (
+                jobs.NewConversation()
+                | jobs.ContinueWithSummary()
+                | jobs.ImportConversation()
+            ):
+                if result.conversation_id is not None:
+                    self.view.refresh_list(result.conversation_id)
+                    self.show_conversation(result.conversation_id)
+            case jobs.NewSystemPrompt(conversation_id=changed):
+                if result.node_id is not None and changed == self.conversation_id:
+                    self.reload_tree()
+                    self.activate(result.node_id)
+                    self.view.refresh_list(changed)
+            case jobs.SetSampling(conversation_id=changed) if result.error:
+                self._show_stored_sampling(changed)
+            case jobs.CountTokens(name=name):
+                self._counted(name, result)
+            case jobs.Restore() if result.context_full:
+                # The conversation does not fit the loaded context: say so
+                # now it is shown, with the ways on, not at the next Send.
+                self.view.show_context_full()
+                self._offer_ways_on(result.error or "This branch does not fit.")
+            case jobs.Restore() if result.sync is not None:
+                self.view.show_restore(result.sync, result.context_tokens, result.n_ctx)
+                if result.sync.reprocessed_tokens:
+                    # Reprocessing renders spans and writes checkpoints: show them.
+                    self.reload_tree()
+                    self.view.refresh_list(self.conversation_id)
+            case jobs.DeleteBranch():
+                self.reload_tree()
+                self.activate(
+                    result.node_id or self._stored_active_node(), restore=False
+                )
+                self.view.refresh_list(self.conversation_id)
+            case jobs.SetReasoning() if result.error is not None:
+                self._show_stored_reasoning()
+            case jobs.RenameConversation(conversation_id=renamed):
+                if result.error is not None:
+                    self._show_stored_title(renamed)
+            case jobs.DeleteConversation():
+                self.view.refresh_list(self.conversation_id)
+            case jobs.EvictCheckpoints() | jobs.ClearCheckpoints():
+                # The tree's checkpoint marks and the list's sizes changed;
+                # read once the job is done, even if its dialog closed before.
+                self.reload_tree()
+                self.view.refresh_list(self.conversation_id)
+        self.view.state_changed()
+
+    # --- internals ----------------------------------------------------------------
+
+    def _set_snapshot(self, snapshot: TreeSnapshot) -> None:
+        self.snapshot = snapshot
+        self.view.show_tree(snapshot)
+
+    def _show_active(self, node_id: int | None, follow: bool) -> int | None:
+        """Show ``node_id`` (the root if it is not in the tree) as the active
+        node, without telling the engine; returns the node shown."""
+        if node_id is None or node_id not in self.snapshot:
+            node_id = self.snapshot.root_id
+        self.active_id = node_id
+        self.stream_shown = False
+        self.view.show_path(node_id, follow)
+        return node_id
+
+    def _shown_is_unused(self) -> bool:
+        """Whether the shown conversation holds nothing the user made: no
+        message, no system prompt, no title of theirs (and no reply coming)."""
+        record, snapshot = self.shown_record, self.snapshot
+        if (
+            record is None
+            or self.read_only
+            or record.title != DEFAULT_TITLE
+            or len(snapshot.nodes) != 1
+            or snapshot.conversation_id != record.id
+            or (self.stream is not None and self.stream.conversation_id == record.id)
+        ):
+            return False
+        root = snapshot.nodes[snapshot.root_id] if snapshot.root_id else None
+        return root is not None and not root.text.strip()
+
+    def _drop_unused(self, conversation_id: int) -> None:
+        """Delete a conversation the user left without writing in it, so that
+        New conversation (Ctrl+N) leaves no empty ones behind."""
+        self.engine.submit(jobs.DeleteConversation(conversation_id))
+        self.view.conversation_removed(conversation_id)
+
+    def _streams_at(self, stream: ReplyStream, node_id: int | None) -> bool:
+        """Whether showing ``node_id`` means showing the reply that streams:
+        the node it follows, or the reply itself (stored as it streams)."""
+        if self.conversation_id != stream.conversation_id or node_id is None:
+            return False
+        if node_id == stream.prefix_id:
+            return True
+        node = self.snapshot.nodes.get(node_id)
+        return node is not None and node.status == Status.GENERATING
+
+    def _show_stream(self, stream: ReplyStream) -> None:
+        """Show the reply being generated as far as it got; it streams on."""
+        self.view.show_path(stream.prefix_id, True)  # the tree marks it
+        self.active_id = stream.prefix_id
+        stream.show_in(self.view)
+        self.stream_shown = True
+        self.view.offer_model_switch(None)
+        self.view.state_changed()
+
+    def _streamed(
+        self,
+        piece: str,
+        keep: _Keep,
+        show: _Show,
+    ) -> None:
+        stream = self.stream
+        if stream is None:
+            return
+        keep(stream, piece)
+        if self.stream_shown:
+            show(piece)
+        self._say_writing(stream)
+
+    def _say_writing(self, stream: ReplyStream) -> None:
+        # The list's row says how far the reply got; every 8 pieces is enough
+        # for a figure that moves, at no cost per token.
+        if stream.pieces % 8 == 1:
+            self.view.show_generating(
+                stream.conversation_id, f"Writing a reply… {stream.pieces:,} tokens"
+            )
+
+    def _most_recent(self, besides: int | None = None) -> int | None:
+        """The most recently used conversation (other than ``besides``)."""
+        try:
+            listed = repository.list_conversations(self.db)
+        except StorageUnavailable as exc:
+            self.view.show_error("Cannot read the database", str(exc))
+            return None
+        return next((c.id for c in listed if c.id != besides), None)
+
+    def _walk(self, move: _Move) -> None:
+        """Activate where ``move`` leads from the active node, if anywhere."""
+        active = self.active_id
+        if active is None or active not in self.snapshot:
+            return
+        target = move(self.snapshot, active)
+        if target is not None:
+            self.activate(target)
+
+    def _active_role(self) -> str | None:
+        active = self.active_id
+        node = self.snapshot.nodes.get(active) if active is not None else None
+        return node.role if node is not None else None
+
+    def _parent(self, node_id: int) -> int:
+        parent = self.snapshot.nodes[node_id].parent_id
+        assert parent is not None  # a reply is never the root
+        return parent
+
+    def _sampling(self) -> SamplingParams:
+        return self.conversation_sampling()[0]
+
+    def _begin_generation(
+        self, job: jobs.Job, prefix_id: int, pending_text: str | None
+    ) -> None:
+        n = job.n if isinstance(job, jobs.RegenerateParallel) else 0
+        assert self.conversation_id is not None  # a node is shown
+        self.stream = ReplyStream(self.conversation_id, prefix_id, pending_text, n)
+        if pending_text is not None:
+            self.attached_tokens.clear()  # the files went with the message
+        self.view.begin_reply(prefix_id, pending_text, n)
+        self.stream_shown = True
+        self.generating_job = job
+        self.view.show_generating(self.conversation_id, "Writing a reply…")
+        self.view.state_changed()
+        self.engine.submit(job)
+
+    def _end_generation(self, result: JobResult) -> None:
+        # A reply asked for around the presenter (a tool, a test) has no
+        # stream: it ends where the user is, as if they watched it.
+        stream = self.stream
+        shown = stream is None or self.stream_shown
+        self.generating_job, self.stream, self.stream_shown = None, None, False
+        if stream is not None:
+            self.view.show_generating(stream.conversation_id, None)
+        reply = result.reply
+        if reply is not None:
+            self.view.show_reply_stats(reply.stats)
+            target = result.node_id
+        elif result.stopped:
+            # Stopped before the reply began: the user's message is stored,
+            # without a reply; it is where the conversation stands now.
+            self.view.show_message(
+                "Stopped before the reply began. Your message is kept: "
+                "Ctrl+Enter with an empty box generates its reply."
+            )
+            target = None
+        else:
+            # The user's message may have been saved before the failure; show
+            # wherever the conversation now stands, and give back unsent text.
+            if stream is not None and stream.pending_text:
+                self.view.give_back_text(stream.pending_text)
+            target = self._stored_active_node()
+        if stream is not None and not shown:
+            self._ended_elsewhere(stream, result)
+            return
+        # A reply records the loaded model on its conversation: known here
+        # without reading it back (a failed one may or may not have).
+        record, info = self.shown_record, self.model_info
+        if reply is not None and record is not None and info is not None:
+            if record.title == DEFAULT_TITLE:
+                # The first message named the conversation: read the name once.
+                named = self._stored_record(record.id)
+                if named is not None and named.title != record.title:
+                    record = named
+                    self.view.show_title(record.id, record.title)
+            self.shown_record = replace(
+                record, model_path=info.path, model_identity=info.identity
+            )
+        else:
+            self.shown_record = self._stored_record(self.conversation_id)
+            if self.conversation_id is not None:
+                # A name shown at Send stays only if the message was stored.
+                self._show_stored_title(self.conversation_id)
+        tree = result.tree
+        if tree is not None and tree.conversation_id == self.conversation_id:
+            self._set_snapshot(tree)  # read by the engine thread, not here
+        else:
+            self.reload_tree()
+        if target is None and stream is not None:
+            target = self._unanswered(stream)
+        if target is None:
+            target = self._stored_active_node()
+        # Same path, now complete: a user reading higher up stays there. The
+        # job stored it as the place to reopen already: nothing to write.
+        self._show_active(target, follow=False)
+        if len(result.replies) > 1:
+            # Made together: side by side, to keep one (the first is active).
+            self.view.offer_choice([(r.assistant_node, r.text) for r in result.replies])
+        self.view.refresh_list(self.conversation_id)
+        cut = reply is not None and reply.stats.stop_reason == "context_full"
+        if result.context_full or cut:
+            self._offer_ways_on(result.error or "The reply was cut off.")
+
+    def _counted(self, name: str, result: JobResult) -> None:
+        """A file's tokens are known: keep it if the context has room for it
+        beside the conversation and the other files, else refuse it."""
+        if result.error is not None:  # said already (the job failed)
+            self.view.refuse_attachment(name, "")
+            return
+        others = sum(n for other, n in self.attached_tokens.items() if other != name)
+        # Some room stays for the typed words, the turn's markup and a reply.
+        room = result.n_ctx - result.context_tokens - others - ATTACH_MARGIN
+        if result.n_tokens > room:
+            self.view.refuse_attachment(
+                name,
+                f"{name} takes {result.n_tokens:,} tokens, but the context has "
+                f"room for about {max(room, 0):,} more ({result.n_ctx:,} in all). "
+                "Attach a shorter file or part of it, or raise the context size "
+                "in the settings.",
+            )
+            return
+        self.attached_tokens[name] = result.n_tokens
+        self.view.attachment_counted(name, result.n_tokens)
+
+    def _unanswered(self, stream: ReplyStream) -> int | None:
+        """The user's message a stopped generation left without a reply."""
+        if stream.pending_text is None or stream.prefix_id not in self.snapshot:
+            return None
+        children = self.snapshot.children
+        for child in reversed(children.get(stream.prefix_id, [])):
+            node = self.snapshot.nodes[child]
+            text = stream.pending_text.strip()
+            if node.role == "user" and node.text == text and not children.get(child):
+                return child
+        return None
+
+    def _ended_elsewhere(self, stream: ReplyStream, result: JobResult) -> None:
+        """A reply ended while the user read something else: leave them there,
+        show what changed, and take the engine to where they are."""
+        if self.conversation_id == stream.conversation_id:
+            self.reload_tree()
+        self.view.refresh_list(self.conversation_id)
+        if result.context_full:
+            self.view.show_message(
+                "The reply in the other conversation filled the context; "
+                "open it to choose how to go on."
+            )
+        self.activate(self.active_id, follow=False)
+
+    def _offer_ways_on(self, message: str) -> None:
+        """The branch filled the context: the view lets the user choose how on."""
+        if self.model_info is None or self.active_id is None:
+            return
+        info = self.model_info
+        self.view.offer_ways_on(message, info.n_ctx, info.n_ctx_train)
+
+    def _model_loaded(self, result: JobResult) -> None:
+        path, self.loading_model = self.loading_model, None
+        if result.stopped and self.model_info is not None:
+            name = shipped_catalog().name_for(self.model_info.path)
+            self.view.show_message(f"Loading stopped; {name} is loaded again.")
+        elif result.stopped:
+            self.view.show_message("Loading stopped.")
+        if result.model is None:
+            # A failed load keeps the model there was, unless it could not
+            # come back (the worker loads it again), and the settings it runs
+            # with: saved ones that failed would fail at the next start too.
+            if result.model_lost:
+                self.model_info = None
+            if self.model_info is None:
+                self.view.model_missing()
+            elif self._loaded_backend and self._loaded_backend != self.prefs.backend:
+                self.save_preferences(replace(self.prefs, backend=self._loaded_backend))
+            self.view.state_changed()
+            return
+        if isinstance(result.job, jobs.LoadModel):
+            self._loaded_backend = result.job.settings
+        self.model_info = result.model
+        self.profile_id = result.profile_id
+        self.view.model_loaded(result.model, result.n_ctx)
+        if path is not None:
+            self.save_preferences(self.prefs.with_model(path))
+        if self.active_id is not None:
+            # The tree's checkpoint marks are the new model's now.
+            self.reload_tree()
+            self.activate(self.active_id, follow=False)
+
+    def _stored_record(self, conversation_id: int | None) -> ConversationRecord | None:
+        """The conversation as stored, or None (none shown, or unreadable now)."""
+        if conversation_id is None:
+            return None
+        try:
+            return repository.get_conversation(self.db, conversation_id)
+        except (StorageUnavailable, NotFound):
+            return None
+
+    def _stored_active_node(self) -> int | None:
+        if self.conversation_id is None:
+            return None
+        record = self._stored_record(self.conversation_id)
+        return self.active_id if record is None else record.active_node_id
+
+    def _show_stored_reasoning(self) -> None:
+        # After a failed change: show what is stored, not what was asked for.
+        record = self._stored_record(self.conversation_id)
+        if record is not None:
+            self.reasoning = record.reasoning
+            self.view.show_reasoning(record.reasoning)
+
+    def _show_stored_sampling(self, conversation_id: int) -> None:
+        # After a failed change: use what is stored, not what was asked for.
+        record, shown = self._stored_record(conversation_id), self.shown_record
+        if record is not None and shown is not None and shown.id == conversation_id:
+            self.shown_record = replace(shown, sampling=record.sampling)
+
+    def _show_stored_title(self, conversation_id: int) -> None:
+        # After a failed rename: show the title that is stored (show_title
+        # puts it back in the list's row too).
+        record = self._stored_record(conversation_id)
+        if record is not None:
+            self.view.show_title(conversation_id, record.title)
+
+
+class _Keep(Protocol):
+    """Keeps a streamed piece in a ``ReplyStream``."""
+
+    def __call__(self, stream: ReplyStream, piece: str, /) -> None: ...
+
+
+class _Show(Protocol):
+    """Shows a streamed piece in the view."""
+
+    def __call__(self, piece: str, /) -> None: ...
+
+
+class _Move(Protocol):
+    """A keyboard move through the tree: (tree, active node) → node, or None."""
+
+    def __call__(self, tree: TreeSnapshot, node_id: int, /) -> int | None: ...
