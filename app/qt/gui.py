@@ -100,14 +100,15 @@ def init_logs(data_dir: Path, verbose: bool) -> str | None:
 def build_window(
     db: Database,
     model: Path | None,
-    gpu_supported: bool,
+    gpu_supported: bool | None = None,
     hub_endpoint: str | None = None,
 ) -> MainWindow:
     """Wire the engine thread, the model library's threads and the window on an
     open database, and start it.
 
     ``model`` None means: the remembered model, else the starter model, else
-    the welcome page asks for one. ``hub_endpoint`` is the Hub's address for
+    the welcome page asks for one. ``gpu_supported`` None: the engine thread
+    asks llama.cpp (tests say it). ``hub_endpoint`` is the Hub's address for
     tests; None uses ``HF_ENDPOINT`` or the Hub (``huggingface_hub`` reads it).
     """
     repository.mark_interrupted_generations(db)
@@ -183,10 +184,7 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
         # Fatal at startup: explain, then exit (there is no window to return to).
         QMessageBox.critical(None, "Arbor cannot start", str(exc))
         return 1
-    # Loads llama.cpp's backends and asks for a GPU (about 0.2 s here).
-    from app.backend.engine import gpu_offload_supported
-
-    window = build_window(db, model, gpu_offload_supported())
+    window = build_window(db, model)
     instance.activation_requested.connect(lambda: bring_to_front(window))
     window.show()
     if previous_crash:

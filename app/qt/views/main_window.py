@@ -74,7 +74,8 @@ class MainWindow(QMainWindow):
     prefs
         The user's preferences (saved back when they change).
     gpu_supported
-        Whether this llama.cpp build can offload layers (for the settings).
+        Whether this llama.cpp build can offload layers (for the settings);
+        None: as the engine thread found (False until it has asked).
     models
         The model library and its download and library threads; the window
         shuts them down when closed.
@@ -85,7 +86,7 @@ class MainWindow(QMainWindow):
         db: Database,
         engine: EngineController,
         prefs: Preferences,
-        gpu_supported: bool,
+        gpu_supported: bool | None,
         models: ModelServices,
         parent: QWidget | None = None,
     ) -> None:
@@ -675,7 +676,9 @@ class MainWindow(QMainWindow):
         library = self.models.library
         dialog = SettingsDialog(
             self.prefs,
-            self._gpu_supported,
+            self._gpu_supported
+            if self._gpu_supported is not None
+            else bool(self.engine.gpu_supported),
             self,
             folder_for=self._model_folder,
             loaded=self.model_info,

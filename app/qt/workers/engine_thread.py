@@ -45,6 +45,7 @@ class EngineController(QObject):
     finished = Signal(object)
 
     _job_requested = Signal(object)
+    _gpu_check_requested = Signal()
     _shutdown_requested = Signal()
 
     def __init__(self, db: Database, parent: QObject | None = None) -> None:
@@ -60,8 +61,14 @@ class EngineController(QObject):
         self._worker.progress.connect(self.progress)
         self._worker.failed.connect(self.failed)
         self._worker.finished.connect(self._on_worker_finished)
+        self._gpu_check_requested.connect(self._worker.check_gpu)
+        self._worker.gpu_checked.connect(self._on_gpu_checked)
         self._pending = 0
+        # Whether llama.cpp can offload layers; None until the worker has
+        # asked, its first task, so the GUI thread never loads libllama.
+        self.gpu_supported: bool | None = None
         self._thread.start()
+        self._gpu_check_requested.emit()
 
     @property
     def worker(self) -> EngineWorker:
@@ -92,6 +99,10 @@ class EngineController(QObject):
         if self._thread.isRunning():
             self.stop()
         end_thread(self._thread, self._shutdown_requested, SHUTDOWN_WAIT_MS)
+
+    @Slot(bool)
+    def _on_gpu_checked(self, supported: bool) -> None:
+        self.gpu_supported = supported
 
     @Slot(object)
     def _on_worker_finished(self, result: JobResult) -> None:

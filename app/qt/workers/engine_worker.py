@@ -62,6 +62,8 @@ class EngineWorker(QObject):
         This job failed with a message written for a person.
     finished(object)
         A job ended (after success *and* failure) with its ``JobResult``.
+    gpu_checked(bool)
+        Whether llama.cpp found a GPU to offload layers to (``check_gpu``).
     """
 
     started = Signal(object)
@@ -71,6 +73,7 @@ class EngineWorker(QObject):
     progress = Signal(int, int)
     failed = Signal(object, str)
     finished = Signal(object)
+    gpu_checked = Signal(bool)
 
     def __init__(self, db: Database) -> None:
         super().__init__()
@@ -79,6 +82,21 @@ class EngineWorker(QObject):
         # Set from the GUI thread, polled here between tokens: a threading.Event
         # is the cheapest thread-safe flag and needs no event loop round trip.
         self.cancel_requested = threading.Event()
+
+    @Slot()
+    def check_gpu(self) -> None:
+        """Ask llama.cpp whether it can offload layers, which loads libllama
+        (about 0.2 s): here, so that the window is on screen first."""
+        from app.backend.engine import gpu_offload_supported
+
+        try:
+            supported = gpu_offload_supported()
+        except (OSError, RuntimeError) as exc:
+            # A build that cannot load says so when a model is loaded; here
+            # it only means no GPU to offer.
+            log.warning("could not ask llama.cpp for a GPU: %s", exc)
+            supported = False
+        self.gpu_checked.emit(supported)
 
     @Slot(object)
     def run(self, job: jobs.Job) -> None:
