@@ -45,6 +45,20 @@ def test_importing_does_not_load_the_native_library(module, absent):
     assert _loaded_after_import(module, absent) == []
 
 
+@pytest.mark.parametrize(
+    "module",
+    [
+        "app.backend.values",
+        "app.backend.settings",
+        "app.backend.offload",
+        "app.backend.errors",
+    ],
+)
+def test_the_values_the_window_names_load_no_native_code(module):
+    # The window may import these (tests/test_layering.py BACKEND_VALUES).
+    assert _loaded_after_import(module, ("llama_cpp", "numpy", "PySide6")) == []
+
+
 def test_the_engine_still_loads_it():
     assert _loaded_after_import("app.backend.engine", ("llama_cpp",)) == ["llama_cpp"]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from app.backend.values import SamplingParams
 from app.platform.paths import database_path
 from app.preferences import load_preferences
 from app.qt.workers.engine_worker import EngineWorker
-from app.values import SamplingParams
 from app.window import jobs
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
 from app.window.jobs import JobResult

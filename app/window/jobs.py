@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.backend.settings import BackendSettings
+from app.backend.values import SamplingParams
 from app.preferences import Preferences
-from app.values import BackendSettings, SamplingParams
 
 if TYPE_CHECKING:
+    from app.backend.values import ModelInfo
     from app.conversation.results import Reply, SyncStats
     from app.conversation.tree_snapshot import TreeSnapshot
-    from app.values import ModelInfo
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,14 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.backend.settings import BackendSettings
+from app.backend.values import ModelInfo, SamplingParams
 from app.conversation.presets import Preset, conversation_sampling, stored_sampling
 from app.conversation.titles import title_from
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.library.catalog import shipped_catalog
 from app.library.units import format_bytes
 from app.preferences import Preferences
-from app.values import BackendSettings, ModelInfo, SamplingParams
 from app.window import jobs
 from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.window.jobs import JobResult

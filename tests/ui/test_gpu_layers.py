@@ -6,9 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from app.backend.offload import OffloadCost
+from app.backend.settings import ALL_GPU_LAYERS, AUTO_GPU_LAYERS
 from app.backend.values import Device, ModelInfo, StateKind
 from app.qt.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
-from app.values import ALL_GPU_LAYERS, AUTO_GPU_LAYERS, OffloadCost
 
 GIB = 1024**3
 # A 7B-like model: 32 repeating layers of 120 MiB, 0.25 GiB output, 128 KiB

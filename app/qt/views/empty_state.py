@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.values import ModelInfo
 from app.library.catalog import shipped_catalog
 from app.qt.views.theme import app_icon, icon
-from app.values import ModelInfo
 
 # Short and answerable by a small model on a slow computer: the first reply
 # should come quickly and make sense.

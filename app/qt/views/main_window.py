@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.values import ModelInfo
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.library.installed import models_dir_for
 from app.preferences import Preferences
@@ -55,7 +56,6 @@ from app.qt.views.zoom import TextZoom
 from app.qt.workers.engine_thread import EngineController
 from app.qt.workers.library_worker import ModelServices
 from app.text.attachments import AttachmentError, read_attachment, split
-from app.values import ModelInfo
 from app.window.actions import SHORTCUTS_HELP
 from app.window.presenter import WindowPresenter
 from storage.db import Database

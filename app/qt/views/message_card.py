@@ -22,13 +22,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.values import MAX_FORKS
 from app.qt.views.attachment_chips import AttachmentChips
 from app.qt.views.message_body import MessageBody
 from app.qt.views.streaming_body import PART_CHARS, StreamingBody
 from app.qt.views.theme import icon
 from app.qt.views.thinking import ThinkingSection
 from app.text.attachments import split
-from app.values import MAX_FORKS
 from app.window.actions import TIMES
 
 ROLE_TITLES = {"root": "System prompt", "user": "You", "assistant": "Assistant"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QSpinBox, QWidget
 
-from app.values import SamplingParams
+from app.backend.values import SamplingParams
 
 
 class SamplingForm(QWidget):

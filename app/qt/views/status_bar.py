@@ -29,7 +29,7 @@ from app.library.catalog import shipped_catalog
 from app.qt.views.elided_label import ElidedLabel
 
 if TYPE_CHECKING:
-    from app.values import ModelInfo
+    from app.backend.values import ModelInfo
 
 
 class SyncFigures(Protocol):

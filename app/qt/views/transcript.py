@@ -68,6 +68,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.values import ModelInfo
 from app.conversation.tree_snapshot import PathEntry
 from app.qt.views.alternatives import AlternativesRow, ChoiceRow
 from app.qt.views.empty_state import EmptyState
@@ -82,7 +83,6 @@ from app.qt.views.transcript_layout import (
     text_shape,
     tops,
 )
-from app.values import ModelInfo
 from storage.repository import NodeSummary
 
 STREAM_REPAINT_MS = 40

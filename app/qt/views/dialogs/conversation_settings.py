@@ -22,9 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.errors import InvalidSetting
+from app.backend.values import SamplingParams
 from app.conversation.presets import Preset, with_preset, without_preset
 from app.qt.views.sampling_form import SamplingForm
-from app.values import InvalidSetting, SamplingParams
 
 # The preset list's first entry: the sampling shown is the conversation's own
 # (the Settings' where it has none).

@@ -19,8 +19,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.offload import best_layers
+from app.backend.settings import ALL_GPU_LAYERS, AUTO_GPU_LAYERS
+from app.backend.values import ModelInfo
 from app.library.units import format_bytes
-from app.values import ALL_GPU_LAYERS, AUTO_GPU_LAYERS, ModelInfo, best_layers
 
 NO_GPU_EXPLANATION = (
     "llama.cpp found no GPU, so every layer runs on the CPU. Arbor drives "

@@ -31,17 +31,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.errors import InvalidSetting
+from app.backend.settings import KV_CACHE_TYPES, BackendSettings
+from app.backend.values import ModelInfo
 from app.library.catalog import shipped_catalog
 from app.preferences import TEXT_SCALES, Preferences
 from app.qt.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
 from app.qt.views.sampling_form import SamplingForm
 from app.qt.views.welcome import choose_model_file
-from app.values import (
-    KV_CACHE_TYPES,
-    BackendSettings,
-    InvalidSetting,
-    ModelInfo,
-)
 
 __all__ = ["NO_GPU_EXPLANATION", "THREADS_NOTE", "SettingsDialog"]
 
