@@ -518,6 +518,27 @@ def test_stop_while_a_long_prompt_is_read_ends_within_a_batch(open_session, tiny
     assert s.engine.results[-1].reply is not None
 
 
+def test_stop_pressed_before_a_queued_reply_starts_stops_it(open_session, tiny_model):
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    assert p.send("hello there", None) is True
+    # The window shows the reply as coming; the engine thread has not begun it.
+    assert p.generating and s.engine.queue
+    assert p.stop() is True
+    s.engine.run_jobs()
+    result = s.engine.results[-1]
+    # Stopped before its first token, as a Stop at once would have.
+    assert result.reply is not None
+    assert result.reply.stats.stop_reason == "stopped"
+    assert result.reply.stats.generated_tokens == 0
+    # The Stop is used up: the next reply runs its course.
+    assert p.send("and again", None) is True
+    s.engine.run_jobs()
+    reply = s.engine.results[-1].reply
+    assert reply is not None and reply.stats.stop_reason != "stopped"
+    assert reply.stats.generated_tokens > 0
+
+
 def test_stop_while_a_model_loads_keeps_the_model_there_was(
     open_session, tiny_model, other_tiny_model
 ):

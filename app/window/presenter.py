@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 from app.backend.settings import BackendSettings
 from app.backend.values import ModelInfo, SamplingParams
@@ -127,8 +127,18 @@ def failure_title(job: jobs.Job) -> str:
             return "Cannot evict checkpoints"
         case jobs.ClearCheckpoints():
             return "Cannot clear checkpoints"
-        case _:
+        case (
+            jobs.Send()
+            | jobs.Edit()
+            | jobs.Regenerate()
+            | jobs.RegenerateParallel()
+            | jobs.GenerateReply()
+            | jobs.ContinueReply()
+        ):
             return "Could not generate a reply"
+        case _:
+            # A new job type needs its own title (mypy checks it is listed).
+            assert_never(job)
 
 
 class Engine(Protocol):

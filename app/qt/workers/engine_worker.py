@@ -101,7 +101,6 @@ class EngineWorker(QObject):
     @Slot(object)
     def run(self, job: jobs.Job) -> None:
         """Run one job and report it; never raises expected errors."""
-        self.cancel_requested.clear()
         self.started.emit(job)
         name = type(job).__name__
         engine = self._service.engine
@@ -142,6 +141,10 @@ class EngineWorker(QObject):
         finally:
             if engine is not None:
                 engine.decode_watch = None
+            # A Stop is used up by the job it reached. Cleared at the end, not
+            # the start: one pressed while a reply waits in the queue (shown as
+            # coming) stops that reply rather than being forgotten.
+            self.cancel_requested.clear()
         self.finished.emit(result)
 
     def _watch_decode(self, done: int, total: int) -> bool:
