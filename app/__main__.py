@@ -14,7 +14,7 @@ def wants_window(argv: Sequence[str]) -> bool:
     """Whether the command line names no subcommand (and asks for no help)."""
     if any(arg in ("-h", "--help") for arg in argv):
         return False
-    from app.cli import UsageError, build_parser
+    from app.cli.parser import UsageError, build_parser
 
     try:
         args = build_parser().parse_args(list(argv))
@@ -27,7 +27,7 @@ def main() -> None:
     """Run Arbor with the process's arguments and exit with its status."""
     argv = sys.argv[1:]
     if wants_window(argv):
-        from app.cli import build_parser
+        from app.cli.parser import build_parser
         from app.platform.qt_deps import check_xcb
 
         missing = check_xcb()
@@ -38,7 +38,7 @@ def main() -> None:
 
         args = build_parser().parse_args(argv)
         sys.exit(run_gui(args.data_dir, args.model, args.verbose))
-    from app.cli import run
+    from app.cli.commands import run
 
     sys.exit(run(argv))
 

@@ -183,11 +183,11 @@ def spawn_cli(
 
 
 # Imports the CLI, waits for a line on stdin, then runs it on its arguments:
-# the same ``app.cli.run`` as ``python -m app`` (whose ``main`` only adds
+# the same ``app.cli.commands.run`` as ``python -m app`` (whose ``main`` only adds
 # ``sys.exit``), minus the second of start-up, so a race can be aimed.
 _ARMED = (
     "import sys\n"
-    "from app.cli import run\n"
+    "from app.cli.commands import run\n"
     "sys.stdin.readline()\n"
     "sys.exit(run(sys.argv[1:]))\n"
 )

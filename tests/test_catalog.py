@@ -114,7 +114,7 @@ def test_a_reply_left_generating_takes_the_full_way(path: Path):
 def test_arbor_list_needs_no_sqlalchemy(path: Path):
     # A fresh interpreter runs the command as `arbor list` would.
     program = (
-        "import sys; from app.cli import run; "
+        "import sys; from app.cli.commands import run; "
         f"status = run(['--data-dir', {str(path.parent)!r}, 'list']); "
         "print(repr((status, sorted(m for m in ('sqlalchemy', 'jinja2', 'llama_cpp', "
         "'numpy', 'PySide6') if m in sys.modules))), file=sys.stderr)"

@@ -256,7 +256,7 @@ def test_the_cli_deletes_a_deep_conversation_and_a_deep_branch(data_dir):
 _REFUSING_CLI = """
 import sqlite3, sys
 from sqlalchemy import delete
-from app import cli
+from app.cli import commands as cli
 from storage import repository
 from storage.models import Conversation
 

@@ -28,7 +28,7 @@ def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize(
     ("module", "absent"),
     [
-        ("app.cli", ("llama_cpp", "numpy", "PySide6", "sqlalchemy", "jinja2")),
+        ("app.cli.commands", ("llama_cpp", "numpy", "PySide6", "sqlalchemy", "jinja2")),
         ("app.qt.views.main_window", ("llama_cpp", "numpy")),
         ("app.qt.gui", ("llama_cpp", "numpy")),
         ("app.preferences", ("llama_cpp", "numpy", "PySide6")),

@@ -14,6 +14,7 @@ written during the move. Each step is timed on its own, for a sibling switch
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from app.bench.errors import BenchError
@@ -52,8 +53,8 @@ def measure_move_breakdown(
     reader = CheckpointReader()
     for _ in range(max(repeats, 5)):  # single steps are fast: a few more samples
         cold = TreeCache(db, profile_id)
-        timed("index", lambda cold=cold: cold.path(leaf_id))
-        timed("cached", lambda cold=cold: cold.path(leaf_id))
+        timed("index", functools.partial(cold.path, leaf_id))
+        timed("cached", functools.partial(cold.path, leaf_id))
         timed("path", lambda: repository.get_path(db, leaf_id))
         refs = [(n, cold.checkpoint(n.id)) for n in path[first:] if n.tokens]
         if any(ref is None for _n, ref in refs):

@@ -20,4 +20,5 @@ def to_json(report: Report) -> dict[str, Any]:
             return [rounded(v) for v in value]
         return value
 
-    return rounded(asdict(report))
+    data: dict[str, Any] = rounded(asdict(report))
+    return data

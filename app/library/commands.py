@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.interrupt import StopRequest
+from app.cli.interrupt import StopRequest
 from app.library import names
 from app.library.catalog import CatalogEntry, shipped_catalog
 from app.library.download import DownloadStopped, Progress, pull

@@ -12,10 +12,10 @@ import signal
 import sys
 
 from app.backend.values import SamplingParams
+from app.cli.interrupt import StopRequest
 from app.conversation.errors import USER_ERRORS
 from app.conversation.results import Reply
 from app.conversation.service import ConversationService
-from app.interrupt import StopRequest
 
 HELP = "Type a message. /regen: another reply, /new: new conversation, /quit: exit."
 

@@ -1,0 +1,28 @@
+"""What the command line prints: JSON on stdout, one shape per value."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.conversation.results import Reply
+
+
+def reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = {
+        "user_node": reply.user_node,
+        "assistant_node": reply.assistant_node,
+        "text": reply.text,
+        **({"thinking": reply.thinking} if reply.thinking else {}),
+        "stats": reply.stats.as_dict(),
+    }
+    data.update(extra or {})
+    return data
+
+
+def emit(data: Any) -> int:
+    json.dump(data, sys.stdout, ensure_ascii=False, indent=2, default=str)
+    sys.stdout.write("\n")
+    return 0

