@@ -18,4 +18,5 @@ class StopRequest:
         self.requested = True
 
     def __call__(self) -> bool:
+        """Whether a stop was asked for (the service's ``should_stop``)."""
         return self.requested

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 
 def reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A reply as the commands that generate print it, with ``extra`` fields
+    (the budget's evictions, for one) beside it."""
     data = {
         "user_node": reply.user_node,
         "assistant_node": reply.assistant_node,
@@ -23,6 +25,7 @@ def reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, A
 
 
 def emit(data: Any) -> int:
+    """Print ``data`` as indented JSON (non-ASCII kept as is); exit status 0."""
     json.dump(data, sys.stdout, ensure_ascii=False, indent=2, default=str)
     sys.stdout.write("\n")
     return 0
