@@ -7,6 +7,7 @@ Tests fail on Qt warnings and on QThreads left running.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -129,6 +130,13 @@ class WindowFactory:
         for window, db in self._opened:
             window.close()
             db.close()
+        # Collect the closed windows' cycles here, on the GUI thread. Left to
+        # chance, the collection can fall on the next test's engine thread,
+        # where PySide6 disconnects a dead receiver's connection holding one
+        # of Qt's connection mutexes and then waits for the GIL, while the GUI
+        # thread holds the GIL and waits for that mutex: a hang (seen in
+        # test_models_dialog, gdb: QObject::disconnect from handle_weakrefs).
+        gc.collect()
 
 
 @pytest.fixture
