@@ -7,13 +7,16 @@ JSON value, so a database carries its user's choices with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.presets import STARTER_PRESETS, Preset, presets_from_stored
 from storage import repository
 from storage.db import Database
+
+if TYPE_CHECKING:
+    from app.conversation.service import ConversationService
 
 # How many model files the recent-models list remembers.
 RECENT_MODELS_LIMIT = 8
@@ -134,3 +137,19 @@ def save_preferences(db: Database, prefs: Preferences) -> None:
     repository.set_setting(db, "models_dir", prefs.models_dir)
     repository.set_setting(db, "text_scale", prefs.text_scale)
     repository.set_setting(db, "presets", [p.as_dict() for p in prefs.presets])
+
+
+def keep_checkpoints_within_budget(service: ConversationService) -> dict[str, int]:
+    """Evict checkpoints beyond the Storage dialog's budget, as the window
+    does after a reply; for the CLI and the server after theirs.
+
+    Least recently used first, the checkpoints just written last. Returns
+    ``{"evicted_bytes": N}`` when any were evicted, else ``{}``.
+    """
+    if service.db.read_only:
+        return {}  # nothing was written, and nothing can be deleted
+    budget = load_preferences(service.db).checkpoint_budget_bytes
+    if budget is None:
+        return {}
+    evicted = service.evict_checkpoints(budget)
+    return {"evicted_bytes": evicted} if evicted else {}

@@ -666,6 +666,33 @@ def get_children(db: Database, node_id: int) -> list[NodeRecord]:
         return [_node_record(n) for n in rows]
 
 
+def child_texts(db: Database, node_id: int) -> list[tuple[int, Role, str]]:
+    """(id, role, text) of each child of a node, oldest first: what matching
+    a message list against the tree reads (no tokens, no blobs)."""
+    if not _valid_id(node_id):
+        return []
+    with db.read() as s:
+        rows = s.execute(
+            select(Node.id, Node.role, Node.text)
+            .where(Node.parent_id == node_id)
+            .order_by(Node.id)
+        )
+        return [(row[0], Role(row[1]), row[2]) for row in rows]
+
+
+def root_texts(db: Database, conversation_id: int) -> list[tuple[int, str]]:
+    """(id, system prompt) of each start of a conversation, oldest first."""
+    if not _valid_id(conversation_id):
+        return []
+    with db.read() as s:
+        rows = s.execute(
+            select(Node.id, Node.text)
+            .where(Node.conversation_id == conversation_id, Node.parent_id.is_(None))
+            .order_by(Node.id)
+        )
+        return [(row[0], row[1]) for row in rows]
+
+
 @dataclass(frozen=True)
 class CheckpointRef:
     """Where a node's checkpoint is, and what its checksum was made over.

@@ -34,9 +34,14 @@ CONTRACTS: list[tuple[list[str], tuple[str, ...], str]] = [
     # (tests/test_import_weight.py runs it).
     (["app/qt/gui.py"], ("app.backend",), "the engine thread loads the backend"),
     (WINDOW_SIDE, ENGINE_MODULES, "the window drives the engine through jobs"),
+    (["app", "storage"], ("aiohttp",), "only app/server speaks HTTP"),
 ]
 # Where a contract does not reach, by the forbidden name.
-EXEMPT = {"PySide6": ("app/qt/",), "llama_cpp": ("app/backend/",)}
+EXEMPT = {
+    "PySide6": ("app/qt/",),
+    "llama_cpp": ("app/backend/",),
+    "aiohttp": ("app/server/",),
+}
 # The backend's plain values, which the window names: their one home is beside
 # the backend that consumes them; they load no native code
 # (tests/test_import_weight.py). Nothing else of app.backend.

@@ -195,22 +195,10 @@ def _generating(
 
 
 def _keep_within_budget(service: ConversationService) -> dict[str, int]:
-    """Evict checkpoints beyond the budget, as the window does after a reply.
+    # Imported here: the reading commands start without the preferences.
+    from app.preferences import keep_checkpoints_within_budget
 
-    For the commands that write checkpoints. The budget is the window's
-    preference (its Storage dialog), the eviction the service's: least
-    recently used first, the checkpoints just written last. Returns what
-    the command's JSON reports: ``evicted_bytes`` when any were.
-    """
-    from app.preferences import load_preferences
-
-    if service.db.read_only:
-        return {}  # nothing was written, and nothing can be deleted
-    budget = load_preferences(service.db).checkpoint_budget_bytes
-    if budget is None:
-        return {}
-    evicted = service.evict_checkpoints(budget)
-    return {"evicted_bytes": evicted} if evicted else {}
+    return keep_checkpoints_within_budget(service)
 
 
 def _note_model_used(service: ConversationService) -> None:
@@ -499,6 +487,27 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         return status
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from app.server.serve import ServeError, ServeOptions, serve
+
+    options = ServeOptions(
+        model=resolve_model(args.model),
+        database=paths.database_path(args.data_dir),
+        settings=args.settings,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        cors_origins=tuple(args.cors_origin),
+        queue_limit=args.queue,
+    )
+    try:
+        serve(options, lambda line: print(line, flush=True))
+    except ServeError as exc:
+        print(f"arbor: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from app.bench.command import run_bench
 
@@ -527,4 +536,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "chat": _cmd_chat,
     "models": _cmd_models,
     "bench": _cmd_bench,
+    "serve": _cmd_serve,
 }

@@ -20,6 +20,7 @@ from app.backend.settings import (
 )
 from app.backend.values import MAX_FORKS, SamplingParams
 from app.platform.starter_model import starter_model_path
+from app.server import DEFAULT_PORT
 
 if TYPE_CHECKING:
     pass
@@ -271,6 +272,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--system", type=_text_type("system prompt"), help="system prompt"
     )
     _sampling_flags(chat)
+
+    serve = sub.add_parser(
+        "serve",
+        help="an OpenAI-compatible API whose prompt cache is the conversation tree",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port",
+        type=_int_type(0, 65535, "--port must be 0 to 65535"),
+        default=DEFAULT_PORT,
+        help=f"port (default {DEFAULT_PORT}; 0: any free one)",
+    )
+    serve.add_argument(
+        "--api-key",
+        type=_text_type("API key"),
+        help="key clients must send (required off loopback; or ARBOR_API_KEY)",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin allowed to call the API (repeatable; '*' for any)",
+    )
+    serve.add_argument(
+        "--queue",
+        type=_int_type(0, 1000, "--queue must be 0 to 1000"),
+        default=8,
+        help="requests that may wait behind the running one (default 8)",
+    )
 
     bench = sub.add_parser(
         "bench", help="measure restoring vs. reprocessing on a scratch database"

@@ -308,6 +308,28 @@ class ConversationService:
         self._render_root(conversation_id, root)
         return root.id
 
+    def add_message(self, parent_id: int, role: Role, text: str) -> int:
+        """Add a message written elsewhere under ``parent_id``, without
+        generating: a user message under a start or a reply, or a reply under
+        a user message (a history an API client sends). Returns its id.
+
+        Its span is rendered and decoded on the way to a node below it, and
+        checkpointed then, like an imported message's.
+        """
+        parent = repository.get_node(self.db, parent_id)
+        expected = (
+            (Role.USER,) if role == Role.ASSISTANT else (Role.ROOT, Role.ASSISTANT)
+        )
+        if role not in (Role.USER, Role.ASSISTANT) or parent.role not in expected:
+            raise ServiceError(f"A {role} message cannot follow a {parent.role} node.")
+        _check_text(text, "message")
+        with self.db.adding() as added:
+            node = repository.add_node(self.db, parent_id, role, text)
+            added.add(node.id)
+        if role == Role.USER and parent.parent_id is None:
+            repository.title_if_unnamed(self.db, node.conversation_id, title_from(text))
+        return node.id
+
     def stored_sampling(self, node_id: int) -> dict[str, Any] | None:
         """The sampling stored with ``node_id``'s conversation (None: none)."""
         node = repository.get_node(self.db, node_id)

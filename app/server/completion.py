@@ -1,0 +1,186 @@
+"""One chat completion, on the thread that owns the engine: the request's
+messages matched against the tree, the rest added, the reply generated.
+
+The tree is the cache. The request's system prompt picks a start of the
+client's conversation, and each turn a child with the same role and text;
+the deepest node matched is where the context is restored from its
+checkpoints (or kept, when the engine is already there). Only the turns
+below it are decoded, and they and the reply are stored as nodes, so the
+next request that extends or branches from this one restores in turn, also
+after a restart.
+
+Which conversation: the one named by the ``X-Arbor-Conversation`` header
+(any conversation, the window's included), else one per ``user`` field
+(one for requests without it), remembered in the settings table.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from app.server.requests import ChatRequest, Turn
+from app.server.stop_strings import StopScanner
+from storage import repository
+from storage.errors import NotFound
+from storage.values import Role
+
+if TYPE_CHECKING:
+    from app.conversation.results import Reply
+    from app.conversation.service import ConversationService
+
+# The settings key that remembers each API client's conversation.
+_CLIENT_KEY = "server.conversation:"
+CLIENT_TITLE = "Local server"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished reply, and what the client sees of it (stop strings cut)."""
+
+    reply: Reply
+    content: str
+    conversation_id: int
+    matched_turns: int  # of the request's turns, those found in the tree
+    stopped_by_string: bool
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's name for why the reply ended."""
+        if self.stopped_by_string:
+            return "stop"
+        return "length" if self.reply.stats.stop_reason == "max_tokens" else "stop"
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens of context before the reply's first sampled token."""
+        stats = self.reply.stats
+        return (
+            stats.kept_tokens
+            + stats.restored_tokens
+            + stats.reprocessed_tokens
+            + stats.prompt_tokens
+        )
+
+    @property
+    def cached_tokens(self) -> int:
+        """Of the prompt, the tokens kept in the context or restored."""
+        return self.reply.stats.kept_tokens + self.reply.stats.restored_tokens
+
+
+def complete(
+    service: ConversationService,
+    request: ChatRequest,
+    conversation_id: int | None,
+    on_text: Callable[[str], None] | None,
+    on_thinking: Callable[[str], None] | None,
+    cancelled: threading.Event,
+) -> Completion:
+    """Answer ``request`` in the named conversation or the client's own.
+
+    ``on_text`` receives the answer as it streams (stop strings applied),
+    ``on_thinking`` the reasoning; ``cancelled`` ends the reply early (the
+    client went away). Raises ``NotFound`` for an unknown conversation.
+    """
+    conversation_id, start = _start(service, request, conversation_id)
+    node, matched = _deepest_match(service, start, request.turns)
+    scanner = StopScanner(request.stop)
+
+    def text(piece: str) -> None:
+        shown = scanner.feed(piece)
+        if shown and on_text is not None:
+            on_text(shown)
+
+    def should_stop() -> bool:
+        return cancelled.is_set() or scanner.stopped
+
+    remaining = request.turns[matched:]
+    common = (request.sampling, text, should_stop, on_thinking)
+    if not remaining:  # the request ends on a user message already stored
+        reply = replace(service.reply(node, *common), user_node=node)
+    else:
+        for turn in remaining[:-1]:
+            node = service.add_message(node, Role(turn.role), turn.text)
+        reply = service.send(node, remaining[-1].text, *common)
+    tail = scanner.finish()
+    if tail and on_text is not None:
+        on_text(tail)
+    content = _cut_at_stop(reply.text, request.stop)
+    return Completion(reply, content, conversation_id, matched, scanner.stopped)
+
+
+def _start(
+    service: ConversationService, request: ChatRequest, conversation_id: int | None
+) -> tuple[int, int]:
+    """The conversation and the start (root) whose system prompt is the
+    request's, made if there is none."""
+    db = service.db
+    if conversation_id is None:
+        conversation_id = _client_conversation(service, request)
+    else:
+        repository.get_conversation(db, conversation_id)  # NotFound if unknown
+    if conversation_id is None:
+        conversation_id, root = service.new_conversation(
+            request.system or None, _client_title(request.user)
+        )
+        repository.set_setting(db, _CLIENT_KEY + (request.user or ""), conversation_id)
+        return conversation_id, root
+    wanted = request.system.strip()
+    for root_id, text in repository.root_texts(db, conversation_id):
+        if text.strip() == wanted:
+            return conversation_id, root_id
+    return conversation_id, service.new_system_prompt(conversation_id, request.system)
+
+
+def _client_conversation(
+    service: ConversationService, request: ChatRequest
+) -> int | None:
+    known = repository.get_setting(service.db, _CLIENT_KEY + (request.user or ""))
+    if not isinstance(known, int):
+        return None
+    try:
+        repository.get_conversation(service.db, known)
+    except NotFound:
+        return None  # deleted in the window since: a new one is made
+    return known
+
+
+def _client_title(user: str | None) -> str:
+    return f"{CLIENT_TITLE} · {user}" if user else CLIENT_TITLE
+
+
+def _deepest_match(
+    service: ConversationService, start: int, turns: tuple[Turn, ...]
+) -> tuple[int, int]:
+    """The deepest node below ``start`` along ``turns``, and how many turns
+    it took. The newest of equal children wins: the branch last worked on."""
+    node, matched = start, 0
+    for turn in turns:
+        child = _matching_child(service, node, turn)
+        if child is None:
+            break
+        node, matched = child, matched + 1
+    return node, matched
+
+
+def _matching_child(service: ConversationService, node: int, turn: Turn) -> int | None:
+    role = Role(turn.role)
+    # A reply is compared without its surrounding white space: clients (and
+    # Arbor's own reply text) trim it. A user message must match exactly,
+    # because its span was rendered from exactly that text.
+    wanted = turn.text.strip() if role == Role.ASSISTANT else turn.text
+    for child_id, child_role, text in reversed(
+        repository.child_texts(service.db, node)
+    ):
+        if child_role != role:
+            continue
+        if (text.strip() if role == Role.ASSISTANT else text) == wanted:
+            return child_id
+    return None
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+    cuts = [at for s in stops if (at := text.find(s)) >= 0]
+    return text[: min(cuts)] if cuts else text

@@ -1,0 +1,467 @@
+"""The HTTP side: OpenAI's ``/v1/models`` and ``/v1/chat/completions``, on
+aiohttp (a maintained asyncio server and client in one package).
+
+Every failure answers with OpenAI's error body, ``{"error": {"message",
+"type", "param", "code"}}``, and the status a client library maps to its
+exceptions; none shows a traceback. Work on the model goes to the
+``EngineOwner``'s thread; this side only parses, waits and writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from app.backend.errors import ContextFullError
+from app.conversation.errors import USER_ERRORS
+from app.server.completion import Completion, complete
+from app.server.engine_owner import Busy, EngineOwner, Loading
+from app.server.requests import BadRequest, ChatRequest, parse_chat_request
+from storage.errors import NotFound, StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+# The largest request body taken (a long agent conversation is well under).
+MAX_BODY_BYTES = 8 * 1024 * 1024
+CONVERSATION_HEADER = "X-Arbor-Conversation"
+# Seconds a refused client is told to wait: a reply of a small local model.
+_RETRY_BUSY_S = 2
+_RETRY_LOADING_S = 5
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What the HTTP side needs to know of the model and the options."""
+
+    model_id: str
+    model_names: frozenset[str]  # what a request's "model" may say
+    created: int  # the model file's time, for /v1/models
+    api_key: str | None
+    cors_origins: tuple[str, ...]
+
+
+def build_app(
+    owner: EngineOwner,
+    config: ServerConfig,
+    log_request: Callable[[str], None],
+) -> web.Application:
+    """The aiohttp application; ``log_request`` gets one line per request."""
+    app = web.Application(
+        client_max_size=MAX_BODY_BYTES,
+        middlewares=[
+            _logged(log_request),
+            _errors_as_json,
+            _cors(config.cors_origins),
+            _authorized(config.api_key),
+        ],
+    )
+    api = _Api(owner, config)
+    app.router.add_get("/v1/models", api.models)
+    app.router.add_post("/v1/chat/completions", api.chat_completions)
+    return app
+
+
+def error_response(
+    status: int,
+    message: str,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """OpenAI's error body with ``status``."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+# --- middlewares ---------------------------------------------------------------
+
+
+def _logged(log_request: Callable[[str], None]) -> Any:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        response = await handler(request)
+        ms = (time.perf_counter() - started) * 1000
+        note = response.get("arbor_note", "") if hasattr(response, "get") else ""
+        log_request(
+            f"{request.method} {request.path} {response.status} {ms:.0f} ms{note}"
+        )
+        return response
+
+    return middleware
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # aiohttp's own refusals (unknown path, wrong method, body too large)
+    # become OpenAI error bodies too; anything unexpected is a 500 that is
+    # logged, never a traceback in the body.
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status == 413:
+            return error_response(
+                413,
+                f"The request body is larger than {MAX_BODY_BYTES:,} bytes.",
+                code="request_too_large",
+            )
+        if exc.status >= 400:
+            return error_response(exc.status, exc.reason, code=None)
+        raise
+    except Exception:
+        log.exception("the request failed")
+        return error_response(500, "The server failed; see its log.", "server_error")
+
+
+def _cors(origins: tuple[str, ...]) -> Any:
+    allowed = set(origins)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        permitted = origin is not None and ("*" in allowed or origin in allowed)
+        if request.method == "OPTIONS" and permitted:
+            response: web.StreamResponse = web.Response(status=204)
+        else:
+            response = await handler(request)
+        if permitted and not response.prepared:
+            response.headers["Access-Control-Allow-Origin"] = (
+                "*" if "*" in allowed else str(origin)
+            )
+            response.headers["Access-Control-Allow-Headers"] = (
+                f"Authorization, Content-Type, {CONVERSATION_HEADER}"
+            )
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+        return response
+
+    return middleware
+
+
+def _authorized(api_key: str | None) -> Any:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if api_key is not None and request.method != "OPTIONS":
+            given = request.headers.get("Authorization", "")
+            expected = f"Bearer {api_key}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                return error_response(
+                    401,
+                    "A valid API key is required (Authorization: Bearer KEY).",
+                    code="invalid_api_key",
+                )
+        return await handler(request)
+
+    return middleware
+
+
+# --- the endpoints -------------------------------------------------------------
+
+
+class _Api:
+    def __init__(self, owner: EngineOwner, config: ServerConfig) -> None:
+        self._owner = owner
+        self._config = config
+
+    async def models(self, _request: web.Request) -> web.Response:
+        """``GET /v1/models``: the loaded model."""
+        model = {
+            "id": self._config.model_id,
+            "object": "model",
+            "created": self._config.created,
+            "owned_by": "arbor",
+        }
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/chat/completions``, streamed (SSE) or not."""
+        try:
+            body = await request.json(loads=_strict_loads)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error_response(400, f"The body is not valid JSON: {exc}.")
+        try:
+            chat = parse_chat_request(body)
+            conversation = _conversation_header(request)
+        except BadRequest as exc:
+            return error_response(400, str(exc), param=exc.param)
+        if chat.model not in self._config.model_names:
+            return error_response(
+                404,
+                f"The model {chat.model!r} is not loaded; this server has "
+                f"{self._config.model_id!r}.",
+                param="model",
+                code="model_not_found",
+            )
+        if not self._owner.ready:
+            return error_response(
+                503,
+                "The model is still loading; try again shortly.",
+                "server_error",
+                code="model_loading",
+                headers={"Retry-After": str(_RETRY_LOADING_S)},
+            )
+        if chat.stream:
+            return await self._streamed(request, chat, conversation)
+        return await self._whole(chat, conversation)
+
+    async def _whole(self, chat: ChatRequest, conversation: int | None) -> web.Response:
+        cancelled = threading.Event()
+        try:
+            done = await self._owner.run(
+                lambda service: complete(
+                    service, chat, conversation, None, None, cancelled
+                )
+            )
+        except Exception as exc:
+            return _failure(exc)
+        finally:
+            cancelled.set()
+        self._after_reply()
+        response = web.json_response(self._completion_body(chat, done))
+        response["arbor_note"] = _note(done)
+        return response
+
+    async def _streamed(
+        self, request: web.Request, chat: ChatRequest, conversation: int | None
+    ) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def send(kind: str) -> Callable[[str], None]:
+            # Called on the engine's thread: the piece crosses to this loop.
+            def put(piece: str) -> None:
+                loop.call_soon_threadsafe(pieces.put_nowait, (kind, piece))
+
+            return put
+
+        job = asyncio.ensure_future(
+            self._owner.run(
+                lambda service: complete(
+                    service,
+                    chat,
+                    conversation,
+                    send("content"),
+                    send("reasoning_content"),
+                    cancelled,
+                )
+            )
+        )
+        # The status is only known once the job has started without failing
+        # at once (a full queue, a bad conversation id): wait for the first
+        # piece or the end, then either answer with an error or open the
+        # stream.
+        first = await _first_of(pieces, job)
+        if first is None and job.done() and job.exception() is not None:
+            return _failure(job.exception())
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        stream_id = f"chatcmpl-{time.time_ns()}"
+        try:
+            await response.prepare(request)
+            await self._event(
+                response, self._chunk(chat, stream_id, {"role": "assistant"})
+            )
+            while first is not None:
+                kind, piece = first
+                await self._event(response, self._chunk(chat, stream_id, {kind: piece}))
+                first = await _first_of(pieces, job)
+            done = await job
+        except (ConnectionResetError, asyncio.CancelledError):
+            cancelled.set()  # the client went away: the reply ends early
+            await asyncio.shield(_quietly(job))
+            raise
+        except Exception as exc:
+            cancelled.set()
+            await self._event(response, json.loads(_failure(exc).text or "{}"))
+            await response.write_eof()
+            return response
+        self._after_reply()
+        final = self._chunk(chat, stream_id, {}, done.finish_reason)
+        final["arbor"] = _arbor_fields(done)
+        await self._event(response, final)
+        if chat.include_usage:
+            usage = self._chunk(chat, stream_id, None)
+            usage["usage"] = _usage(done)
+            await self._event(response, usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        response["arbor_note"] = _note(done)
+        return response
+
+    def _after_reply(self) -> None:
+        # Checkpoints written out and the storage budget kept, behind the
+        # reply rather than before it: the client has its answer already.
+        from app.preferences import keep_checkpoints_within_budget
+
+        def settle(service: Any) -> None:
+            service.flush_checkpoints()
+            keep_checkpoints_within_budget(service)
+
+        self._owner.after(settle)
+
+    def _chunk(
+        self,
+        chat: ChatRequest,
+        stream_id: str,
+        delta: dict[str, str] | None,
+        finish_reason: str | None = None,
+    ) -> dict[str, Any]:
+        choices = (
+            []
+            if delta is None
+            else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
+        )
+        return {
+            "id": stream_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self._config.model_id,
+            "choices": choices,
+        }
+
+    @staticmethod
+    async def _event(response: web.StreamResponse, data: dict[str, Any]) -> None:
+        await response.write(
+            f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+        )
+
+    def _completion_body(self, chat: ChatRequest, done: Completion) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": done.content}
+        if done.reply.thinking:
+            message["reasoning_content"] = done.reply.thinking
+        return {
+            "id": f"chatcmpl-{done.reply.assistant_node}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self._config.model_id,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": done.finish_reason}
+            ],
+            "usage": _usage(done),
+            "arbor": _arbor_fields(done),
+        }
+
+
+def _strict_loads(text: str) -> Any:
+    # NaN and Infinity are not JSON; Python's parser takes them by default.
+    def refuse(constant: str) -> Any:
+        raise json.JSONDecodeError(f"{constant} is not JSON", text, 0)
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _conversation_header(request: web.Request) -> int | None:
+    value = request.headers.get(CONVERSATION_HEADER)
+    if value is None:
+        return None
+    if not value.isdigit() or not 0 < int(value) < 2**63:
+        raise BadRequest(
+            f"{CONVERSATION_HEADER} must be a conversation id (see `arbor list`).",
+            CONVERSATION_HEADER,
+        )
+    return int(value)
+
+
+async def _first_of(
+    pieces: asyncio.Queue[tuple[str, str]], job: asyncio.Future[Any]
+) -> tuple[str, str] | None:
+    """The next streamed piece, or None once the job has ended and every
+    piece was taken."""
+    while True:
+        if not pieces.empty():
+            return pieces.get_nowait()
+        if job.done():
+            # Pieces the engine thread sent just before it ended are queued
+            # by call_soon_threadsafe; one more turn of the loop delivers them.
+            await asyncio.sleep(0)
+            return pieces.get_nowait() if not pieces.empty() else None
+        getter = asyncio.ensure_future(pieces.get())
+        finished, _pending = await asyncio.wait(
+            {getter, job}, return_when=asyncio.FIRST_COMPLETED
+        )
+        if getter in finished:
+            return getter.result()
+        getter.cancel()
+
+
+async def _quietly(job: asyncio.Future[Any]) -> None:
+    try:
+        await job
+    except Exception:
+        log.debug("a cancelled reply ended with an error", exc_info=True)
+
+
+def _failure(exc: BaseException | None) -> web.Response:
+    """The error response for a job that raised ``exc``."""
+    if isinstance(exc, Busy):
+        return error_response(
+            429,
+            "The server is busy with other requests; try again shortly.",
+            "rate_limit_error",
+            code="busy",
+            headers={"Retry-After": str(_RETRY_BUSY_S)},
+        )
+    if isinstance(exc, Loading):
+        return error_response(
+            503,
+            "The model is still loading; try again shortly.",
+            "server_error",
+            code="model_loading",
+            headers={"Retry-After": str(_RETRY_LOADING_S)},
+        )
+    if isinstance(exc, ContextFullError):
+        return error_response(
+            400, str(exc), param="messages", code="context_length_exceeded"
+        )
+    if isinstance(exc, NotFound):
+        return error_response(
+            404, str(exc), param=CONVERSATION_HEADER, code="not_found"
+        )
+    if isinstance(exc, StorageUnavailable):
+        return error_response(503, str(exc), "server_error", code="storage_unavailable")
+    if isinstance(exc, USER_ERRORS):
+        return error_response(500, str(exc), "server_error")
+    log.error("a reply failed", exc_info=exc)
+    return error_response(500, "The server failed; see its log.", "server_error")
+
+
+def _usage(done: Completion) -> dict[str, Any]:
+    completion = done.reply.stats.generated_tokens
+    return {
+        "prompt_tokens": done.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": done.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+    }
+
+
+def _arbor_fields(done: Completion) -> dict[str, Any]:
+    return {
+        "conversation": done.conversation_id,
+        "user_node": done.reply.user_node,
+        "assistant_node": done.reply.assistant_node,
+        "matched_turns": done.matched_turns,
+        "stats": done.reply.stats.as_dict(),
+    }
+
+
+def _note(done: Completion) -> str:
+    stats = done.reply.stats
+    return (
+        f" · conversation {done.conversation_id}, {done.cached_tokens} cached, "
+        f"{stats.reprocessed_tokens + stats.prompt_tokens} decoded, "
+        f"{stats.generated_tokens} generated"
+    )

@@ -1,0 +1,446 @@
+"""``arbor serve`` through the official ``openai`` client, on 127.0.0.1.
+
+A real server process on the tiny model and a real SQLite file: the tree is
+the cache (cached tokens, branches, a restart), streaming, and every refusal
+with its status and OpenAI-style body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+SYSTEM = "You are a terse assistant."
+
+
+class Server:
+    """A running ``arbor serve`` process."""
+
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        self.process = process
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    def client(self, api_key: str = "unused") -> openai.OpenAI:
+        """An openai client that reports refusals instead of retrying them."""
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0)
+
+    def stop(self) -> str:
+        """SIGINT, as Ctrl+C; returns what it wrote to stderr (the request log)."""
+        self.process.send_signal(signal.SIGINT)
+        _out, err = self.process.communicate(timeout=60)
+        assert self.process.returncode == 0, err
+        return err
+
+
+@contextmanager
+def serving(
+    data_dir: Path, model: Path, *extra: str, n_ctx: int = 1024
+) -> Iterator[Server]:
+    """Start ``arbor serve`` on a free port; stop it afterwards."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "--data-dir",
+            str(data_dir),
+            "--model",
+            str(model),
+            "--n-ctx",
+            str(n_ctx),
+            "serve",
+            "--port",
+            "0",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    try:
+        listening = process.stdout.readline()
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/v1", listening)
+        assert found, listening + process.stderr.read()  # type: ignore[union-attr]
+        assert process.stdout.readline().startswith("Ready:")
+        server = Server(process, int(found.group(1)))
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.communicate(timeout=60)
+
+
+def _ask(client: openai.OpenAI, messages: list[dict[str, str]], **options: Any) -> Any:
+    options.setdefault("max_tokens", 12)
+    options.setdefault("temperature", 0)
+    return client.chat.completions.create(model="tiny", messages=messages, **options)
+
+
+def _arbor(response: Any) -> dict[str, Any]:
+    return response.model_extra["arbor"]
+
+
+def _cached(response: Any) -> int:
+    return response.usage.prompt_tokens_details.cached_tokens
+
+
+def _post(
+    server: Server, body: bytes, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any], Any]:
+    """POST raw bytes to chat completions: (status, headers, decoded body)."""
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), json.load(exc)
+
+
+def _conversation(
+    messages: list[dict[str, str]], response: Any, next_text: str
+) -> list[dict[str, str]]:
+    return [
+        *messages,
+        {"role": "assistant", "content": response.choices[0].message.content},
+        {"role": "user", "content": next_text},
+    ]
+
+
+def test_each_turn_restores_the_last_and_a_restart_reprocesses_nothing(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Name three rivers."},
+    ]
+    with serving(data_dir, tiny_model) as server:
+        client = server.client()
+        first = _ask(client, messages)
+        assert _cached(first) == 0  # a new conversation: nothing to restore
+        previous = first
+        for text in ("And three lakes?", "And three seas?"):
+            messages = _conversation(messages, previous, text)
+            response = _ask(client, messages)
+            stats = _arbor(response)["stats"]
+            # The whole context of the last reply is reused, nothing of it
+            # decoded again: only the new user turn and the reply's opening.
+            assert _cached(response) == _arbor(previous)["stats"]["context_tokens"]
+            assert stats["reprocessed_tokens"] == 0
+            assert (
+                response.usage.prompt_tokens
+                == _cached(response) + stats["prompt_tokens"]
+            )
+            assert _arbor(response)["conversation"] == _arbor(first)["conversation"]
+            previous = response
+        log = server.stop()
+    assert log.count("POST /v1/chat/completions 200") == 3
+
+    # A new process: the context comes back from the checkpoints on disk.
+    with serving(data_dir, tiny_model) as server:
+        messages = _conversation(messages, previous, "And three mountains?")
+        response = _ask(server.client(), messages)
+        stats = _arbor(response)["stats"]
+        assert stats["reprocessed_tokens"] == 0
+        assert stats["restored_tokens"] == _arbor(previous)["stats"]["context_tokens"]
+        assert _cached(response) == stats["restored_tokens"]
+        assert _arbor(response)["conversation"] == _arbor(first)["conversation"]
+
+    listed = run_cli("--data-dir", data_dir, "list").json
+    assert [c["title"] for c in listed["conversations"]] == ["Local server"]
+
+
+def test_a_branch_restores_the_shared_prefix_and_keeps_both(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    opening = [{"role": "user", "content": "Tell me about owls."}]
+    with serving(data_dir, tiny_model) as server:
+        client = server.client()
+        first = _ask(client, opening)
+        one = _ask(client, _conversation(opening, first, "Where do they live?"))
+        other = _ask(client, _conversation(opening, first, "What do they eat?"))
+        # The second branch starts where the first reply ended: restored
+        # from its checkpoint (the context had moved on to the first branch).
+        assert _cached(other) == _arbor(first)["stats"]["context_tokens"]
+        assert _arbor(other)["stats"]["reprocessed_tokens"] == 0
+        conversation = _arbor(first)["conversation"]
+    tree = run_cli("--data-dir", data_dir, "tree", conversation).json["nodes"]
+    parents = {n["id"]: n["parent"] for n in tree}
+    assert parents[_arbor(one)["user_node"]] == _arbor(first)["assistant_node"]
+    assert parents[_arbor(other)["user_node"]] == _arbor(first)["assistant_node"]
+    assert _arbor(one)["user_node"] != _arbor(other)["user_node"]
+
+
+def test_a_history_written_elsewhere_is_stored_then_matched(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    # Few-shot turns the model never wrote: stored as nodes and decoded once;
+    # the same request again finds every turn in the tree.
+    messages = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3+3?"},
+    ]
+    with serving(data_dir, tiny_model) as server:
+        client = server.client()
+        first = _ask(client, messages)
+        assert _arbor(first)["matched_turns"] == 0
+        again = _ask(client, messages)
+        assert _arbor(again)["matched_turns"] == 3
+        assert _arbor(again)["user_node"] == _arbor(first)["user_node"]
+        assert _arbor(again)["assistant_node"] != _arbor(first)["assistant_node"]
+        assert _arbor(again)["stats"]["reprocessed_tokens"] == 0
+
+
+def test_streaming_sends_the_stored_reply_and_its_usage(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    messages = [{"role": "user", "content": "Count to five."}]
+    with serving(data_dir, tiny_model) as server:
+        chunks = list(
+            _ask(
+                server.client(),
+                messages,
+                stream=True,
+                stream_options={"include_usage": True},
+                max_tokens=20,
+            )
+        )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finished = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finished) == 1
+    assert finished[0].choices[0].finish_reason in ("stop", "length")
+    usage = chunks[-1].usage
+    assert usage is not None and not chunks[-1].choices
+    assert (
+        usage.completion_tokens
+        == finished[0].model_extra["arbor"]["stats"]["generated_tokens"]
+    )
+    node = finished[0].model_extra["arbor"]["assistant_node"]
+    shown = run_cli("--data-dir", data_dir, "show", node).json["messages"][-1]
+    assert shown["text"] == text and text
+
+
+def test_refusals_have_their_status_and_body(data_dir: Path, tiny_model: Path) -> None:
+    with serving(data_dir, tiny_model, n_ctx=256) as server:
+        client = server.client()
+        status, _h, body = _post(server, b"{not json")
+        assert status == 400 and "not valid JSON" in body["error"]["message"]
+
+        status, _h, body = _post(
+            server, json.dumps({"model": "tiny", "messages": []}).encode()
+        )
+        assert status == 400 and body["error"]["param"] == "messages"
+
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
+        assert missing.value.body["code"] == "model_not_found"
+
+        with pytest.raises(openai.BadRequestError) as overflow:
+            _ask(client, [{"role": "user", "content": "word " * 400}])
+        assert overflow.value.body["code"] == "context_length_exceeded"
+        assert "256" in overflow.value.body["message"]
+
+        huge = json.dumps(
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "x" * 9_000_000}],
+            }
+        ).encode()
+        status, _h, body = _post(server, huge)
+        assert status == 413 and body["error"]["code"] == "request_too_large"
+
+        status, _h, body = _post(
+            server,
+            json.dumps(
+                {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+            ).encode(),
+            {"X-Arbor-Conversation": "999"},
+        )
+        assert status == 404 and body["error"]["param"] == "X-Arbor-Conversation"
+
+        with pytest.raises(openai.BadRequestError) as tools:
+            _ask(client, [{"role": "user", "content": "hi"}], n=2)
+        assert tools.value.body["param"] == "n"
+
+        # After all that the server still answers.
+        assert (
+            _ask(client, [{"role": "user", "content": "hi"}]).choices[0].message.content
+            is not None
+        )
+        log = server.stop()
+    assert "Traceback" not in log
+
+
+def test_a_request_while_another_runs_is_told_to_retry(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    with serving(data_dir, tiny_model, "--queue", "0", n_ctx=2048) as server:
+        client = server.client()
+        stream = _ask(
+            client,
+            [{"role": "user", "content": "Write a long story."}],
+            stream=True,
+            max_tokens=1900,
+            temperature=1.0,
+        )
+        next(iter(stream))  # the first reply holds the engine now
+        with pytest.raises(openai.RateLimitError) as busy:
+            _ask(client, [{"role": "user", "content": "Me too."}])
+        assert busy.value.response.headers["Retry-After"].isdigit()
+        assert busy.value.body["code"] == "busy"
+        stream.close()  # the client goes away: its reply ends early
+        # The engine is free again soon after.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert _ask(client, [{"role": "user", "content": "Now?"}]).choices
+                break
+            except openai.RateLimitError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+
+
+def test_off_loopback_needs_a_key(data_dir: Path, tiny_model: Path) -> None:
+    refused = run_cli(
+        "--data-dir",
+        data_dir,
+        "--model",
+        tiny_model,
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+    )
+    assert refused.returncode == 1
+    assert "API key" in refused.stderr and "Traceback" not in refused.stderr
+
+    with serving(data_dir, tiny_model, "--api-key", "s3cret") as server:
+        with pytest.raises(openai.AuthenticationError):
+            _ask(server.client("wrong"), [{"role": "user", "content": "hi"}])
+        assert _ask(
+            server.client("s3cret"), [{"role": "user", "content": "hi"}]
+        ).choices
+
+
+def test_a_conversation_made_elsewhere_continues_through_the_api(
+    data_dir: Path, tiny_model: Path, arbor: Any
+) -> None:
+    made = arbor("new", "--system", SYSTEM)
+    sent = arbor(
+        "send",
+        made["node"],
+        "Hello from the CLI",
+        "--max-tokens",
+        "8",
+        "--temperature",
+        "0",
+    )
+    shown = arbor("show", sent["assistant_node"])["messages"]
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Hello from the CLI"},
+        {"role": "assistant", "content": shown[-1]["text"]},
+        {"role": "user", "content": "And from the API."},
+    ]
+    with serving(data_dir, tiny_model) as server:
+        response = (
+            server.client()
+            .with_options(
+                default_headers={"X-Arbor-Conversation": str(made["conversation"])}
+            )
+            .chat.completions.create(model="tiny", messages=messages, max_tokens=8)
+        )
+    assert _arbor(response)["conversation"] == made["conversation"]
+    assert _arbor(response)["matched_turns"] == 2
+    assert _arbor(response)["stats"]["reprocessed_tokens"] == 0
+    assert _cached(response) == sent["stats"]["context_tokens"]
+
+
+def test_while_loading_the_server_answers_503(tmp_path: Path, tiny_model: Path) -> None:
+    """The HTTP side alone, with a model load held back: 503 and Retry-After."""
+    import asyncio
+
+    from aiohttp import web
+
+    from app.server.engine_owner import EngineOwner
+    from app.server.http_api import ServerConfig, build_app
+
+    release = threading.Event()
+
+    def slow_open() -> Any:
+        release.wait(30)
+        raise RuntimeError("never loaded")
+
+    async def scenario() -> tuple[int, str, Any]:
+        owner = EngineOwner(slow_open, 1)
+        config = ServerConfig("tiny", frozenset({"tiny"}), 0, None, ())
+        runner = web.AppRunner(build_app(owner, config, lambda _line: None))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        loading = owner.start()
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0
+        )
+        try:
+            with pytest.raises(openai.InternalServerError) as refused:
+                await client.chat.completions.create(
+                    model="tiny", messages=[{"role": "user", "content": "hi"}]
+                )
+        finally:
+            release.set()
+            with pytest.raises(RuntimeError):
+                await loading
+            await client.close()
+            await runner.cleanup()
+            await asyncio.to_thread(owner.close)
+        exc = refused.value
+        return exc.status_code, exc.response.headers["Retry-After"], exc.body
+
+    status, retry_after, body = asyncio.run(scenario())
+    assert status == 503 and retry_after.isdigit()
+    assert body["code"] == "model_loading"
+
+
+def test_a_stop_string_ends_the_reply_there(data_dir: Path, tiny_model: Path) -> None:
+    messages = [{"role": "user", "content": "Say something."}]
+    with serving(data_dir, tiny_model) as server:
+        client = server.client()
+        whole = _ask(client, messages, max_tokens=24).choices[0].message.content
+        # Greedy on the same context: the same reply, now cut at a stop string.
+        at = next(i for i, ch in enumerate(whole) if i > 2 and ch.isalnum())
+        stop = whole[at]
+        chunks = list(_ask(client, messages, max_tokens=24, stop=[stop], stream=True))
+        plain = _ask(client, messages, max_tokens=24, stop=stop)
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == whole[: whole.index(stop)]
+    assert plain.choices[0].message.content == streamed
+    assert plain.choices[0].finish_reason == "stop"
