@@ -1283,6 +1283,40 @@ def load_checkpoints(
         return {row.node_id: StoredCheckpoint(*row) for row in rows}
 
 
+def twin_root(db: Database, root_id: int, profile_id: int) -> int | None:
+    """Another start, of any conversation, whose span is the same tokens as
+    ``root_id``'s and which has a checkpoint for the profile; None if none.
+
+    A start's span begins the context, so its KV depends on its tokens
+    alone: a new conversation with a system prompt decoded before can take
+    that checkpoint instead of decoding the prompt again. The most recently
+    used twin is preferred (the least likely to be evicted next).
+    """
+    if not _valid_id(root_id) or not _valid_id(profile_id):
+        return None
+    with db.read() as s:
+        root = s.get(Node, root_id)
+        if root is None or root.parent_id is not None or not root.n_tokens:
+            return None
+        twin: int | None = s.scalar(
+            select(Node.id)
+            .join(Checkpoint, Checkpoint.node_id == Node.id)
+            .where(
+                Node.parent_id.is_(None),
+                Node.id != root_id,
+                Node.n_tokens == root.n_tokens,
+                Node.start_pos == 0,
+                Node.tokens == root.tokens,
+                Checkpoint.profile_id == profile_id,
+                Checkpoint.start_pos == 0,
+                Checkpoint.end_pos == root.n_tokens,
+            )
+            .order_by(Checkpoint.last_used_at.desc())
+            .limit(1)
+        )
+        return twin
+
+
 def touch_checkpoints(db: Database, node_ids: list[int], profile_id: int) -> None:
     """Mark checkpoints as just used (eviction drops the least recently used).
 
