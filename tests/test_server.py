@@ -383,51 +383,51 @@ def test_a_conversation_made_elsewhere_continues_through_the_api(
     assert _cached(response) == sent["stats"]["context_tokens"]
 
 
-def test_while_loading_the_server_answers_503(tmp_path: Path, tiny_model: Path) -> None:
-    """The HTTP side alone, with a model load held back: 503 and Retry-After."""
-    import asyncio
+def test_while_loading_the_server_answers_503(tiny_model: Path) -> None:
+    """A ``LocalServer`` (the window's kind) before its model is there: 503
+    with Retry-After, an empty model list; then the model is, and it answers
+    through the engine thread it was lent."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    from aiohttp import web
+    from app.server.http_api import ServedModel
+    from app.server.serve import Listen, LocalServer
 
-    from app.server.engine_owner import EngineOwner
-    from app.server.http_api import ServerConfig, build_app
+    served: list[ServedModel] = []
+    lent = ThreadPoolExecutor(1)
+    ran: list[str] = []
 
-    release = threading.Event()
+    def submit(job: Any) -> Any:
+        def run() -> Any:
+            ran.append(threading.current_thread().name)
+            raise RuntimeError("no service in this test")
 
-    def slow_open() -> Any:
-        release.wait(30)
-        raise RuntimeError("never loaded")
+        return lent.submit(run)
 
-    async def scenario() -> tuple[int, str, Any]:
-        owner = EngineOwner(slow_open, 1)
-        config = ServerConfig("tiny", frozenset({"tiny"}), 0, None, ())
-        runner = web.AppRunner(build_app(owner, config, lambda _line: None))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        loading = owner.start()
-        client = openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0
-        )
-        try:
-            with pytest.raises(openai.InternalServerError) as refused:
-                await client.chat.completions.create(
-                    model="tiny", messages=[{"role": "user", "content": "hi"}]
-                )
-        finally:
-            release.set()
-            with pytest.raises(RuntimeError):
-                await loading
-            await client.close()
-            await runner.cleanup()
-            await asyncio.to_thread(owner.close)
-        exc = refused.value
-        return exc.status_code, exc.response.headers["Retry-After"], exc.body
+    lines: list[str] = []
+    server = LocalServer(submit, lambda: served[0] if served else None, lines.append)
+    url = server.start(Listen(port=0))
+    try:
+        client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+        assert client.models.list().data == []
+        with pytest.raises(openai.InternalServerError) as refused:
+            _ask(client, [{"role": "user", "content": "hi"}])
+        assert refused.value.status_code == 503
+        assert refused.value.response.headers["Retry-After"].isdigit()
+        assert refused.value.body["code"] == "model_loading"
 
-    status, retry_after, body = asyncio.run(scenario())
-    assert status == 503 and retry_after.isdigit()
-    assert body["code"] == "model_loading"
+        served.append(ServedModel.of_file(tiny_model))
+        assert [m.id for m in client.models.list().data] == ["tiny"]
+        with pytest.raises(openai.InternalServerError) as failed:
+            _ask(client, [{"role": "user", "content": "hi"}])
+        # The job ran on the lent thread; its failure is a 500 without a
+        # traceback in the body.
+        assert failed.value.status_code == 500
+        assert "Traceback" not in json.dumps(failed.value.body)
+        assert ran and ran[0].startswith("ThreadPoolExecutor")
+    finally:
+        server.stop()
+        lent.shutdown()
+    assert any(" 503 " in line for line in lines)
 
 
 def test_a_stop_string_ends_the_reply_there(data_dir: Path, tiny_model: Path) -> None:

@@ -488,17 +488,19 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from app.server.serve import ServeError, ServeOptions, serve
+    from app.server.serve import Listen, ServeError, ServeOptions, serve
 
     options = ServeOptions(
         model=resolve_model(args.model),
         database=paths.database_path(args.data_dir),
         settings=args.settings,
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        cors_origins=tuple(args.cors_origin),
-        queue_limit=args.queue,
+        listen=Listen(
+            args.host,
+            args.port,
+            args.api_key,
+            tuple(args.cors_origin),
+            args.queue,
+        ),
     )
     try:
         serve(options, lambda line: print(line, flush=True))

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -24,7 +25,7 @@ from aiohttp import web
 from app.backend.errors import ContextFullError
 from app.conversation.errors import USER_ERRORS
 from app.server.completion import Completion, complete
-from app.server.engine_owner import Busy, EngineOwner, Loading
+from app.server.engine_owner import Busy, EngineOwner
 from app.server.requests import BadRequest, ChatRequest, parse_chat_request
 from storage.errors import NotFound, StorageUnavailable
 
@@ -41,14 +42,30 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    """What the HTTP side needs to know of the model and the options."""
+class ServedModel:
+    """The model the server answers with."""
 
-    model_id: str
-    model_names: frozenset[str]  # what a request's "model" may say
+    id: str  # what GET /v1/models lists
+    names: frozenset[str]  # what a request's "model" may say
     created: int  # the model file's time, for /v1/models
-    api_key: str | None
-    cors_origins: tuple[str, ...]
+
+    @classmethod
+    def of_file(cls, path: Path) -> ServedModel:
+        """The model in the GGUF file at ``path``, named by its file."""
+        return cls(
+            path.stem,
+            frozenset({path.stem, path.name, str(path)}),
+            int(path.stat().st_mtime),
+        )
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The server's options, and where it learns the model being served."""
+
+    served: Callable[[], ServedModel | None]  # None: loading (or none loaded)
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
 
 
 def build_app(
@@ -175,14 +192,18 @@ class _Api:
         self._config = config
 
     async def models(self, _request: web.Request) -> web.Response:
-        """``GET /v1/models``: the loaded model."""
-        model = {
-            "id": self._config.model_id,
-            "object": "model",
-            "created": self._config.created,
-            "owned_by": "arbor",
-        }
-        return web.json_response({"object": "list", "data": [model]})
+        """``GET /v1/models``: the loaded model (none while it loads)."""
+        served = self._config.served()
+        models = [
+            {
+                "id": served.id,
+                "object": "model",
+                "created": served.created,
+                "owned_by": "arbor",
+            }
+            for served in ([served] if served is not None else [])
+        ]
+        return web.json_response({"object": "list", "data": models})
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/chat/completions``, streamed (SSE) or not."""
@@ -195,15 +216,8 @@ class _Api:
             conversation = _conversation_header(request)
         except BadRequest as exc:
             return error_response(400, str(exc), param=exc.param)
-        if chat.model not in self._config.model_names:
-            return error_response(
-                404,
-                f"The model {chat.model!r} is not loaded; this server has "
-                f"{self._config.model_id!r}.",
-                param="model",
-                code="model_not_found",
-            )
-        if not self._owner.ready:
+        served = self._config.served()
+        if served is None:
             return error_response(
                 503,
                 "The model is still loading; try again shortly.",
@@ -211,11 +225,21 @@ class _Api:
                 code="model_loading",
                 headers={"Retry-After": str(_RETRY_LOADING_S)},
             )
+        if chat.model not in served.names:
+            return error_response(
+                404,
+                f"The model {chat.model!r} is not loaded; this server has "
+                f"{served.id!r}.",
+                param="model",
+                code="model_not_found",
+            )
         if chat.stream:
-            return await self._streamed(request, chat, conversation)
-        return await self._whole(chat, conversation)
+            return await self._streamed(request, chat, conversation, served.id)
+        return await self._whole(chat, conversation, served.id)
 
-    async def _whole(self, chat: ChatRequest, conversation: int | None) -> web.Response:
+    async def _whole(
+        self, chat: ChatRequest, conversation: int | None, model_id: str
+    ) -> web.Response:
         cancelled = threading.Event()
         try:
             done = await self._owner.run(
@@ -228,12 +252,16 @@ class _Api:
         finally:
             cancelled.set()
         self._after_reply()
-        response = web.json_response(self._completion_body(chat, done))
+        response = web.json_response(_completion_body(model_id, done))
         response["arbor_note"] = _note(done)
         return response
 
     async def _streamed(
-        self, request: web.Request, chat: ChatRequest, conversation: int | None
+        self,
+        request: web.Request,
+        chat: ChatRequest,
+        conversation: int | None,
+        model_id: str,
     ) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -271,12 +299,10 @@ class _Api:
         stream_id = f"chatcmpl-{time.time_ns()}"
         try:
             await response.prepare(request)
-            await self._event(
-                response, self._chunk(chat, stream_id, {"role": "assistant"})
-            )
+            await _event(response, _chunk(model_id, stream_id, {"role": "assistant"}))
             while first is not None:
                 kind, piece = first
-                await self._event(response, self._chunk(chat, stream_id, {kind: piece}))
+                await _event(response, _chunk(model_id, stream_id, {kind: piece}))
                 first = await _first_of(pieces, job)
             done = await job
         except (ConnectionResetError, asyncio.CancelledError):
@@ -285,17 +311,17 @@ class _Api:
             raise
         except Exception as exc:
             cancelled.set()
-            await self._event(response, json.loads(_failure(exc).text or "{}"))
+            await _event(response, json.loads(_failure(exc).text or "{}"))
             await response.write_eof()
             return response
         self._after_reply()
-        final = self._chunk(chat, stream_id, {}, done.finish_reason)
+        final = _chunk(model_id, stream_id, {}, done.finish_reason)
         final["arbor"] = _arbor_fields(done)
-        await self._event(response, final)
+        await _event(response, final)
         if chat.include_usage:
-            usage = self._chunk(chat, stream_id, None)
+            usage = _chunk(model_id, stream_id, None)
             usage["usage"] = _usage(done)
-            await self._event(response, usage)
+            await _event(response, usage)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         response["arbor_note"] = _note(done)
@@ -312,47 +338,47 @@ class _Api:
 
         self._owner.after(settle)
 
-    def _chunk(
-        self,
-        chat: ChatRequest,
-        stream_id: str,
-        delta: dict[str, str] | None,
-        finish_reason: str | None = None,
-    ) -> dict[str, Any]:
-        choices = (
-            []
-            if delta is None
-            else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
-        )
-        return {
-            "id": stream_id,
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": self._config.model_id,
-            "choices": choices,
-        }
 
-    @staticmethod
-    async def _event(response: web.StreamResponse, data: dict[str, Any]) -> None:
-        await response.write(
-            f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-        )
+def _chunk(
+    model_id: str,
+    stream_id: str,
+    delta: dict[str, str] | None,
+    finish_reason: str | None = None,
+) -> dict[str, Any]:
+    """One streamed event; ``delta`` None: the usage event, without choices."""
+    choices = (
+        []
+        if delta is None
+        else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
+    )
+    return {
+        "id": stream_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model_id,
+        "choices": choices,
+    }
 
-    def _completion_body(self, chat: ChatRequest, done: Completion) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": done.content}
-        if done.reply.thinking:
-            message["reasoning_content"] = done.reply.thinking
-        return {
-            "id": f"chatcmpl-{done.reply.assistant_node}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self._config.model_id,
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": done.finish_reason}
-            ],
-            "usage": _usage(done),
-            "arbor": _arbor_fields(done),
-        }
+
+async def _event(response: web.StreamResponse, data: dict[str, Any]) -> None:
+    await response.write(f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode())
+
+
+def _completion_body(model_id: str, done: Completion) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": done.content}
+    if done.reply.thinking:
+        message["reasoning_content"] = done.reply.thinking
+    return {
+        "id": f"chatcmpl-{done.reply.assistant_node}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_id,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": done.finish_reason}
+        ],
+        "usage": _usage(done),
+        "arbor": _arbor_fields(done),
+    }
 
 
 def _strict_loads(text: str) -> Any:
@@ -413,14 +439,6 @@ def _failure(exc: BaseException | None) -> web.Response:
             "rate_limit_error",
             code="busy",
             headers={"Retry-After": str(_RETRY_BUSY_S)},
-        )
-    if isinstance(exc, Loading):
-        return error_response(
-            503,
-            "The model is still loading; try again shortly.",
-            "server_error",
-            code="model_loading",
-            headers={"Retry-After": str(_RETRY_LOADING_S)},
         )
     if isinstance(exc, ContextFullError):
         return error_response(

@@ -1,4 +1,5 @@
-"""``arbor serve``: bind, load the model, answer until interrupted.
+"""Running the server: ``arbor serve`` in the foreground, or a
+``LocalServer`` on a thread of its own beside the window.
 
 The socket is bound before the model loads, so that a client can connect at
 once (and hear 503 until it has loaded), and a port already taken fails
@@ -14,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +25,8 @@ from aiohttp import web
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
 from app.server import DEFAULT_PORT
-from app.server.engine_owner import EngineOwner
-from app.server.http_api import ServerConfig, build_app
+from app.server.engine_owner import EngineOwner, EngineThread, Submit
+from app.server.http_api import ServedModel, ServerConfig, build_app
 
 API_KEY_VARIABLE = "ARBOR_API_KEY"
 
@@ -34,17 +36,24 @@ class ServeError(Exception):
 
 
 @dataclass(frozen=True)
+class Listen:
+    """Where to listen, and who may call."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    queue_limit: int = 8
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     """How ``arbor serve`` was asked to run."""
 
     model: Path
     database: Path
     settings: BackendSettings
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    api_key: str | None = None
-    cors_origins: tuple[str, ...] = ()
-    queue_limit: int = 8
+    listen: Listen
 
 
 def is_loopback(host: str) -> bool:
@@ -57,21 +66,48 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
-    """Serve until SIGINT or SIGTERM; ``say`` prints what a person reads
-    (where it listens, when the model is ready, one line per request)."""
-    api_key = options.api_key or os.environ.get(API_KEY_VARIABLE) or None
-    if not is_loopback(options.host) and api_key is None:
+def bind(listen: Listen) -> tuple[socket.socket, str | None]:
+    """The listening socket and the API key in force (the option's, else
+    ``ARBOR_API_KEY``); ``ServeError`` where that may not or cannot be."""
+    api_key = listen.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    if not is_loopback(listen.host) and api_key is None:
         raise ServeError(
-            f"{options.host} can be reached from other machines: give an API key "
+            f"{listen.host} can be reached from other machines: give an API key "
             f"(--api-key or {API_KEY_VARIABLE}), or serve on 127.0.0.1."
         )
     try:
-        sock = socket.create_server((options.host, options.port))
+        return socket.create_server((listen.host, listen.port)), api_key
     except OSError as exc:
         raise ServeError(
-            f"Cannot listen on {options.host}:{options.port}: {exc.strerror or exc}."
+            f"Cannot listen on {listen.host}:{listen.port}: {exc.strerror or exc}."
         ) from exc
+
+
+def base_url(sock: socket.socket) -> str:
+    """The API's base URL on ``sock``."""
+    host, port = sock.getsockname()[:2]
+    return f"http://{host}:{port}/v1"
+
+
+async def _start_site(
+    sock: socket.socket,
+    owner: EngineOwner,
+    config: ServerConfig,
+    log_request: Callable[[str], None],
+) -> web.AppRunner:
+    runner = web.AppRunner(
+        build_app(owner, config, log_request), access_log=None, handle_signals=False
+    )
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    return runner
+
+
+def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
+    """Serve until SIGINT or SIGTERM; ``say`` prints what a person reads
+    (where it listens, when the model is ready); one line per request goes
+    to stderr."""
+    sock, api_key = bind(options.listen)
     asyncio.run(_serve(options, api_key, sock, say))
 
 
@@ -81,41 +117,32 @@ async def _serve(
     sock: socket.socket,
     say: Callable[[str], None],
 ) -> None:
-    owner = EngineOwner(lambda: _open_service(options), options.queue_limit)
+    engine = EngineThread(lambda: _open_service(options))
+    served: list[ServedModel] = []  # set once the model has loaded
     config = ServerConfig(
-        model_id=options.model.stem,
-        model_names=frozenset(
-            {options.model.stem, options.model.name, str(options.model)}
-        ),
-        created=int(options.model.stat().st_mtime),
-        api_key=api_key,
-        cors_origins=options.cors_origins,
+        lambda: served[0] if served else None, api_key, options.listen.cors_origins
     )
-    runner = web.AppRunner(
-        build_app(owner, config, lambda line: print(line, file=sys.stderr, flush=True)),
-        access_log=None,
-        handle_signals=False,
+    owner = EngineOwner(engine.submit, options.listen.queue_limit)
+    runner = await _start_site(
+        sock, owner, config, lambda line: print(line, file=sys.stderr, flush=True)
     )
-    await runner.setup()
-    site = web.SockSite(runner, sock)
-    await site.start()
-    host, port = sock.getsockname()[:2]
-    say(f"Listening on http://{host}:{port}/v1 (OpenAI-compatible); loading the model…")
+    say(f"Listening on {base_url(sock)} (OpenAI-compatible); loading the model…")
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
     try:
         try:
-            await owner.start()
+            await asyncio.wrap_future(engine.load())
         except Exception as exc:
             raise ServeError(f"The model could not be loaded: {exc}") from exc
-        say(f"Ready: {config.model_id}")
+        served.append(ServedModel.of_file(options.model))
+        say(f"Ready: {served[0].id}")
         await stopping.wait()
         say("Stopping…")
     finally:
         await runner.cleanup()
-        await asyncio.to_thread(owner.close)
+        await asyncio.to_thread(engine.close)
 
 
 def _open_service(options: ServeOptions) -> ConversationService:
@@ -133,3 +160,67 @@ def _open_service(options: ServeOptions) -> ConversationService:
         db.close()
         raise
     return ConversationService(db, engine, CheckpointWriter(db))
+
+
+class LocalServer:
+    """The server on a thread of its own, its jobs run by someone else's
+    engine thread (the window's): ``start`` binds and serves, ``stop`` ends.
+
+    ``served`` tells which model is loaded (None: none); ``log_request`` is
+    called on the server's thread with one line per request.
+    """
+
+    def __init__(
+        self,
+        submit: Submit,
+        served: Callable[[], ServedModel | None],
+        log_request: Callable[[str], None],
+    ) -> None:
+        self._submit = submit
+        self._served = served
+        self._log_request = log_request
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self.url: str | None = None
+
+    def start(self, listen: Listen) -> str:
+        """Bind and begin serving; return the base URL. ``ServeError`` if
+        the address cannot be used."""
+        if self._thread is not None:
+            raise ServeError("The local server is running already.")
+        sock, api_key = bind(listen)
+        config = ServerConfig(self._served, api_key, listen.cors_origins)
+        owner = EngineOwner(self._submit, listen.queue_limit)
+        started = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        async def run() -> None:
+            self._stopping = asyncio.Event()
+            runner = await _start_site(sock, owner, config, self._log_request)
+            started.set()
+            try:
+                await self._stopping.wait()
+            finally:
+                await runner.cleanup()
+
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete,
+            args=(run(),),
+            name="arbor-local-server",
+            daemon=True,
+        )
+        self._thread.start()
+        started.wait(10)
+        self.url = base_url(sock)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving (a request running ends with its reply) and wait."""
+        if self._thread is None or self._loop is None or self._stopping is None:
+            return
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(30)
+        self._loop.close()
+        self._thread = self._loop = self._stopping = None
+        self.url = None
