@@ -39,6 +39,8 @@ _RETRY_BUSY_S = 2
 _RETRY_LOADING_S = 5
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# What a reply cost, for the request log's line.
+_NOTE = web.ResponseKey("arbor_note", str)
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def _logged(log_request: Callable[[str], None]) -> Any:
         started = time.perf_counter()
         response = await handler(request)
         ms = (time.perf_counter() - started) * 1000
-        note = response.get("arbor_note", "") if hasattr(response, "get") else ""
+        note = response.get(_NOTE, "")
         log_request(
             f"{request.method} {request.path} {response.status} {ms:.0f} ms{note}"
         )
@@ -253,7 +255,7 @@ class _Api:
             cancelled.set()
         self._after_reply()
         response = web.json_response(_completion_body(model_id, done))
-        response["arbor_note"] = _note(done)
+        response[_NOTE] = _note(done)
         return response
 
     async def _streamed(
@@ -324,7 +326,7 @@ class _Api:
             await _event(response, usage)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-        response["arbor_note"] = _note(done)
+        response[_NOTE] = _note(done)
         return response
 
     def _after_reply(self) -> None:

@@ -19,14 +19,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from app.backend.settings import BackendSettings
-from app.conversation.service import ConversationService
 from app.server import DEFAULT_PORT
 from app.server.engine_owner import EngineOwner, EngineThread, Submit
 from app.server.http_api import ServedModel, ServerConfig, build_app
+
+if TYPE_CHECKING:
+    from app.backend.settings import BackendSettings
+    from app.conversation.service import ConversationService
 
 API_KEY_VARIABLE = "ARBOR_API_KEY"
 
@@ -149,6 +152,7 @@ def _open_service(options: ServeOptions) -> ConversationService:
     # On the engine's thread: the model, the database and their service.
     from app.backend.engine import LlamaEngine
     from app.conversation.checkpoint_writer import CheckpointWriter
+    from app.conversation.service import ConversationService
     from storage import repository
     from storage.db import open_database
 

@@ -146,6 +146,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "storage", "S&torage…", "open_storage", icon="storage", when=When.WRITABLE
     ),
+    ActionSpec("local_server", "&Local server…", "open_local_server"),
     # View
     ActionSpec(
         "tree",
@@ -230,7 +231,7 @@ MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
             "edit_last",
         ),
     ),
-    ("&Tools", ("settings", "storage")),
+    ("&Tools", ("settings", "storage", "local_server")),
     (
         "&View",
         ("tree", "focus_tree", None, "zoom_in", "zoom_out", "actual_size"),

@@ -6,6 +6,8 @@ a time on the engine thread in the order they were asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -210,6 +212,18 @@ class CountTokens:
     text: str
 
 
+@dataclass(frozen=True)
+class ServeRequest:
+    """Work for the local server (``app/server``): ``run`` is called with the
+    service and its result or exception ends ``future``, which the server
+    waits on. Its failures are the client's to hear, not the window's."""
+
+    # Called with the engine worker's ConversationService (unnamed here: the
+    # window side does not name what drives the engine).
+    run: Callable[[Any], Any]
+    future: Future[Any]
+
+
 Job = (
     LoadModel
     | NewConversation
@@ -233,6 +247,7 @@ Job = (
     | ContinueWithSummary
     | CountTokens
     | ContinueReply
+    | ServeRequest
 )
 
 

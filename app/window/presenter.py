@@ -69,6 +69,8 @@ def busy_text(job: jobs.Job) -> str | None:
             return "Deleting checkpoints…"
         case jobs.ContinueWithSummary():
             return "Summarizing this branch…"
+        case jobs.ServeRequest():
+            return "Serving a request (local server)…"
         case _ if jobs.is_generating(job):
             return "Generating…"
         case _:
@@ -127,6 +129,8 @@ def failure_title(job: jobs.Job) -> str:
             return "Cannot evict checkpoints"
         case jobs.ClearCheckpoints():
             return "Cannot clear checkpoints"
+        case jobs.ServeRequest():
+            return "Could not answer the local server's request"
         case (
             jobs.Send()
             | jobs.Edit()
@@ -903,6 +907,12 @@ class WindowPresenter:
                     self._show_stored_title(renamed)
             case jobs.DeleteConversation():
                 self.view.refresh_list(self.conversation_id)
+            case jobs.ServeRequest():
+                # A client's request added nodes (or a conversation): the
+                # list, and the tree if its conversation is the one shown.
+                self.view.refresh_list(self.conversation_id)
+                if self.conversation_id is not None:
+                    self.reload_tree()
             case jobs.EvictCheckpoints() | jobs.ClearCheckpoints():
                 # The tree's checkpoint marks and the list's sizes changed;
                 # read once the job is done, even if its dialog closed before.

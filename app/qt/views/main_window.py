@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Slot
 from PySide6.QtGui import QCloseEvent, QResizeEvent, QTextCursor
@@ -61,6 +62,11 @@ from app.window.presenter import WindowPresenter
 from storage.db import Database
 from storage.repository import ConversationRecord
 
+if TYPE_CHECKING:
+    # Imported when the dialog first opens: the window starts without aiohttp.
+    from app.qt.local_server import LocalServerController
+    from app.qt.views.dialogs.local_server import LocalServerDialog
+
 
 class MainWindow(QMainWindow):
     """Arbor's main window.
@@ -99,6 +105,9 @@ class MainWindow(QMainWindow):
         # Where the file dialog for attachments opens: the last folder used.
         self._attach_folder = Path.home()
         self._models_dialog: ModelsDialog | None = None
+        # The local server (Tools → Local server), made when first opened.
+        self.local_server: LocalServerController | None = None
+        self._local_server_dialog: LocalServerDialog | None = None
         self.presenter = WindowPresenter(db, engine, prefs, self)
         self.setWindowTitle("Arbor")
         self.setWindowIcon(app_icon())
@@ -702,6 +711,23 @@ class MainWindow(QMainWindow):
                 replace(self.prefs, checkpoint_budget_mb=dialog.budget_mb)
             )
 
+    def open_local_server(self) -> None:
+        """Show the local server's switch, URL and request log (not modal:
+        the server runs on when it is closed)."""
+        from app.qt.local_server import LocalServerController
+        from app.qt.views.dialogs.local_server import LocalServerDialog
+
+        if self.local_server is None:
+            self.local_server = LocalServerController(
+                self.engine.submit,
+                lambda: self.model_info.path if self.model_info else None,
+                self,
+            )
+        if self._local_server_dialog is None:
+            self._local_server_dialog = LocalServerDialog(self.local_server, self)
+        self._local_server_dialog.show()
+        self._local_server_dialog.raise_()
+
     def show_tree_panel(self, checked: bool) -> None:
         """Show or hide the conversation tree."""
         self.tree_panel.setVisible(checked)
@@ -778,5 +804,7 @@ class MainWindow(QMainWindow):
         # stop the reply (the service keeps what was generated, marked
         # "stopped"), free the model and end the threads before closing.
         self.models.shut_down()
+        if self.local_server is not None:
+            self.local_server.stop()
         self.engine.shut_down()
         super().closeEvent(event)

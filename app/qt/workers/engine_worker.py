@@ -147,6 +147,17 @@ class EngineWorker(QObject):
             self.cancel_requested.clear()
         self.finished.emit(result)
 
+    def _serve(self, job: jobs.ServeRequest) -> JobResult:
+        """Run the local server's work; what it raises goes to the server
+        (an HTTP error for its client), not to the window's error dialog."""
+        if not job.future.set_running_or_notify_cancel():
+            return JobResult(job)
+        try:
+            job.future.set_result(job.run(self._service))
+        except Exception as exc:
+            job.future.set_exception(exc)
+        return JobResult(job)
+
     def _watch_decode(self, done: int, total: int) -> bool:
         """Between the batches of a long decode: report, and go on unless the
         user asked to stop."""
@@ -248,6 +259,8 @@ class EngineWorker(QObject):
                     context_tokens=tokens,
                     n_ctx=n_ctx,
                 )
+            case jobs.ServeRequest():
+                return self._serve(job)
             case jobs.RegenerateParallel():
                 return self._alternatives(job)
             case (

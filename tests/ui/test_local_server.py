@@ -1,0 +1,120 @@
+"""Tools → Local server through the real stack: the window's engine thread
+answers an openai client on 127.0.0.1, the status bar says so, the request
+log shows it, and the conversation appears in the list."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import openai
+
+from app.window import jobs
+from storage import repository
+from tests.ui.conftest import WAIT_MS, send, wait_idle
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _in_thread(call: Any) -> dict[str, Any]:
+    """Run ``call`` off the GUI thread (which must stay free to route the
+    server's jobs); the result lands in the returned dict."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except Exception as exc:  # reported by the test's assertions
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    outcome["thread"] = thread
+    return outcome
+
+
+def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
+    window = make_window()
+    send(qtbot, window, "A message typed in the window.")
+    window.local_server_action.trigger()
+    dialog = window._local_server_dialog
+    assert dialog is not None and dialog.isVisible()
+    assert not dialog.copy_button.isEnabled()
+    dialog.port_spin.setValue(_free_port())
+    dialog.switch_button.click()
+    url = dialog.url_edit.text()
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+    assert dialog.switch_button.text() == "Stop serving"
+
+    busy_texts: list[str] = []
+    window.engine.started.connect(
+        lambda job: (
+            busy_texts.append(window.status.busy_label.shown_text())
+            if isinstance(job, jobs.ServeRequest)
+            else None
+        )
+    )
+    client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": "Hello from a client."}]
+    first = _in_thread(
+        lambda: client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=8, temperature=0
+        )
+    )
+    qtbot.waitUntil(lambda: not first["thread"].is_alive(), timeout=WAIT_MS)
+    assert "error" not in first, first.get("error")
+    reply = first["value"]
+    wait_idle(qtbot, window)
+    # Read as each job starts, before or after the window's own handler: one
+    # of the server's jobs (the reply, then its checkpoints) shows it.
+    assert any(text.startswith("Serving a request") for text in busy_texts)
+
+    conversation = reply.model_extra["arbor"]["conversation"]
+    titles = {c.id: c.title for c in repository.list_conversations(window.db)}
+    assert titles[conversation] == "Local server"
+    assert any(" 200 " in line for line in dialog.log_view.toPlainText().splitlines())
+
+    # The same client goes on: restored from the tree, nothing reprocessed,
+    # though the window's own conversation was in the context between.
+    again = _in_thread(
+        lambda: client.chat.completions.create(
+            model="tiny",
+            messages=[
+                *messages,
+                {"role": "assistant", "content": reply.choices[0].message.content},
+                {"role": "user", "content": "And again."},
+            ],
+            max_tokens=8,
+        )
+    )
+    qtbot.waitUntil(lambda: not again["thread"].is_alive(), timeout=WAIT_MS)
+    assert "error" not in again, again.get("error")
+    stats = again["value"].model_extra["arbor"]["stats"]
+    assert stats["reprocessed_tokens"] == 0
+    assert again["value"].usage.prompt_tokens_details.cached_tokens > 0
+
+    # The dialog closed, the server runs on and the window still works; the
+    # dialog opened again shows it serving, and its switch stops it.
+    wait_idle(qtbot, window)
+    dialog.close()
+    qtbot.keyClicks(window.composer.edit, "Still here.")
+    window.composer.send_button.click()
+    assert window.generating or window.engine.busy
+    wait_idle(qtbot, window)
+    path = repository.get_path(window.db, window.active_id)
+    assert [n.text for n in path if n.role == "user"][-1] == "Still here."
+    assert window.local_server is not None and window.local_server.url == url
+    window.local_server_action.trigger()
+    assert window._local_server_dialog is dialog and dialog.url_edit.text() == url
+    dialog.switch_button.click()
+    assert (
+        dialog.url_edit.text() == "" and dialog.switch_button.text() == "Start serving"
+    )
+    refused = _in_thread(lambda: client.models.list())
+    refused["thread"].join(30)
+    assert isinstance(refused.get("error"), openai.APIConnectionError)
