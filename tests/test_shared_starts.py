@@ -1,6 +1,7 @@
 """A new conversation whose system prompt was decoded before, in any
-conversation, starts from that start's checkpoint instead of decoding the
-prompt again (the real tiny model, a real SQLite file, a restart between)."""
+conversation, starts from that start's cells (kept in the context) or its
+checkpoint instead of decoding the prompt again (the real tiny model, a real
+SQLite file, a restart between)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_a_known_system_prompt_is_restored_not_decoded(
     _second, twin = service.new_conversation(SYSTEM)
     again = service.send(twin, "Hello", GREEDY)
     assert again.stats.reprocessed_tokens == 0
-    assert again.stats.kept_tokens + again.stats.restored_tokens == root_tokens
+    # The context held the same start's cells: kept, not even restored.
+    assert again.stats.kept_tokens == root_tokens
     # The same context as decoding it: the same logits after the same message.
     assert again.stats.logits_digest == decoded.stats.logits_digest
     _close(service)
@@ -74,6 +76,8 @@ def test_a_damaged_twin_is_not_copied(tmp_path: Path, tiny_model: Path) -> None:
             "WHERE checkpoint_id = (SELECT id FROM checkpoint WHERE node_id = ?)",
             (root,),
         )
+    _close(service)
+    service = _service(path, tiny_model)  # nothing in the context to keep
     _second, twin = service.new_conversation(SYSTEM)
     reply = service.send(twin, "Hello", GREEDY)
     root_tokens = len(repository.get_node(service.db, twin).tokens)

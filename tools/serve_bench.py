@@ -118,8 +118,14 @@ class Server:
         )
 
 
-def ask(server: Server, model: str, messages: list[dict[str, str]]) -> tuple[Row, str]:
-    """One streamed request: its figures and the reply's text."""
+def ask(
+    server: Server,
+    model: str,
+    messages: list[dict[str, str]],
+    user: str | None = None,
+) -> tuple[Row, str]:
+    """One streamed request: its figures and the reply's text. ``user``
+    names another client (for Arbor, another conversation)."""
     started = time.perf_counter()
     first: float | None = None
     text = []
@@ -132,6 +138,7 @@ def ask(server: Server, model: str, messages: list[dict[str, str]]) -> tuple[Row
         temperature=0,
         stream=True,
         stream_options={"include_usage": True},
+        **({"user": user} if user else {}),
     )
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -152,27 +159,42 @@ def ask(server: Server, model: str, messages: list[dict[str, str]]) -> tuple[Row
     return Row((first - started) * 1000, decoded, usage.prompt_tokens), "".join(text)
 
 
-def run(server: Server, model: str) -> dict[str, Any]:
-    """The whole scenario on one server."""
-    server.start(model)
-    messages = [{"role": "system", "content": SYSTEM}]
-    growing: list[Row] = []
+def run(servers: dict[str, Server], model: str) -> dict[str, dict[str, Any]]:
+    """The whole scenario, each step on every server in turn (never two at
+    once), so that the machine's noise falls on both alike."""
+    for server in servers.values():
+        server.start(model)
+    histories = {name: [{"role": "system", "content": SYSTEM}] for name in servers}
+    results: dict[str, dict[str, Any]] = {name: {"growing": []} for name in servers}
+
+    def step(key: str, name: str, messages: list[dict[str, str]], **kw: Any) -> str:
+        row, reply = ask(servers[name], model, messages, **kw)
+        if key == "growing":
+            results[name][key].append(row)
+        else:
+            results[name][key] = row
+        return reply
+
     for index in range(REQUESTS):
-        messages.append({"role": "user", "content": user_turn(index)})
-        row, reply = ask(server, model, messages)
-        messages.append({"role": "assistant", "content": reply})
-        growing.append(row)
-    server.stop()
-    server.start(model)
-    messages.append({"role": "user", "content": user_turn(REQUESTS)})
-    restarted, _reply = ask(server, model, messages)
-    fresh, _reply = ask(
-        server,
-        model,
-        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hello."}],
-    )
-    server.stop()
-    return {"growing": growing, "restarted": restarted, "new_with_known_system": fresh}
+        for name, messages in histories.items():
+            messages.append({"role": "user", "content": user_turn(index)})
+            reply = step("growing", name, messages)
+            messages.append({"role": "assistant", "content": reply})
+    for server in servers.values():
+        server.stop()
+        server.start(model)
+    hello = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi."}]
+    for name, messages in histories.items():
+        messages.append({"role": "user", "content": user_turn(REQUESTS)})
+        step("restarted", name, messages)
+        step("new_with_known_system", name, hello)
+        # Another client: for Arbor a new conversation, whose start is the
+        # same system prompt's start of the first one.
+        other = [hello[0], {"role": "user", "content": "Yo."}]
+        step("other_client_known_system", name, other, user="b")
+    for server in servers.values():
+        server.stop()
+    return results
 
 
 def main() -> None:
@@ -226,10 +248,15 @@ def main() -> None:
             "--host",
             "127.0.0.1",
             "--no-webui",
+            # Arbor's defaults: flash attention off, batches of 512.
+            "-fa",
+            "off",
+            "-b",
+            "512",
         ],
         llama_port,
     )
-    results = {"arbor": run(arbor, model.stem), "llama-server": run(llama, model.stem)}
+    results = run({"arbor": arbor, "llama-server": llama}, model.stem)
     shutil.rmtree(data, ignore_errors=True)
     print_table(results)
     if args.json:
@@ -250,13 +277,11 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         for i, (x, y) in enumerate(zip(a["growing"], b["growing"], strict=True))
     ]
     rows.append(("after a restart", a["restarted"], b["restarted"]))
-    rows.append(
-        (
-            "new conversation, known system prompt",
-            a["new_with_known_system"],
-            b["new_with_known_system"],
-        )
-    )
+    for key, name in (
+        ("new_with_known_system", "new conversation, known system prompt"),
+        ("other_client_known_system", "another client, known system prompt"),
+    ):
+        rows.append((name, a[key], b[key]))
     for name, x, y in rows:
         cells = [name, f"{x.prompt:,}", f"{x.ttft_ms:.0f} ms", f"{y.ttft_ms:.0f} ms"]
         cells += [f"{x.decoded:,}", f"{y.decoded:,}"]

@@ -141,9 +141,10 @@ class ContextSync:
     def _common_prefix(self, path: list[NodeRecord]) -> int:
         shared = 0
         for held, wanted in zip(self.loaded, path, strict=False):
-            if held is not wanted and (
-                held.id != wanted.id or held.tokens != wanted.tokens
-            ):
+            same = held is wanted or (
+                held.id == wanted.id and held.tokens == wanted.tokens
+            )
+            if not (same or (shared == 0 and _twin_starts(held, wanted))):
                 break
             shared += 1
         return shared
@@ -392,3 +393,17 @@ class ContextSync:
             return used, None
         # Repair: the next visit restores instead of reprocessing.
         return used, self._engine.capture(node.start_pos, node.end_pos)
+
+
+def _twin_starts(held: NodeRecord, wanted: NodeRecord) -> bool:
+    """Whether two starts (roots) hold the same span: the context's first
+    cells depend on their tokens alone, so a start of another conversation
+    with the same system prompt is kept rather than restored."""
+    return (
+        held.parent_id is None
+        and wanted.parent_id is None
+        and held.start_pos == wanted.start_pos == 0
+        and bool(held.tokens)
+        and held.tokens == wanted.tokens
+        and held.vocab_id == wanted.vocab_id
+    )

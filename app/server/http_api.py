@@ -268,6 +268,7 @@ class _Api:
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         cancelled = threading.Event()
+        started = time.perf_counter()
 
         def send(kind: str) -> Callable[[str], None]:
             # Called on the engine's thread: the piece crosses to this loop.
@@ -293,6 +294,7 @@ class _Api:
         # piece or the end, then either answer with an error or open the
         # stream.
         first = await _first_of(pieces, job)
+        first_ms = (time.perf_counter() - started) * 1000
         if first is None and job.done() and job.exception() is not None:
             return _failure(job.exception())
         response = web.StreamResponse(
@@ -326,7 +328,7 @@ class _Api:
             await _event(response, usage)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-        response[_NOTE] = _note(done)
+        response[_NOTE] = f"{_note(done)}, first token at {first_ms:.0f} ms"
         return response
 
     def _after_reply(self) -> None:
