@@ -1,7 +1,7 @@
 """A new conversation whose system prompt was decoded before, in any
 conversation, starts from that start's cells (kept in the context) or its
-checkpoint instead of decoding the prompt again (the real tiny model, a real
-SQLite file, a restart between)."""
+checkpoint, shared rather than copied, instead of decoding the prompt again
+(the real tiny model, a real SQLite file, a restart between)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,33 @@ def test_a_known_system_prompt_is_restored_not_decoded(
     # A different prompt has no twin: decoded.
     _fourth, different = service.new_conversation(SYSTEM + " Be kind.")
     assert service.send(different, "Hello", GREEDY).stats.reprocessed_tokens > 0
+    service.flush_checkpoints()
+    # One checkpoint serves the three starts of SYSTEM: none was copied.
+    checkpointed = repository.checkpointed_nodes(
+        service.db, [root, twin, other], service.profile_id
+    )
+    assert set(checkpointed) == {root}
+    _close(service)
+
+
+def test_a_start_whose_twin_is_gone_is_decoded_and_kept(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    path = tmp_path / "arbor.sqlite3"
+    service = _service(path, tiny_model)
+    first, root = service.new_conversation(SYSTEM)
+    service.send(root, "Hello", GREEDY)
+    _second, twin = service.new_conversation(SYSTEM)
+    reply = service.send(twin, "Hello", GREEDY)
+    service.delete_conversation(first)
+    _close(service)
+
+    service = _service(path, tiny_model)
+    root_tokens = len(repository.get_node(service.db, twin).tokens)
+    again = service.restore(reply.assistant_node)
+    assert again.reprocessed_tokens >= root_tokens  # the start is decoded...
+    service.flush_checkpoints()
+    assert twin in repository.checkpointed_nodes(service.db, [twin], service.profile_id)
     _close(service)
 
 

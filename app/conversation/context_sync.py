@@ -37,6 +37,7 @@ from app.conversation.results import SyncStats
 from app.conversation.tree_cache import TreeCache
 from storage import repository
 from storage.checkpoint_reader import CheckpointReader
+from storage.checkpoint_refs import checkpoint_refs
 from storage.db import Database
 from storage.repository import (
     CapturedCheckpoint,
@@ -189,7 +190,7 @@ class ContextSync:
             for node, ref in planned:
                 if ref is not None:
                     tokens = self._tree.packed_tokens(node)
-                    data = reads.verified(ref, self._tree.profile, tokens)
+                    data = reads.verified(ref, self._profile, tokens)
                     if isinstance(data, str):
                         self._fallback(node, data, stats)
                         break
@@ -230,6 +231,8 @@ class ContextSync:
         planned: list[tuple[NodeRecord, CheckpointRef | None]] = []
         for node in below:
             ref = self._tree.checkpoint(node.id) if node.tokens else None
+            if ref is None and node.tokens and node.parent_id is None:
+                ref = self._twin_checkpoint(node)
             if node.tokens and ref is None:
                 self._fallback(node, self._missing_reason(node), stats)
                 break
@@ -241,6 +244,22 @@ class ContextSync:
                 break
             planned.append((node, ref))
         return planned
+
+    def _twin_checkpoint(self, root: NodeRecord) -> CheckpointRef | None:
+        """The checkpoint of another start with the same span (the same
+        system prompt, decoded in another conversation), which serves this
+        one as it is: a start's cells depend on its tokens alone, and its
+        checksum binds the twin's id and these same tokens."""
+        twin = repository.twin_root(self._db, root.id, self._profile_id)
+        if twin is None:
+            return None
+        refs, _profile = checkpoint_refs(self._db, [twin], self._profile_id)
+        return refs.get(twin)
+
+    @property
+    def _profile(self) -> str:
+        """The loaded profile's fingerprint (what checksums bind)."""
+        return self._engine.profile_fingerprint
 
     def _missing_reason(self, node: NodeRecord) -> str:
         """Why ``node`` has no checkpoint here: "missing", or what differs in

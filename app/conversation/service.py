@@ -349,29 +349,12 @@ class ConversationService:
 
     def _render_root(self, conversation_id: int, root: NodeRecord) -> None:
         # The root's span is rendered now where a model is loaded, so its
-        # first restore decodes it and saves its checkpoint, unless another
-        # start of the same tokens has one already: then that one is copied.
+        # first restore decodes it and saves its checkpoint (or restores the
+        # checkpoint of a start with the same span: context_sync).
         if self.engine is not None:
-            (rendered,) = spans.ensure_spans(
+            spans.ensure_spans(
                 self.db, self.engine, [root], self._variables(conversation_id)
             )
-            self._copy_twin_checkpoint(rendered)
-
-    def _copy_twin_checkpoint(self, root: NodeRecord) -> None:
-        """Give a new start the checkpoint of a start with the same span (a
-        system prompt already decoded in another conversation or start)."""
-        assert self.engine is not None and self.profile_id is not None
-        twin = repository.twin_root(self.db, root.id, self.profile_id)
-        if twin is None:
-            return
-        stored = repository.load_checkpoint(self.db, twin, self.profile_id)
-        if (
-            stored is None
-            or stored.kind != self.engine.state_kind
-            or not stored.is_intact()
-        ):
-            return  # a damaged twin: the start is decoded on its first visit
-        self._store_checkpoint(root, stored.data)
 
     def set_reasoning(self, conversation_id: int, choice: str | None) -> None:
         """Store a conversation's reasoning choice; None is the template's default."""
