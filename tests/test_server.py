@@ -444,3 +444,16 @@ def test_a_stop_string_ends_the_reply_there(data_dir: Path, tiny_model: Path) ->
     assert streamed == whole[: whole.index(stop)]
     assert plain.choices[0].message.content == streamed
     assert plain.choices[0].finish_reason == "stop"
+
+
+def test_a_broken_model_file_is_a_message_not_a_traceback(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\x00" * 64)
+    result = run_cli(
+        "--data-dir", data_dir, "--model", broken, "serve", "--port", "0", timeout=120
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("arbor: error:")
+    assert "Traceback" not in result.stderr

@@ -222,7 +222,7 @@ class _Api:
         if served is None:
             return error_response(
                 503,
-                "The model is still loading; try again shortly.",
+                "No model is loaded yet (it may be loading); try again shortly.",
                 "server_error",
                 code="model_loading",
                 headers={"Retry-After": str(_RETRY_LOADING_S)},
