@@ -26,6 +26,7 @@ from app.platform import paths
 from app.platform.starter_model import starter_model_path
 from app.platform.version import __version__
 from app.preferences import load_preferences
+from app.qt.gui_thread_gc import GuiThreadCollector
 from app.qt.single_instance import Claim, SingleInstance
 from app.qt.smoke import ENV_VAR as SMOKE_ENV_VAR
 from app.qt.smoke import run_smoke_test
@@ -198,7 +199,12 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     if os.environ.get(SMOKE_ENV_VAR):
         run_smoke_test(window, os.environ[SMOKE_ENV_VAR])
     app.setQuitOnLastWindowClosed(True)
-    status = app.exec()
+    collector = GuiThreadCollector(app)
+    collector.start()
+    try:
+        status = app.exec()
+    finally:
+        collector.stop()
     db.close()
     instance.release()
     return status
