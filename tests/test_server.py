@@ -324,6 +324,10 @@ def test_a_request_while_another_runs_is_told_to_retry(
             except openai.RateLimitError:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
+        log = server.stop()
+    # Told apart from a failure: no error logged, the partial reply kept.
+    assert "the client went away" in log
+    assert " 500 " not in log
 
 
 def test_off_loopback_needs_a_key(data_dir: Path, tiny_model: Path) -> None:

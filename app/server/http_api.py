@@ -309,10 +309,18 @@ class _Api:
                 await _event(response, _chunk(model_id, stream_id, {kind: piece}))
                 first = await _first_of(pieces, job)
             done = await job
-        except (ConnectionResetError, asyncio.CancelledError):
-            cancelled.set()  # the client went away: the reply ends early
+        except asyncio.CancelledError:
+            cancelled.set()  # the server is stopping: the reply ends early
             await asyncio.shield(_quietly(job))
             raise
+        except ConnectionResetError:
+            # The client went away: its reply ends early, what was generated
+            # stays stored (as stopped), and its checkpoints are written.
+            cancelled.set()
+            await _quietly(job)
+            self._after_reply()
+            response[_NOTE] = " · the client went away"
+            return response
         except Exception as exc:
             cancelled.set()
             await _event(response, json.loads(_failure(exc).text or "{}"))
