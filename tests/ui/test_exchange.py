@@ -70,8 +70,13 @@ def test_export_then_import_gives_an_equal_conversation(
     wait_idle(qtbot, window)
     path = repository.get_path(window.db, window.active_id)
     assert all(node.tokens for node in path)
-    sizes = repository.tree(window.db, imported)
-    assert all(n.checkpoint_bytes > 0 for n in sizes if n.id in {p.id for p in path})
+    sizes = {n.id: n.checkpoint_bytes for n in repository.tree(window.db, imported)}
+    assert all(sizes[n.id] > 0 for n in path[1:])
+    # Its start is the original's span: it restores from that start's
+    # checkpoint, and stores none of its own.
+    assert sizes[path[0].id] == 0
+    profile = window.presenter.profile_id
+    assert repository.twin_root(window.db, path[0].id, profile) is not None
     send(qtbot, window, "third question")
     assert window.transcript.cards[-2].text == "third question"
 
