@@ -44,24 +44,21 @@ def linear_storage(
     return _row(
         f"linear chat, {len(path) // 2} turns",
         [(len(n.tokens), n.end_pos) for n in path],
-        [_size(db, profile_id, n.id, n.parent_id, sizes) for n in path],
+        [
+            sizes.get(n.id, 0) or _shared_start_bytes(db, profile_id, n.id)
+            if n.parent_id is None
+            else sizes.get(n.id, 0)
+            for n in path
+        ],
         kv_bytes_per_token,
     )
 
 
-def _size(
-    db: Database,
-    profile_id: int,
-    node_id: int,
-    parent_id: int | None,
-    sizes: dict[int, int],
-) -> int:
-    """A node's checkpoint bytes; for a start that restores from the
-    checkpoint of another start with the same span (one system prompt, several
-    conversations), that one's: what the conversation costs on its own."""
-    if node_id in sizes or parent_id is not None:
-        return sizes.get(node_id, 0)
-    twin = repository.twin_root(db, node_id, profile_id)
+def _shared_start_bytes(db: Database, profile_id: int, root_id: int) -> int:
+    """The checkpoint bytes of the start whose checkpoint ``root_id`` restores
+    from (one system prompt, several conversations; 0 if none): what the
+    conversation costs on its own."""
+    twin = repository.twin_root(db, root_id, profile_id)
     if twin is None:
         return 0
     return repository.checkpointed_nodes(db, [twin], profile_id).get(twin, 0)
@@ -81,13 +78,9 @@ def tree_storage(
         f"bushy tree, {leaves} leaves",
         [(n.n_tokens, ends[n.id]) for n in nodes],
         [
-            _size(
-                db,
-                profile_id,
-                n.id,
-                n.parent_id,
-                {n.id: n.checkpoint_bytes} if n.checkpoint_bytes else {},
-            )
+            n.checkpoint_bytes or _shared_start_bytes(db, profile_id, n.id)
+            if n.parent_id is None
+            else n.checkpoint_bytes
             for n in nodes
         ],
         kv_bytes_per_token,

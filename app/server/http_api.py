@@ -91,6 +91,32 @@ def build_app(
     return app
 
 
+@dataclass(frozen=True)
+class ApiError:
+    """An OpenAI-style error: its status, body and headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] | None = None
+
+    def response(self) -> web.Response:
+        """The error as a whole HTTP response."""
+        return web.json_response(self.body, status=self.status, headers=self.headers)
+
+
+def api_error(
+    status: int,
+    message: str,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> ApiError:
+    """OpenAI's error body with ``status``."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return ApiError(status, body, headers)
+
+
 def error_response(
     status: int,
     message: str,
@@ -99,9 +125,8 @@ def error_response(
     code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> web.Response:
-    """OpenAI's error body with ``status``."""
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
+    """OpenAI's error body with ``status``, as a response."""
+    return api_error(status, message, kind, param, code, headers).response()
 
 
 # --- middlewares ---------------------------------------------------------------
@@ -250,7 +275,7 @@ class _Api:
                 )
             )
         except Exception as exc:
-            return _failure(exc)
+            return _failure(exc).response()
         finally:
             cancelled.set()
         self._after_reply()
@@ -296,7 +321,7 @@ class _Api:
         first = await _first_of(pieces, job)
         first_ms = (time.perf_counter() - started) * 1000
         if first is None and job.done() and job.exception() is not None:
-            return _failure(job.exception())
+            return _failure(job.exception()).response()
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -323,7 +348,7 @@ class _Api:
             return response
         except Exception as exc:
             cancelled.set()
-            await _event(response, json.loads(_failure(exc).text or "{}"))
+            await _event(response, _failure(exc).body)
             await response.write_eof()
             return response
         self._after_reply()
@@ -442,10 +467,10 @@ async def _quietly(job: asyncio.Future[Any]) -> None:
         log.debug("a cancelled reply ended with an error", exc_info=True)
 
 
-def _failure(exc: BaseException | None) -> web.Response:
+def _failure(exc: BaseException | None) -> ApiError:
     """The error response for a job that raised ``exc``."""
     if isinstance(exc, Busy):
-        return error_response(
+        return api_error(
             429,
             "The server is busy with other requests; try again shortly.",
             "rate_limit_error",
@@ -453,19 +478,17 @@ def _failure(exc: BaseException | None) -> web.Response:
             headers={"Retry-After": str(_RETRY_BUSY_S)},
         )
     if isinstance(exc, ContextFullError):
-        return error_response(
+        return api_error(
             400, str(exc), param="messages", code="context_length_exceeded"
         )
     if isinstance(exc, NotFound):
-        return error_response(
-            404, str(exc), param=CONVERSATION_HEADER, code="not_found"
-        )
+        return api_error(404, str(exc), param=CONVERSATION_HEADER, code="not_found")
     if isinstance(exc, StorageUnavailable):
-        return error_response(503, str(exc), "server_error", code="storage_unavailable")
+        return api_error(503, str(exc), "server_error", code="storage_unavailable")
     if isinstance(exc, USER_ERRORS):
-        return error_response(500, str(exc), "server_error")
+        return api_error(500, str(exc), "server_error")
     log.error("a reply failed", exc_info=exc)
-    return error_response(500, "The server failed; see its log.", "server_error")
+    return api_error(500, "The server failed; see its log.", "server_error")
 
 
 def _usage(done: Completion) -> dict[str, Any]:
