@@ -212,6 +212,8 @@ class Composer(QWidget):
 
     def set_generating(self, generating: bool) -> None:
         """Switch the button between Send and Stop."""
+        if generating == self._generating and self.send_button.text():
+            return  # a repolish relays out the window: only for a change
         self._generating = generating
         self.send_button.setText("Stop" if generating else "Send")
         self.send_button.setIcon(

@@ -526,6 +526,11 @@ class TranscriptView(QScrollArea):
         self._filling = True
         try:
             self._fill_timer.stop()
+            if relayout and self._slots:
+                # The new path's column first: laid out with the old one's
+                # cards gone, the page would shrink, hide the scroll bar and
+                # resize the view (a second fill and paint) before it grows.
+                self._relayout()
             self._flush_layout()
             if not self._slots:
                 if relayout:

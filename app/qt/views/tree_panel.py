@@ -9,6 +9,7 @@ Both ask the window for the same things (``node_activated``,
 from __future__ import annotations
 
 from PySide6.QtCore import (
+    QCoreApplication,
     QEvent,
     QModelIndex,
     QObject,
@@ -183,6 +184,7 @@ class TreePanel(QWidget):
         self._fit_timer.timeout.connect(self._fit_columns)
         for signal in (model.rowsInserted, model.rowsRemoved, model.modelReset):
             signal.connect(self._schedule_fit)
+        self._new_rows = False  # a reset not laid out yet (``_lay_out_new_rows``)
         model.dataChanged.connect(self._on_model_data_changed)
         # The graph follows the model too, but one refresh per event-loop turn
         # is enough: a reply inserts two rows and restyles several.
@@ -214,12 +216,34 @@ class TreePanel(QWidget):
     def show_active(self, node_id: int | None) -> None:
         """Select and scroll to the active node (``node_activated`` is not emitted)."""
         self._sync_graph()
+        if self._new_rows:
+            self._lay_out_new_rows()
         if node_id is None:
             self.view.clearSelection()
             return
         index = self.model.index_of(node_id)
         self.view.setCurrentIndex(index)
         self.view.scrollTo(index)
+
+    def _lay_out_new_rows(self) -> None:
+        """Lay out a new tree's rows, show or hide the scroll bar and fit the
+        columns now, before the first paint, and quietly.
+
+        Left to the event loop, the bar comes or goes after the first paint
+        (a queued call), the first column stretches, and told of a resized
+        column the view repaints it on a timer of its own: a second paint of
+        the whole list. The first paint shows the new widths anyway.
+        """
+        self._new_rows = False
+        self._fit_timer.stop()
+        header = self.view.header()
+        quiet = header.blockSignals(True)
+        try:
+            self.view.doItemsLayout()
+            QCoreApplication.sendPostedEvents(self.view, QEvent.Type.MetaCall)
+            self._fit_columns()
+        finally:
+            header.blockSignals(quiet)
 
     def selected_node(self) -> int | None:
         """The node under the cursor (of the view shown)."""
@@ -317,6 +341,7 @@ class TreePanel(QWidget):
         # expandAll would still ask the model about every row.
         if self.model.has_nested_rows():
             self.view.expandAll()
+        self._new_rows = True  # laid out when the active node is shown
 
     @Slot(QAbstractButton, bool)
     def _on_mode_group_button_toggled(
