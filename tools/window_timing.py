@@ -32,7 +32,8 @@ thread's CPU time to show a conversation whose path has 10 and 1,000
 messages (and ``--paths`` others), twice each as a user goes back and forth
 between them, then to scroll the long one to its top, page down a few
 screens and come back to its end (a conversation stays readable without a
-model, so no engine work competes)::
+model, so no engine work competes). A first show happens once per process,
+so it runs ``--runs`` fresh processes (5) and prints each step's median::
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python tools/window_timing.py --transcript
 
@@ -458,8 +459,8 @@ def run_transcript_child(paths: list[int]) -> dict[str, object]:
     return {"steps": steps, "at_end": at_end}
 
 
-def report_transcript(paths: list[int]) -> None:
-    """Run ``run_transcript_child`` in a fresh process and print its table."""
+def _transcript_run(paths: list[int]) -> dict[str, object]:
+    """One ``run_transcript_child`` in a fresh process: its figures."""
     result = subprocess.run(
         [
             sys.executable,
@@ -474,26 +475,43 @@ def report_transcript(paths: list[int]) -> None:
         text=True,
         env={"QT_QPA_PLATFORM": "offscreen", **os.environ},
     )
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
-    steps = figures["steps"]
-    idle = steps[0]["ms"]
-    print("\n### transcript of long paths (no model)\n")
+    figures: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def report_transcript(paths: list[int], runs: int) -> None:
+    """Run ``run_transcript_child`` in ``runs`` fresh processes, one after
+    another, and print the median of each step (and its range)."""
+    results = [_transcript_run(paths) for _ in range(runs)]
+    steps_of_runs: list[list[dict[str, Any]]] = [r["steps"] for r in results]  # type: ignore[misc]
+    print(f"\n### transcript of long paths (no model), median of {runs} runs\n")
     print(
-        "| step | GUI-thread CPU (ms) | less idle | in the transcript's show_path "
-        "| in the tree model | in Python's GC | message cards alive |"
+        "| step | GUI-thread CPU (ms) | less idle | less idle, range "
+        "| in the transcript's show_path | in the tree model | in Python's GC "
+        "| message cards alive |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for row in steps:
-        tree = row["tree (set_snapshot)"] + row["tree (set_active)"]
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    median = statistics.median
+    for at, row in enumerate(steps_of_runs[0]):
+        same = [steps[at] for steps in steps_of_runs]
+        beyond_idle = [
+            s["ms"] - steps[0]["ms"]
+            for s, steps in zip(same, steps_of_runs, strict=True)
+        ]
+        tree = [s["tree (set_snapshot)"] + s["tree (set_active)"] for s in same]
         print(
-            f"| {row['step']} | {row['ms']:,.0f} | {row['ms'] - idle:,.0f} "
-            f"| {row['transcript']:,.0f} | {tree:,.0f} | {row['gc']:,.0f} "
-            f"| {row['cards']} |"
+            f"| {row['step']} | {median(s['ms'] for s in same):,.0f} "
+            f"| {median(beyond_idle):,.0f} "
+            f"| {min(beyond_idle):,.0f} to {max(beyond_idle):,.0f} "
+            f"| {median(s['transcript'] for s in same):,.0f} "
+            f"| {median(tree):,.0f} "
+            f"| {median(s['gc'] for s in same):,.0f} | {row['cards']} |"
         )
+    ends = {bool(r["at_end"]) for r in results}
     print(
         f"\nEach figure includes {SETTLE_S:.1f} s of the event loop after the step "
         f"(layouts, paints, timers; the idle row: that loop alone, which the "
-        f"next column takes away). At the end after the jump: {figures['at_end']}."
+        f"next column takes away). At the end after the jump: {ends == {True}}."
     )
 
 
@@ -607,6 +625,9 @@ def main() -> int:
         default="10,1000",
         help="messages on the paths --transcript shows (comma-separated)",
     )
+    parser.add_argument(
+        "--runs", type=int, default=5, help="fresh processes --transcript runs"
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--transcript-child", action="store_true", help=argparse.SUPPRESS
@@ -620,7 +641,7 @@ def main() -> int:
         print(json.dumps(run_transcript_child(paths)))
         return 0
     if args.transcript:
-        report_transcript(paths)
+        report_transcript(paths, args.runs)
         return 0
     bare = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)

@@ -273,9 +273,12 @@ class ConversationTreeModel(QAbstractItemModel):
         return len(item.children)
 
     def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
-        # Qt's own asks rowCount and columnCount: two calls into Python per
-        # row where one does.
-        return self.rowCount(parent) > 0
+        # Qt's own asks rowCount and columnCount, and calling rowCount from
+        # here is one more: the view asks this of every row it lays out.
+        if parent.column() > 0:
+            return False
+        item = parent.internalPointer() if parent.isValid() else self._root
+        return bool(item.children)
 
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return len(COLUMNS)
@@ -333,7 +336,15 @@ class ConversationTreeModel(QAbstractItemModel):
 
     def column_texts(self, column: int) -> set[str]:
         """The texts the rows show in ``column`` (what its width must fit)."""
-        return {self._display(node, column) for node in self._snapshot.nodes.values()}
+        nodes = self._snapshot.nodes.values()
+        if column > 0:
+            # One row per figure shown, not every row: this is read whenever a
+            # tree is shown (a 1,000-message path: 1,000 rows per column).
+            nodes = {
+                node.n_tokens if column == 1 else bool(node.checkpoint_bytes): node
+                for node in nodes
+            }.values()
+        return {self._display(node, column) for node in nodes}
 
     @staticmethod
     def _display(node: NodeSummary, column: int) -> str:

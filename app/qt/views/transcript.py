@@ -218,6 +218,9 @@ class TranscriptView(QScrollArea):
         # Heights of cards measured, by node id, with what they showed and
         # the metrics they were measured at: a card gone is still as tall.
         self._heights: dict[int, tuple[str, str, str, Metrics, int]] = {}
+        # The shapes read from the messages' texts, by node id, with what
+        # they were read from: a path shown again is not read again.
+        self._shapes: dict[int, tuple[str, str, str, TextShape]] = {}
         self._model = HeightModel()
         self._metrics: Metrics | None = None  # those of the slots' estimates
         # Replies to pick from stand in for the path's last card.
@@ -591,7 +594,14 @@ class TranscriptView(QScrollArea):
         )
 
     def _slot(self, node: NodeSummary, siblings: list[int], thinking: str) -> _Slot:
-        shape = text_shape(node.role, node.text, thinking, node.status)
+        known = self._shapes.get(node.id)
+        if known is not None and known[:3] == (node.text, node.status, thinking):
+            shape = known[3]
+        else:
+            shape = text_shape(node.role, node.text, thinking, node.status)
+            if len(self._shapes) >= HEIGHTS_KEPT:
+                self._shapes.clear()  # a bound, as for the heights
+            self._shapes[node.id] = (node.text, node.status, thinking, shape)
         return _Slot(node, siblings, thinking, shape, height=0)
 
     def _height_unmade(self, slot: _Slot, metrics: Metrics) -> int:
