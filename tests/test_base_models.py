@@ -88,9 +88,10 @@ def test_chatml_written_as_text_ends_the_reply_and_invented_turns_go(
     assert held_context(path) == rendered_context(engine, None, path)
 
 
-def test_a_marker_split_across_a_merged_token_is_cut_before_it(tmp_path, open_service):
+def test_a_marker_split_across_a_merged_token_is_cut_at_it(tmp_path, open_service):
     # The token that holds the marker's first byte goes with it, so the
-    # context never holds half a marker; what was shown is what is kept.
+    # context never holds half a marker; the text it held before the marker
+    # stays, as tokens of its own. What was shown is what is kept.
     model = write_tiny_model(
         tmp_path / "plain.gguf",
         chat_template=None,
@@ -110,8 +111,10 @@ def test_a_marker_split_across_a_merged_token_is_cut_before_it(tmp_path, open_se
         *engine.tokenize("|im_end|>\nmore"),
     ]
     reply = service.send(node, "Hello", PARAMS, on_token=shown.append)
-    assert reply.text == "Yes" == "".join(shown)
-    assert service.path(reply.assistant_node)[-1].span_text.endswith("Yes<|im_end|>\n")
+    assert reply.text == "Yes." == "".join(shown)
+    last = service.path(reply.assistant_node)[-1]
+    assert last.span_text.endswith("Yes.<|im_end|>\n")
+    assert merged[0] not in last.tokens  # "." decoded alone, not ".<"
 
 
 def test_alternatives_together_stop_at_a_written_marker(tmp_path, open_service):

@@ -444,10 +444,19 @@ def test_a_stop_string_ends_the_reply_there(data_dir: Path, tiny_model: Path) ->
         stop = whole[at]
         chunks = list(_ask(client, messages, max_tokens=24, stop=[stop], stream=True))
         plain = _ask(client, messages, max_tokens=24, stop=stop)
+        # The reply was stored cut, its context too: the client's copy of it
+        # is found in the tree, and nothing is decoded again.
+        then = _ask(client, _conversation(messages, plain, "And then?"), max_tokens=4)
+        tree = run_cli("--data-dir", data_dir, "tree", str(_arbor(plain)["conversation"]))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == whole[: whole.index(stop)]
     assert plain.choices[0].message.content == streamed
     assert plain.choices[0].finish_reason == "stop"
+    assert _arbor(plain)["stats"]["stop_reason"] == "stop_string"
+    assert _arbor(then)["matched_turns"] == 2
+    assert _arbor(then)["stats"]["reprocessed_tokens"] == 0
+    assert _cached(then) == _arbor(plain)["stats"]["context_tokens"]
+    assert tree.returncode == 0 and "stopped" not in tree.stdout
 
 
 def test_a_broken_model_file_is_a_message_not_a_traceback(

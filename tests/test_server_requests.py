@@ -1,11 +1,13 @@
-"""The server's request checks and stop strings, without a server."""
+"""The server's request checks, and stop strings as a reply's text meets
+them, without a server or a model."""
 
 from __future__ import annotations
 
 import pytest
 
+from app.backend.reasoning import NO_REASONING, ReasoningSplitter
+from app.conversation.turn_markers import ReplyText
 from app.server.requests import DEFAULT_MAX_TOKENS, BadRequest, parse_chat_request
-from app.server.stop_strings import StopScanner
 
 
 def _body(**extra: object) -> dict[str, object]:
@@ -38,7 +40,7 @@ def test_a_request_in_arbor_terms() -> None:
         ("user", "Bien."),
     ]
     assert (chat.sampling.temperature, chat.sampling.seed) == (0.0, 7)
-    assert chat.sampling.max_tokens == 5 and chat.stop == ("\n",)
+    assert chat.sampling.max_tokens == 5 and chat.sampling.stop == ("\n",)
     assert chat.user == "editor" and not chat.stream
     assert parse_chat_request(_body()).sampling.max_tokens == DEFAULT_MAX_TOKENS
 
@@ -75,17 +77,58 @@ def test_what_is_refused_names_its_parameter(body: object, param: str | None) ->
     assert str(refused.value)
 
 
-def test_a_stop_string_split_across_pieces_is_caught() -> None:
-    scanner = StopScanner(("END",))
-    shown = [scanner.feed(p) for p in ("Hello E", "N", "D and more")]
-    assert "".join(shown) == "Hello "
-    assert scanner.stopped and scanner.finish() == ""
+def _reply_text(stops: tuple[str, ...]) -> tuple[ReplyText, list[str]]:
+    shown: list[str] = []
+    text = ReplyText(
+        ("<|im_end|>",),
+        stops,
+        ReasoningSplitter(NO_REASONING),
+        lambda pieces: shown.extend(piece for _channel, piece in pieces),
+    )
+    return text, shown
 
 
-def test_text_held_back_is_sent_when_it_was_no_stop() -> None:
-    scanner = StopScanner(("END",))
-    assert scanner.feed("Hello EN") == "Hello "
-    assert scanner.feed("ough") == "ENough"
-    assert scanner.feed("E") == ""
-    assert scanner.finish() == "E"
-    assert not scanner.stopped
+def test_a_stop_string_split_across_tokens_is_caught() -> None:
+    text, shown = _reply_text(("END",))
+    cuts = [text.push(token, special=False) for token in (b"Hello E", b"N", b"D x")]
+    # The token where it begins goes; what it held before the stop is kept.
+    assert cuts == [None, None, 0]
+    assert text.kept == "Hello " and text.stopped_by_string
+    text.finish()  # the reply ends there (the splitter holds a trailing space)
+    assert "".join(shown) == "Hello " == text.splitter.answer
+
+
+def test_a_stop_string_inside_a_token_keeps_the_text_before_it() -> None:
+    text, shown = _reply_text(("\n",))
+    assert text.push(b"One", special=False) is None
+    assert text.push(b" two.\nThree", special=False) == 1
+    assert text.kept == " two." and "".join(shown) == "One two."
+
+
+def test_text_held_back_is_shown_when_it_was_no_stop() -> None:
+    text, shown = _reply_text(("END",))
+    for token in (b"Hello EN", b"ough", b"E"):
+        assert text.push(token, special=False) is None
+    assert "".join(shown) == "Hello ENough"  # "E" may still begin "END"
+    assert text.finish() is None
+    assert "".join(shown) == "Hello ENoughE" and not text.stopped_by_string
+
+
+def test_a_turn_marker_is_no_stop_string() -> None:
+    text, shown = _reply_text(("END",))
+    assert text.push(b"Done.<|im_", special=False) is None
+    assert text.push(b"end|>", special=False) == 0
+    assert text.kept == "Done." and not text.stopped_by_string
+    assert "".join(shown) == "Done."
+
+
+def test_a_character_split_before_the_stop_is_kept_whole() -> None:
+    # "é" is two bytes in two tokens, the second also holding the stop: the
+    # text kept starts with the token of the character's first byte, so that
+    # it stands alone as tokens of its own.
+    text, shown = _reply_text(("\n",))
+    assert text.push(b"caf\xc3", special=False) is None
+    assert text.push(b"\xa9\n", special=False) == 0
+    assert text.kept == "café"
+    assert text.finish() is None
+    assert "".join(shown) == "café"

@@ -16,6 +16,10 @@ class Utf8Stream:
         """Add a token's bytes; return the text that is now complete."""
         return self._decoder.decode(piece)
 
+    def pending(self) -> bool:
+        """Whether bytes of a character wait for the rest of it."""
+        return bool(self._decoder.getstate()[0])
+
     def flush(self) -> str:
         """Return whatever is left (an incomplete character becomes U+FFFD)."""
         return self._decoder.decode(b"", final=True)

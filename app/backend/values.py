@@ -63,7 +63,8 @@ class SamplingParams:
     """How the next token is chosen. ``temperature`` 0 means greedy.
 
     ``seed`` None picks a random seed; the seed actually used is recorded on
-    the reply so it can be reproduced.
+    the reply so it can be reproduced. ``stop``: texts that end the reply
+    before them, as a turn marker does (an API client's ``stop``).
     """
 
     temperature: float = 0.7
@@ -73,6 +74,7 @@ class SamplingParams:
     repeat_penalty: float = 1.1
     max_tokens: int = 512
     seed: int | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Checked here, where every caller (CLI, settings dialog, stored
@@ -88,6 +90,13 @@ class SamplingParams:
         _check_int("max_tokens", self.max_tokens, 1, _INT32_MAX)
         if self.seed is not None:
             _check_int("The seed", self.seed, 0, _UINT32_MAX)
+        # Stored as a JSON list: read back, it is a tuple again.
+        stop = self.stop
+        if not isinstance(stop, tuple | list) or not all(
+            isinstance(text, str) and text for text in stop
+        ):
+            raise InvalidSetting("Stop strings must be non-empty texts.")
+        object.__setattr__(self, "stop", tuple(stop))
 
     def with_seed(self) -> SamplingParams:
         """Return these params with a concrete seed (drawn now if unset)."""

@@ -60,6 +60,12 @@ StopCheck = Callable[[], bool]
 _STATUS_BY_STOP_REASON = {"stopped": Status.STOPPED, "context_full": Status.TRUNCATED}
 
 
+def _marker_reason(text: ReplyText) -> str:
+    """Why a reply that met a marker ended: a stop string asked for, or the
+    turn's end that the model wrote."""
+    return "stop_string" if text.stopped_by_string else "end_of_turn"
+
+
 def _check_text(text: str | None, what: str) -> None:
     """Refuse text that SQLite and the tokenizer cannot take.
 
@@ -708,6 +714,7 @@ class ConversationService:
             alternative.seq = seq
             alternative.text = ReplyText(
                 engine.chat_format.markers,
+                alternative.params.stop,
                 alternative.splitter,
                 functools.partial(_emit_indexed, streams, alternative.index),
             )
@@ -791,10 +798,12 @@ class ConversationService:
             engine.token_bytes(token, special=True), engine.is_special(token)
         )
         if cut is not None:
-            # The model wrote a turn marker: the reply ends before it. (Forks
-            # serve sampling only, so their cells need no cutting.)
+            # The model wrote a turn marker (or a stop string): the reply ends
+            # before it. Forks serve sampling only, so their cells need no
+            # cutting, and the text kept is decoded with the rest afterwards.
             sampled.drop_from(cut, engine.is_end_of_generation)
-            alternative.stop("end_of_turn")
+            sampled.tokens.extend(engine.tokenize(alternative.text.kept))
+            alternative.stop(_marker_reason(alternative.text))
             return None
         if len(sampled.tokens) >= alternative.params.max_tokens:
             alternative.stop("max_tokens")
@@ -1253,7 +1262,7 @@ class ConversationService:
                 if piece and target is not None:
                     target(piece)
 
-        text = ReplyText(engine.chat_format.markers, splitter, emit)
+        text = ReplyText(engine.chat_format.markers, params.stop, splitter, emit)
         first = engine.n_past  # where the first sampled token goes
 
         # Room to close the turn must remain in the context.
@@ -1280,8 +1289,9 @@ class ConversationService:
                     engine.token_bytes(token, special=True), engine.is_special(token)
                 )
                 if cut is not None:
-                    self._drop_from(result, first, cut)
-                    result.stop_reason = "end_of_turn"
+                    if self._drop_from(result, first, cut) == cut:
+                        self._decode_kept(result, text.kept, room)
+                    result.stop_reason = _marker_reason(text)
                     break
                 if len(result.tokens) >= params.max_tokens:
                     result.stop_reason = "max_tokens"
@@ -1307,7 +1317,7 @@ class ConversationService:
         result.thinking = earlier.thinking + splitter.thinking
         return result
 
-    def _drop_from(self, result: _SampledReply, first: int, cut: int) -> None:
+    def _drop_from(self, result: _SampledReply, first: int, cut: int) -> int:
         """Drop the reply's tokens from ``cut`` on, from the reply and the context.
 
         For a turn marker the model wrote (the format's own footer closes the
@@ -1322,6 +1332,20 @@ class ConversationService:
             cut = max(cut, engine.n_past - first)
         result.drop_from(cut, engine.is_end_of_generation)
         engine.truncate(first + cut)
+        return cut
+
+    def _decode_kept(self, result: _SampledReply, kept: str, room: int) -> None:
+        """Decode the text a marker's token held before the marker (``"Hi"``
+        of ``"Hi\n"`` at the stop string ``"\n"``) as tokens of its own, in
+        place of the token dropped: the context then ends where the stored
+        text does. Not when they would take the room that closes the turn."""
+        engine = self._require_engine()
+        tokens = engine.tokenize(kept) if kept else []
+        if engine.n_past + len(tokens) > room:
+            return
+        for token in tokens:
+            result.tokens.append(token)
+            engine.decode([token], [1])
 
     def _close_turn(
         self, header: list[int], sampled: _SampledReply

@@ -15,6 +15,12 @@ Held tokens that turn out not to be a marker are released, in order. With
 no markers (a model's own template, whose end is a token) every token is
 released at once and nothing changes.
 
+A request's stop strings (``SamplingParams.stop``) end the reply the same
+way. They often begin inside a token (``"\n"`` in ``".\n"``): the text of
+that token before the marker is shown and kept (``kept``), for the caller
+to decode as tokens of its own in place of the one dropped, so that the
+stored text, what streamed and the context all end where the stop begins.
+
 A reply cut short (its token limit, Stop, a full context) can end inside a
 character: a byte-level token holds the first byte of a three-byte
 character. Shown, that is U+FFFD; kept, the span would hold bytes that no
@@ -40,6 +46,9 @@ class ReplyText:
     ----------
     markers
         Texts that end the turn (``ChatFormat.markers``).
+    stops
+        Texts that end the reply too, the request's own (``stopped_by_string``
+        tells which ended it).
     splitter
         Splits thinking from the answer; its ``answer`` and ``thinking`` are
         the reply's text once ``finish`` ran.
@@ -50,10 +59,12 @@ class ReplyText:
     def __init__(
         self,
         markers: Sequence[str],
+        stops: Sequence[str],
         splitter: ReasoningSplitter,
         emit: Callable[[Pieces], None],
     ) -> None:
-        self._markers = [m.encode("utf-8") for m in markers if m]
+        self._stops = [s.encode("utf-8") for s in stops if s]
+        self._markers = [m.encode("utf-8") for m in markers if m] + self._stops
         self._longest = max((len(m) for m in self._markers), default=0)
         self.splitter = splitter
         self._emit = emit
@@ -62,10 +73,16 @@ class ReplyText:
         self._ends: list[int] = []  # where each token's bytes end in _raw
         self._held: list[tuple[bytes, bool]] = []  # tokens not shown yet
         self._shown = 0  # tokens released
+        # Once a marker was found: the text of the token dropped that came
+        # before it (shown already), and whether the marker was a stop string.
+        self.kept = ""
+        self.stopped_by_string = False
+        self._met_marker = False
 
     def push(self, data: bytes, special: bool) -> int | None:
-        """Add the next token's bytes; return the index of the first token of
-        a turn marker when one is now complete, else None."""
+        """Add the next token's bytes; return the index of the first token to
+        drop when a marker is now complete (``kept``: the text those tokens
+        held before it, to decode in their place), else None."""
         start = len(self._raw)
         self._raw += data
         self._ends.append(len(self._raw))
@@ -81,9 +98,15 @@ class ReplyText:
             if (at := self._raw.find(marker, window)) >= 0
         ]
         if found:
-            cut = self._token_at(min(found))
+            at = min(found)
+            cut = self._token_at(at)
             self._release(cut)
+            cut = self._keep_before(cut, at)
             self._held.clear()
+            self._met_marker = True
+            self.stopped_by_string = any(
+                self._raw.startswith(stop, at) for stop in self._stops
+            )
             return cut
         self._release(self._token_at(self._marker_start()))
         return None
@@ -92,9 +115,10 @@ class ReplyText:
         """The reply ended: show what was held, and the last pieces.
 
         Returns the index of the first token of a character the reply ends
-        inside of (to be dropped), or None.
+        inside of (to be dropped), or None (always after a marker: what came
+        after it is gone already).
         """
-        cut = self._incomplete_tail()
+        cut = None if self._met_marker else self._incomplete_tail()
         if cut is None:
             self._release(len(self._ends))
             self._emit(self.splitter.push(self._stream.flush()))
@@ -123,6 +147,34 @@ class ReplyText:
         if len(raw) - lead >= needed:
             return None
         return next(i for i, end in enumerate(self._ends) if end > lead)
+
+    def _keep_before(self, cut: int, at: int) -> int:
+        """Show and keep the text before the marker at byte ``at`` that the
+        token ``cut`` holds; return the first token to drop.
+
+        That is ``cut``, or an earlier token when ``cut`` begins inside a
+        character (the character's first bytes were shown with it): the text
+        kept then starts with that token, so that it stands alone as tokens
+        of its own. Not kept when it is no plain text (a control token, bytes
+        that are no UTF-8): the reply then ends a little before the marker.
+        """
+        start = self._ends[cut - 1] if cut else 0
+        data, special = self._held[0]  # the token ``cut``: those before went
+        if special or start >= at:
+            return cut
+        first = cut
+        if self._stream.pending():
+            lead = start - 1
+            while lead > 0 and start - lead < 4 and self._raw[lead] & 0xC0 == 0x80:
+                lead -= 1
+            first = next(i for i, end in enumerate(self._ends) if end > lead)
+        begin = self._ends[first - 1] if first else 0
+        try:
+            self.kept = bytes(self._raw[begin:at]).decode("utf-8")
+        except UnicodeDecodeError:
+            return cut
+        self._emit(self.splitter.push(self._stream.push(data[: at - start])))
+        return first
 
     def _marker_start(self) -> int:
         # Where the longest end of the text that begins some marker starts

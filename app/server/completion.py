@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.server.requests import ChatRequest, Turn
-from app.server.stop_strings import StopScanner
 from storage import repository
 from storage.errors import NotFound
 from storage.values import Role
@@ -38,19 +37,20 @@ CLIENT_TITLE = "Local server"
 
 @dataclass(frozen=True)
 class Completion:
-    """A finished reply, and what the client sees of it (stop strings cut)."""
+    """A finished reply (cut before a stop string, as stored), and where."""
 
     reply: Reply
-    content: str
     conversation_id: int
     matched_turns: int  # of the request's turns, those found in the tree
-    stopped_by_string: bool
+
+    @property
+    def content(self) -> str:
+        """The answer, as the client sees it."""
+        return self.reply.text
 
     @property
     def finish_reason(self) -> str:
         """OpenAI's name for why the reply ended."""
-        if self.stopped_by_string:
-            return "stop"
         return "length" if self.reply.stats.stop_reason == "max_tokens" else "stop"
 
     @property
@@ -80,35 +80,24 @@ def complete(
 ) -> Completion:
     """Answer ``request`` in the named conversation or the client's own.
 
-    ``on_text`` receives the answer as it streams (stop strings applied),
-    ``on_thinking`` the reasoning; ``cancelled`` ends the reply early (the
-    client went away). Raises ``NotFound`` for an unknown conversation.
+    ``on_text`` receives the answer as it streams, ``on_thinking`` the
+    reasoning; ``cancelled`` ends the reply early (the client went away).
+    The request's stop strings end the reply as a turn marker would: the
+    stored reply and the context end where the stop string begins, so the
+    client's copy of it matches the next time. Raises ``NotFound`` for an
+    unknown conversation.
     """
     conversation_id, start = _start(service, request, conversation_id)
     node, matched = _deepest_match(service, start, request.turns)
-    scanner = StopScanner(request.stop)
-
-    def text(piece: str) -> None:
-        shown = scanner.feed(piece)
-        if shown and on_text is not None:
-            on_text(shown)
-
-    def should_stop() -> bool:
-        return cancelled.is_set() or scanner.stopped
-
     remaining = request.turns[matched:]
-    common = (request.sampling, text, should_stop, on_thinking)
+    common = (request.sampling, on_text, cancelled.is_set, on_thinking)
     if not remaining:  # the request ends on a user message already stored
         reply = replace(service.reply(node, *common), user_node=node)
     else:
         for turn in remaining[:-1]:
             node = service.add_message(node, Role(turn.role), turn.text)
         reply = service.send(node, remaining[-1].text, *common)
-    tail = scanner.finish()
-    if tail and on_text is not None:
-        on_text(tail)
-    content = _cut_at_stop(reply.text, request.stop)
-    return Completion(reply, content, conversation_id, matched, scanner.stopped)
+    return Completion(reply, conversation_id, matched)
 
 
 def _start(
@@ -179,8 +168,3 @@ def _matching_child(service: ConversationService, node: int, turn: Turn) -> int 
         if (text.strip() if role == Role.ASSISTANT else text) == wanted:
             return child_id
     return None
-
-
-def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
-    cuts = [at for s in stops if (at := text.find(s)) >= 0]
-    return text[: min(cuts)] if cuts else text

@@ -48,7 +48,6 @@ class ChatRequest:
     sampling: SamplingParams
     stream: bool
     include_usage: bool
-    stop: tuple[str, ...]
     user: str | None
 
 
@@ -79,7 +78,6 @@ def parse_chat_request(body: Any) -> ChatRequest:
         sampling=_sampling(body),
         stream=stream,
         include_usage=bool(options.get("include_usage", False)),
-        stop=_stops(body.get("stop")),
         user=user or None,
     )
 
@@ -203,6 +201,7 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
         values["max_tokens"] = limit
     else:
         values["max_tokens"] = DEFAULT_MAX_TOKENS
+    values["stop"] = _stops(body.get("stop"))
     try:
         return replace(SamplingParams(), **values)
     except InvalidSetting as exc:

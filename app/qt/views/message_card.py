@@ -70,6 +70,7 @@ def reply_figures(generation: Mapping[str, Any] | None) -> str:
         "max_tokens": "ended at the length limit",
         "stopped": "stopped by you",
         "context_full": "cut off: the context is full",
+        "stop_string": "ended at a stop string",
     }.get(str(generation.get("stop_reason")))
     if ended:
         parts.append(ended)
