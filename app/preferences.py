@@ -6,12 +6,13 @@ JSON value, so a database carries its user's choices with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.presets import STARTER_PRESETS, Preset, presets_from_stored
+from app.server import DEFAULT_PORT
 from storage import repository
 from storage.db import Database
 
@@ -38,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "text_scale": 100,
     # Named system prompts with their sampling, to pick per conversation.
     "presets": [preset.as_dict() for preset in STARTER_PRESETS],
+    # Tools -> Local server: where it listens, and whether the window starts
+    # it. Its API key is not stored (a secret, in plain text).
+    "local_server": {"host": "127.0.0.1", "port": DEFAULT_PORT, "at_start": False},
 }
 TREE_VIEWS = ("list", "graph")
 # The text sizes zooming steps through, in percent, as a browser's zoom does:
@@ -56,6 +60,28 @@ def step_text_scale(scale: int, steps: int) -> int:
 
 
 @dataclass(frozen=True)
+class LocalServerPrefs:
+    """Where the window's local server listens, and whether it starts with
+    the window (on this computer's own address only: no key is stored)."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    at_start: bool = False
+
+    @classmethod
+    def from_stored(cls, value: Any) -> LocalServerPrefs:
+        """The stored value, or the defaults where it is not a valid one."""
+        if not isinstance(value, dict):
+            return cls()
+        host, port = value.get("host"), value.get("port")
+        return cls(
+            host if isinstance(host, str) and host.strip() else cls.host,
+            port if isinstance(port, int) and 0 < port < 65536 else cls.port,
+            value.get("at_start") is True,
+        )
+
+
+@dataclass(frozen=True)
 class Preferences:
     """Everything a user sets in the settings and storage dialogs."""
 
@@ -69,6 +95,7 @@ class Preferences:
     models_dir: str | None = None
     text_scale: int = 100
     presets: tuple[Preset, ...] = STARTER_PRESETS
+    local_server: LocalServerPrefs = field(default_factory=LocalServerPrefs)
 
     @property
     def checkpoint_budget_bytes(self) -> int | None:
@@ -116,6 +143,7 @@ def load_preferences(db: Database) -> Preferences:
         models_dir=str(values["models_dir"]) if values["models_dir"] else None,
         text_scale=_text_scale(values["text_scale"]),
         presets=presets_from_stored(values["presets"]),
+        local_server=LocalServerPrefs.from_stored(values["local_server"]),
     )
 
 
@@ -137,6 +165,7 @@ def save_preferences(db: Database, prefs: Preferences) -> None:
     repository.set_setting(db, "models_dir", prefs.models_dir)
     repository.set_setting(db, "text_scale", prefs.text_scale)
     repository.set_setting(db, "presets", [p.as_dict() for p in prefs.presets])
+    repository.set_setting(db, "local_server", asdict(prefs.local_server))
 
 
 def keep_checkpoints_within_budget(service: ConversationService) -> dict[str, int]:

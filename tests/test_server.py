@@ -447,7 +447,9 @@ def test_a_stop_string_ends_the_reply_there(data_dir: Path, tiny_model: Path) ->
         # The reply was stored cut, its context too: the client's copy of it
         # is found in the tree, and nothing is decoded again.
         then = _ask(client, _conversation(messages, plain, "And then?"), max_tokens=4)
-        tree = run_cli("--data-dir", data_dir, "tree", str(_arbor(plain)["conversation"]))
+        tree = run_cli(
+            "--data-dir", data_dir, "tree", str(_arbor(plain)["conversation"])
+        )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == whole[: whole.index(stop)]
     assert plain.choices[0].message.content == streamed

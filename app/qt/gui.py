@@ -188,6 +188,7 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     window = build_window(db, model)
     instance.activation_requested.connect(lambda: bring_to_front(window))
     window.show()
+    window.start_local_server_if_asked()
     if previous_crash:
         CrashDialog(
             "Arbor closed unexpectedly last time. Your conversations are saved. "

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import socket
 import threading
+from dataclasses import replace
 from typing import Any
 
 import openai
 
+from app.preferences import LocalServerPrefs
 from app.window import jobs
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, wait_idle
@@ -118,3 +120,59 @@ def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
     refused = _in_thread(lambda: client.models.list())
     refused["thread"].join(30)
     assert isinstance(refused.get("error"), openai.APIConnectionError)
+
+
+def test_the_address_is_remembered_and_the_server_starts_with_the_window(
+    qtbot, make_window
+):
+    port = _free_port()
+    window = make_window()
+    window.local_server_action.trigger()
+    dialog = window._local_server_dialog
+    assert dialog is not None
+    dialog.port_spin.setValue(port)
+    dialog.key_edit.setText("a secret")
+    dialog.switch_button.click()
+    assert dialog.url_edit.text() == f"http://127.0.0.1:{port}/v1"
+    dialog.at_start_check.click()  # checked
+    dialog.switch_button.click()  # stopped
+    wait_idle(qtbot, window)  # the preferences are written by the engine thread
+    window.close()
+
+    # Arbor started again: serving at once on the remembered port (what
+    # ``run_gui`` calls once the window shows), the key not kept.
+    again = make_window()
+    again.start_local_server_if_asked()
+    assert again.local_server is not None
+    assert again.local_server.url == f"http://127.0.0.1:{port}/v1"
+    assert "Local server at" in again.statusBar().currentMessage()
+    again.local_server_action.trigger()
+    reopened = again._local_server_dialog
+    assert reopened is not None
+    assert reopened.port_spin.value() == port and reopened.at_start_check.isChecked()
+    assert reopened.key_edit.text() == ""
+    stored = repository.get_setting(again.db, "local_server")
+    assert "a secret" not in str(stored)
+    client = openai.OpenAI(base_url=again.local_server.url, api_key="x", max_retries=0)
+    listed = _in_thread(lambda: client.models.list())
+    qtbot.waitUntil(lambda: not listed["thread"].is_alive(), timeout=WAIT_MS)
+    assert "error" not in listed, listed.get("error")
+    assert [m.id for m in listed["value"].data]
+
+
+def test_a_taken_port_at_start_is_a_status_message(qtbot, make_window):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        window = make_window()
+        window.presenter.save_preferences(
+            replace(
+                window.prefs, local_server=LocalServerPrefs(port=port, at_start=True)
+            )
+        )
+        window.start_local_server_if_asked()
+        assert window.local_server is not None and window.local_server.url is None
+        assert (
+            window.statusBar().currentMessage().startswith("Local server not started:")
+        )

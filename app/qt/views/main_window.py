@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 from app.backend.values import ModelInfo
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.library.installed import models_dir_for
-from app.preferences import Preferences
+from app.preferences import LocalServerPrefs, Preferences
 from app.qt.models.conversation_list import ConversationListModel
 from app.qt.models.conversation_tree import ConversationTreeModel
 from app.qt.views import exchange_actions
@@ -714,8 +714,35 @@ class MainWindow(QMainWindow):
     def open_local_server(self) -> None:
         """Show the local server's switch, URL and request log (not modal:
         the server runs on when it is closed)."""
-        from app.qt.local_server import LocalServerController
         from app.qt.views.dialogs.local_server import LocalServerDialog
+
+        if self._local_server_dialog is None:
+            self._local_server_dialog = LocalServerDialog(
+                self._local_server(),
+                self.prefs.local_server,
+                self._remember_local_server,
+                self,
+            )
+        self._local_server_dialog.show()
+        self._local_server_dialog.raise_()
+
+    def start_local_server_if_asked(self) -> None:
+        """Start the local server when the user asked for it at start (on
+        127.0.0.1 only); a failure is said in the status bar."""
+        from app.server.serve import Listen, ServeError, is_loopback
+
+        wanted = self.prefs.local_server
+        if not wanted.at_start or not is_loopback(wanted.host):
+            return
+        try:
+            url = self._local_server().start(Listen(wanted.host, wanted.port))
+        except ServeError as exc:
+            self.statusBar().showMessage(f"Local server not started: {exc}", 15000)
+            return
+        self.statusBar().showMessage(f"Local server at {url}", 8000)
+
+    def _local_server(self) -> LocalServerController:
+        from app.qt.local_server import LocalServerController
 
         if self.local_server is None:
             self.local_server = LocalServerController(
@@ -723,10 +750,10 @@ class MainWindow(QMainWindow):
                 lambda: self.model_info.path if self.model_info else None,
                 self,
             )
-        if self._local_server_dialog is None:
-            self._local_server_dialog = LocalServerDialog(self.local_server, self)
-        self._local_server_dialog.show()
-        self._local_server_dialog.raise_()
+        return self.local_server
+
+    def _remember_local_server(self, wanted: LocalServerPrefs) -> None:
+        self.presenter.save_preferences(replace(self.prefs, local_server=wanted))
 
     def show_tree_panel(self, checked: bool) -> None:
         """Show or hide the conversation tree."""

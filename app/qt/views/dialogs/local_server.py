@@ -8,9 +8,12 @@ the one engine, and the status bar says when one is served).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -24,9 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.preferences import LocalServerPrefs
 from app.qt.local_server import LocalServerController
 from app.qt.views.dialogs.errors import show_error
-from app.server import DEFAULT_PORT
 from app.server.serve import Listen, ServeError, is_loopback
 
 # Lines of the request log kept on screen.
@@ -34,21 +37,40 @@ _LOG_LINES = 500
 
 
 class LocalServerDialog(QDialog):
-    """The local server's switch, address, URL and request log."""
+    """The local server's switch, address, URL and request log.
+
+    ``prefs`` fills the address; ``remember`` is told of the address of a
+    server started, and of the "start with Arbor" switch, to keep them.
+    """
 
     def __init__(
-        self, server: LocalServerController, parent: QWidget | None = None
+        self,
+        server: LocalServerController,
+        prefs: LocalServerPrefs,
+        remember: Callable[[LocalServerPrefs], None],
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Local server")
         self._server = server
-        self.host_edit = QLineEdit("127.0.0.1")
+        self._prefs = prefs
+        self._remember = remember
+        self.host_edit = QLineEdit(prefs.host)
         self.port_spin = QSpinBox()
         self.port_spin.setRange(1, 65535)
-        self.port_spin.setValue(DEFAULT_PORT)
+        self.port_spin.setValue(prefs.port)
         self.key_edit = QLineEdit()
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
-        self.key_edit.setPlaceholderText("required for an address other than 127.0.0.1")
+        self.key_edit.setPlaceholderText(
+            "required for an address other than 127.0.0.1 (not stored)"
+        )
+        self.at_start_check = QCheckBox("Start serving when Arbor starts")
+        self.at_start_check.setToolTip(
+            "On this computer's own address (127.0.0.1) only: the API key "
+            "another address needs is not stored"
+        )
+        self.at_start_check.setChecked(prefs.at_start)
+        self.at_start_check.toggled.connect(self._on_at_start_check_toggled)
         self.url_edit = QLineEdit()
         self.url_edit.setReadOnly(True)
         self.url_edit.setPlaceholderText("not serving")
@@ -66,6 +88,7 @@ class LocalServerDialog(QDialog):
         form.addRow("Address:", self.host_edit)
         form.addRow("Port:", self.port_spin)
         form.addRow("API key:", self.key_edit)
+        form.addRow("", self.at_start_check)
         url_row = QHBoxLayout()
         url_row.addWidget(self.url_edit, 1)
         url_row.addWidget(self.copy_button)
@@ -102,6 +125,18 @@ class LocalServerDialog(QDialog):
             self._server.start(Listen(host, self.port_spin.value(), key))
         except ServeError as exc:
             show_error(self, "Could not start the local server", str(exc))
+            return
+        self._keep(LocalServerPrefs(host, self.port_spin.value(), self._prefs.at_start))
+
+    @Slot(bool)
+    def _on_at_start_check_toggled(self, checked: bool) -> None:
+        host = self.host_edit.text().strip() or "127.0.0.1"
+        self._keep(LocalServerPrefs(host, self.port_spin.value(), checked))
+
+    def _keep(self, prefs: LocalServerPrefs) -> None:
+        if prefs != self._prefs:
+            self._prefs = prefs
+            self._remember(prefs)
 
     @Slot(str)
     def _show_state(self, url: str) -> None:
