@@ -434,6 +434,33 @@ def test_while_loading_the_server_answers_503(tiny_model: Path) -> None:
     assert any(" 503 " in line for line in lines)
 
 
+def test_a_site_that_fails_to_start_is_an_error_not_a_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Said by ``start`` (the window shows it), with the port freed and the
+    server startable again once the cause is gone."""
+    import app.server.serve as serve_module
+    from app.server.serve import Listen, LocalServer, ServeError
+
+    real_start = serve_module._start_site
+
+    async def failing(*_args: Any) -> Any:
+        raise OSError("no more file handles")
+
+    monkeypatch.setattr(serve_module, "_start_site", failing)
+    server = LocalServer(lambda job: None, lambda: None, lambda line: None)
+    with pytest.raises(ServeError, match="did not start: no more file handles"):
+        server.start(Listen(port=0))
+    assert server.url is None
+    monkeypatch.setattr(serve_module, "_start_site", real_start)
+    url = server.start(Listen(port=0))
+    try:
+        client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+        assert client.models.list().data == []
+    finally:
+        server.stop()
+
+
 def test_a_stop_string_ends_the_reply_there(data_dir: Path, tiny_model: Path) -> None:
     messages = [{"role": "user", "content": "Say something."}]
     with serving(data_dir, tiny_model) as server:

@@ -166,6 +166,10 @@ def _open_service(options: ServeOptions) -> ConversationService:
     return ConversationService(db, engine, CheckpointWriter(db))
 
 
+# How long ``LocalServer.start`` waits for its site to serve.
+_START_S = 10.0
+
+
 class LocalServer:
     """The server on a thread of its own, its jobs run by someone else's
     engine thread (the window's): ``start`` binds and serves, ``stop`` ends.
@@ -197,12 +201,19 @@ class LocalServer:
         config = ServerConfig(self._served, api_key, listen.cors_origins)
         owner = EngineOwner(self._submit, listen.queue_limit)
         started = threading.Event()
+        failed: list[BaseException] = []
         self._loop = asyncio.new_event_loop()
 
         async def run() -> None:
             self._stopping = asyncio.Event()
-            runner = await _start_site(sock, owner, config, self._log_request)
-            started.set()
+            try:
+                runner = await _start_site(sock, owner, config, self._log_request)
+            except Exception as exc:  # said by ``start``, on the caller's thread
+                failed.append(exc)
+                sock.close()
+                return
+            finally:
+                started.set()
             try:
                 await self._stopping.wait()
             finally:
@@ -215,7 +226,11 @@ class LocalServer:
             daemon=True,
         )
         self._thread.start()
-        started.wait(10)
+        if not started.wait(_START_S) or failed:
+            self.stop()
+            sock.close()
+            reason = f": {failed[0]}" if failed else f" within {_START_S:.0f} s"
+            raise ServeError(f"The local server did not start{reason}.")
         self.url = base_url(sock)
         return self.url
 
