@@ -217,6 +217,15 @@ class NodeSummary:
     created_at: datetime
     generation: dict[str, Any] | None = field(default=None, compare=False)
     thinking: str = ""
+    # A start with no checkpoint of its own restores from that of a start
+    # with the same tokens (``twin_root``): its size, else 0.
+    shared_checkpoint_bytes: int = 0
+
+    @property
+    def is_saved(self) -> bool:
+        """Whether going back to it restores a checkpoint (its own or a
+        twin start's) rather than decoding its text."""
+        return self.checkpoint_bytes > 0 or self.shared_checkpoint_bytes > 0
 
 
 @dataclass(frozen=True)
@@ -851,7 +860,15 @@ _TREE = """
 SELECT n.id, n.parent_id, n.role, n.text, n.n_tokens, n.status, n.created_at,
        n.generation, n.thinking,
        (SELECT sum(c.byte_size) FROM checkpoint AS c
-        WHERE c.node_id = n.id AND (:profile IS NULL OR c.profile_id = :profile))
+        WHERE c.node_id = n.id AND (:profile IS NULL OR c.profile_id = :profile)),
+       CASE WHEN n.parent_id IS NULL AND n.n_tokens > 0 THEN (
+        -- A start's twin, as twin_root finds one: asked of starts only.
+        SELECT c.byte_size FROM node AS m JOIN checkpoint AS c ON c.node_id = m.id
+        WHERE m.parent_id IS NULL AND m.id != n.id AND m.n_tokens = n.n_tokens
+          AND m.start_pos = 0 AND m.tokens = n.tokens
+          AND (:profile IS NULL OR c.profile_id = :profile)
+          AND c.start_pos = 0 AND c.end_pos = n.n_tokens
+        LIMIT 1) END
 FROM node AS n WHERE n.conversation_id = :conversation ORDER BY n.id
 """
 _CONVERSATION_EXISTS = "SELECT 1 FROM conversation WHERE id = ?"
@@ -886,6 +903,7 @@ def tree(
             created_at=catalog.timestamp(created_at),
             generation=_from_json(generation),
             thinking=thinking or "",
+            shared_checkpoint_bytes=0 if size else twin_size or 0,
         )
         for (
             node_id,
@@ -898,6 +916,7 @@ def tree(
             generation,
             thinking,
             size,
+            twin_size,
         ) in rows
     ]
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.qt.models.conversation_tree import SAVED_MARK
 from app.qt.views import exchange_actions
 from storage import repository
 from tests.ui.conftest import WAIT_MS, send, wait_idle
@@ -76,7 +78,16 @@ def test_export_then_import_gives_an_equal_conversation(
     # checkpoint, and stores none of its own.
     assert sizes[path[0].id] == 0
     profile = window.presenter.profile_id
-    assert repository.twin_root(window.db, path[0].id, profile) is not None
+    twin = repository.twin_root(window.db, path[0].id, profile)
+    assert twin is not None
+    # The tree says so: saved (✓), shared, the twin's size.
+    start = {n.id: n for n in repository.tree(window.db, imported)}[path[0].id]
+    own = {n.id: n for n in repository.tree(window.db, original)}[twin]
+    assert start.shared_checkpoint_bytes == own.checkpoint_bytes > 0
+    model = window.tree_model
+    saved = model.index_of(path[0].id, 2)
+    assert model.data(saved) == SAVED_MARK
+    assert "shared" in model.data(saved, Qt.ItemDataRole.ToolTipRole)
     send(qtbot, window, "third question")
     assert window.transcript.cards[-2].text == "third question"
 

@@ -71,6 +71,8 @@ ROLE_LABELS = {"root": "Start", "user": "You", "assistant": "Assistant"}
 ROOT_WITH_PROMPT = "System prompt"
 # The Checkpoint column's mark of a message that restores instantly.
 SAVED_MARK = "✓"
+# How a start restored from another start's checkpoint says so.
+SHARED_START = "shared with the same start of another conversation"
 
 # Translucent so that it reads on light and dark palettes alike.
 ACTIVE_PATH_BACKGROUND = QColor(64, 132, 214, 48)
@@ -329,7 +331,7 @@ class ConversationTreeModel(QAbstractItemModel):
         if role == IsActiveRole:
             return node_id == self._active_id
         if role == HasCheckpointRole:
-            return node.checkpoint_bytes > 0
+            return node.is_saved
         return node.n_tokens  # TokensRole
 
     # --- internals ------------------------------------------------------------------
@@ -341,8 +343,7 @@ class ConversationTreeModel(QAbstractItemModel):
             # One row per figure shown, not every row: this is read whenever a
             # tree is shown (a 1,000-message path: 1,000 rows per column).
             nodes = {
-                node.n_tokens if column == 1 else bool(node.checkpoint_bytes): node
-                for node in nodes
+                node.n_tokens if column == 1 else node.is_saved: node for node in nodes
             }.values()
         return {self._display(node, column) for node in nodes}
 
@@ -353,15 +354,18 @@ class ConversationTreeModel(QAbstractItemModel):
         if column == 1:
             return f"{node.n_tokens:,}"
         # A mark only: the size is in the tooltip, in words.
-        return SAVED_MARK if node.checkpoint_bytes else "—"
+        return SAVED_MARK if node.is_saved else "—"
 
     @staticmethod
     def _tooltip(node: NodeSummary) -> str:
-        checkpoint = (
-            f"saved ({format_bytes(node.checkpoint_bytes)}): restores instantly"
-            if node.checkpoint_bytes
-            else "not saved: rebuilt from its text when you go back to it"
-        )
+        if node.checkpoint_bytes:
+            checkpoint = (
+                f"saved ({format_bytes(node.checkpoint_bytes)}): restores instantly"
+            )
+        elif node.shared_checkpoint_bytes:
+            checkpoint = f"saved ({SHARED_START}): restores instantly"
+        else:
+            checkpoint = "not saved: rebuilt from its text when you go back to it"
         status = "" if node.status == "complete" else f" · {node.status}"
         if node.status == "truncated":
             status += " (cut off: the context is full)"

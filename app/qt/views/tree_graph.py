@@ -65,7 +65,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.tree_snapshot import TreeSnapshot
-from app.qt.models.conversation_tree import ROLE_LABELS, format_bytes
+from app.qt.models.conversation_tree import ROLE_LABELS, SHARED_START, format_bytes
 from app.qt.views.theme import icon
 from app.qt.views.tree_layout import (
     LABEL_CHARS,
@@ -278,7 +278,7 @@ class _NodeItem(QGraphicsItem):
             )
 
         # Checkpoint: a filled dot restores at once, a hollow one is rebuilt.
-        if self.node.checkpoint_bytes > 0:
+        if self.node.is_saved:
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(colors.active_text if active else colors.accent)
         else:
@@ -348,11 +348,14 @@ def node_tooltip(node: NodeSummary) -> str:
     """The hover text of a node: role, a longer snippet, tokens, checkpoint, status."""
     role = ROLE_LABELS.get(node.role, node.role)
     text = shorten(node_text(node.role, node.text, node.thinking), TOOLTIP_CHARS)
-    checkpoint = (
-        f"checkpoint {format_bytes(node.checkpoint_bytes)}: restores at once"
-        if node.checkpoint_bytes
-        else "no checkpoint: rebuilt from its tokens"
-    )
+    if node.checkpoint_bytes:
+        checkpoint = (
+            f"checkpoint {format_bytes(node.checkpoint_bytes)}: restores at once"
+        )
+    elif node.shared_checkpoint_bytes:
+        checkpoint = f"{SHARED_START}: restores at once"
+    else:
+        checkpoint = "no checkpoint: rebuilt from its tokens"
     figures = f"{node.n_tokens:,} tokens · {checkpoint}"
     if node.status != "complete":
         figures += f" · {node.status}"
