@@ -72,6 +72,7 @@ def test_a_dropped_file_goes_with_the_message(qtbot, make_window, tmp_path: Path
     # The transcript shows the words, and a chip per file.
     card = window.transcript.cards[-2]
     assert card.body.toPlainText().strip() == "What do these say?"
+    assert card.attachments is not None
     assert [f.name for f in card.attachments.files] == ["notes.txt", "report.pdf"]
     assert card.attachments.isVisibleTo(card)
     # The conversation is named after the words, not the files.

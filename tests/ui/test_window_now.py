@@ -191,13 +191,13 @@ def test_a_reply_at_the_length_limit_says_so_and_shows_its_figures(qtbot, make_w
     card = window.transcript.cards[-1]
     reply = repository.get_node(window.db, window.active_id)
     assert reply.generation["stop_reason"] == "max_tokens"
-    assert card.length_badge.isVisibleTo(card)
+    assert card.length_badge is not None and card.length_badge.isVisibleTo(card)
     figures = card.toolTip()
     assert figures.startswith("3 tokens · ") and "tokens/s" in figures
     assert "first token after" in figures and "length limit" in figures
     # A message of the user's has neither.
     question = window.transcript.cards[-2]
-    assert question.toolTip() == "" and not question.length_badge.isVisibleTo(question)
+    assert question.toolTip() == "" and question.length_badge is None
 
 
 def test_the_status_bar_speaks_of_the_conversation_shown(qtbot, make_window):
@@ -221,6 +221,7 @@ def test_continue_goes_on_from_a_reply_at_the_length_limit(qtbot, make_window):
     send(qtbot, window, "hi")
     cut_card = window.transcript.cards[-1]
     cut = cut_card.node_id
+    assert cut_card.continue_button is not None
     assert cut_card.continue_button.isVisibleTo(cut_card)
     qtbot.mouseClick(cut_card.continue_button, Qt.MouseButton.LeftButton)
     assert window.generating

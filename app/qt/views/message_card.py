@@ -143,23 +143,12 @@ class MessageCard(QFrame):
             badge = QLabel(STATUS_LABELS[status])
             badge.setObjectName("MessageStatus")
             header.addWidget(badge)
-        # Shown for a reply that ended at the length limit (``show_generation``).
-        self.length_badge = QLabel(LENGTH_BADGE)
-        self.length_badge.setObjectName("MessageStatus")
-        self.length_badge.setToolTip(LENGTH_TOOLTIP)
-        self.length_badge.hide()
-        header.addWidget(self.length_badge)
-        # ... and a way on from it: a longer sibling that starts with it.
-        self.continue_button = QToolButton()
-        self.continue_button.setText("Continue")
-        self.continue_button.setObjectName("ContinueButton")
-        self.continue_button.setToolTip(
-            "Go on from where this reply stopped: a longer version of it, as a "
-            "new branch beside it (this one stays)"
-        )
-        self.continue_button.clicked.connect(self._on_continue_button_clicked)
-        self.continue_button.hide()
-        header.addWidget(self.continue_button)
+        # Where the badge and the "Continue" of a reply that ended at the
+        # length limit go, made when one does (``show_generation``): most
+        # cards never need them, and every widget costs a card its polish.
+        self._limit_at = header.count()
+        self.length_badge: QLabel | None = None
+        self.continue_button: QToolButton | None = None
         header.addStretch(1)
         self._header = header
         # Where the "< 2/3 >" navigator goes (made when a sibling appears).
@@ -172,9 +161,9 @@ class MessageCard(QFrame):
         self.thinking_section: ThinkingSection | None = None
         self.body = MessageBody()
         layout.addWidget(self.body)
-        # A message of the user's may carry files: chips below its words.
-        self.attachments = AttachmentChips(removable=False)
-        layout.addWidget(self.attachments)
+        # A message of the user's may carry files: chips below its words,
+        # made when it has some (``set_text``).
+        self.attachments: AttachmentChips | None = None
         # A long reply while it streams, in its place (see ``stream_text``).
         self.streaming_parts: StreamingBody | None = None
         if thinking:
@@ -195,8 +184,30 @@ class MessageCard(QFrame):
         at_limit = generation is not None and (
             generation.get("stop_reason") == "max_tokens"
         )
-        self.length_badge.setVisible(at_limit)
-        self.continue_button.setVisible(at_limit and self.node_id is not None)
+        if at_limit and self.length_badge is None:
+            self._make_limit_widgets()
+        if self.length_badge is not None and self.continue_button is not None:
+            self.length_badge.setVisible(at_limit)
+            self.continue_button.setVisible(at_limit and self.node_id is not None)
+
+    def _make_limit_widgets(self) -> None:
+        # The badge, and a way on from it: a longer sibling that starts with it.
+        self.length_badge = QLabel(LENGTH_BADGE)
+        self.length_badge.setObjectName("MessageStatus")
+        self.length_badge.setToolTip(LENGTH_TOOLTIP)
+        self.continue_button = QToolButton()
+        self.continue_button.setText("Continue")
+        self.continue_button.setObjectName("ContinueButton")
+        self.continue_button.setToolTip(
+            "Go on from where this reply stopped: a longer version of it, as a "
+            "new branch beside it (this one stays)"
+        )
+        self.continue_button.clicked.connect(self._on_continue_button_clicked)
+        branch = getattr(self, "branch_button", None)  # while a reply runs: off
+        self.continue_button.setEnabled(branch is None or branch.isEnabled())
+        self._header.insertWidget(self._limit_at, self.length_badge)
+        self._header.insertWidget(self._limit_at + 1, self.continue_button)
+        self._navigator_at += 2
 
     @property
     def text(self) -> str:
@@ -281,7 +292,13 @@ class MessageCard(QFrame):
         self._text = text
         if self.role == "user":
             text, files = split(text)
-            self.attachments.set_files(files)
+            if files and self.attachments is None:
+                self.attachments = AttachmentChips(removable=False)
+                self._layout.insertWidget(
+                    self._layout.indexOf(self.body) + 1, self.attachments
+                )
+            if self.attachments is not None:
+                self.attachments.set_files(files)
         if self.streaming_parts is not None:
             self.streaming_parts.hide()
             self.streaming_parts.deleteLater()
