@@ -291,7 +291,7 @@ def conversation_texts(messages: int, seed: int = 7) -> list[tuple[str, str]]:
     return texts
 
 
-def _insert_path(db: Any, messages: int) -> int:
+def insert_path(db: Any, messages: int) -> int:
     """A conversation whose one path holds ``messages`` messages; its id."""
     from storage.repository import NewNode, insert_conversation
     from storage.values import Role
@@ -400,8 +400,8 @@ def run_transcript_child(paths: list[int]) -> dict[str, object]:
     qt_app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as folder:
         db = open_database(database_path(Path(folder)))
-        conversations = {n: _insert_path(db, n) for n in paths}
-        _insert_path(db, 2)  # the most recent: the window opens on it
+        conversations = {n: insert_path(db, n) for n in paths}
+        insert_path(db, 2)  # the most recent: the window opens on it
         # No model: nothing loads, and a conversation stays readable.
         app.qt.gui.remembered_or_starter_model = _no_model
         window = build_window(db, None, gpu_supported=False)

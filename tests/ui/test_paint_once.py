@@ -12,9 +12,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject
 from PySide6.QtWidgets import QApplication
 
 import app.qt.gui
-from storage.repository import NewNode, insert_conversation
-from storage.values import Role
-from tests.ui.test_long_transcript import _texts
+from tools.window_timing import insert_path
 
 
 class _Events(QObject):
@@ -39,22 +37,6 @@ class _Events(QObject):
         return self.seen.count(what)
 
 
-def _insert(db, messages: int) -> int:
-    nodes = [NewNode(key=0, parent_key=None, role=Role.ROOT, text="")]
-    for i, (role, text) in enumerate(_texts(messages), start=1):
-        nodes.append(NewNode(key=i, parent_key=i - 1, role=Role(role), text=text))
-    record, _ids = insert_conversation(
-        db,
-        title=f"{messages} messages",
-        system_prompt=None,
-        reasoning=None,
-        created_at=None,
-        nodes=nodes,
-        active_key=messages,
-    )
-    return record.id
-
-
 def _run_events(seconds: float) -> None:
     until = time.monotonic() + seconds
     while time.monotonic() < until:
@@ -68,7 +50,7 @@ def window_with_paths(make_window, monkeypatch):
     # No model: nothing loads, and a conversation stays readable.
     monkeypatch.setattr(app.qt.gui, "remembered_or_starter_model", lambda _path: None)
     db = make_window.open_db()
-    short, long = _insert(db, 12), _insert(db, 300)
+    short, long = insert_path(db, 12), insert_path(db, 300)
     db.close()
     window = make_window(model=None)
     window.resize(1280, 800)
