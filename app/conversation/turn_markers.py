@@ -134,9 +134,7 @@ class ReplyText:
         # The token holding the lead byte of a last character that lacks
         # bytes (None when the text ends on a whole character).
         raw = self._raw
-        lead = len(raw) - 1
-        while lead >= 0 and len(raw) - lead < 4 and raw[lead] & 0xC0 == 0x80:
-            lead -= 1
+        lead = self._lead_byte(len(raw))
         if lead < 0:
             return None
         first = raw[lead]
@@ -146,7 +144,19 @@ class ReplyText:
         )  # fmt: skip
         if len(raw) - lead >= needed:
             return None
-        return next(i for i, end in enumerate(self._ends) if end > lead)
+        return self._token_of(lead)
+
+    def _lead_byte(self, end: int) -> int:
+        # Where the character whose bytes run up to ``end`` starts: back over
+        # at most three continuation bytes (-1 when all before are such).
+        lead = end - 1
+        while lead >= 0 and end - lead < 4 and self._raw[lead] & 0xC0 == 0x80:
+            lead -= 1
+        return lead
+
+    def _token_of(self, offset: int) -> int:
+        # The index of the token holding byte ``offset``, shown or not.
+        return next(i for i, end in enumerate(self._ends) if end > offset)
 
     def _keep_before(self, cut: int, at: int) -> int:
         """Show and keep the text before the marker at byte ``at`` that the
@@ -164,10 +174,7 @@ class ReplyText:
             return cut
         first = cut
         if self._stream.pending():
-            lead = start - 1
-            while lead > 0 and start - lead < 4 and self._raw[lead] & 0xC0 == 0x80:
-                lead -= 1
-            first = next(i for i, end in enumerate(self._ends) if end > lead)
+            first = self._token_of(max(0, self._lead_byte(start)))
         begin = self._ends[first - 1] if first else 0
         try:
             self.kept = bytes(self._raw[begin:at]).decode("utf-8")

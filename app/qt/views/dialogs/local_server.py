@@ -119,7 +119,7 @@ class LocalServerDialog(QDialog):
         if self._server.url is not None:
             self._server.stop()
             return
-        host = self.host_edit.text().strip() or "127.0.0.1"
+        host = self._host()
         key = self.key_edit.text().strip() or None
         try:
             self._server.start(Listen(host, self.port_spin.value(), key))
@@ -130,8 +130,11 @@ class LocalServerDialog(QDialog):
 
     @Slot(bool)
     def _on_at_start_check_toggled(self, checked: bool) -> None:
-        host = self.host_edit.text().strip() or "127.0.0.1"
+        host = self._host()
         self._keep(LocalServerPrefs(host, self.port_spin.value(), checked))
+
+    def _host(self) -> str:
+        return self.host_edit.text().strip() or LocalServerPrefs.host
 
     def _keep(self, prefs: LocalServerPrefs) -> None:
         if prefs != self._prefs:
@@ -146,7 +149,7 @@ class LocalServerDialog(QDialog):
         self.switch_button.setText("Stop serving" if serving else "Start serving")
         for edit in (self.host_edit, self.port_spin, self.key_edit):
             edit.setEnabled(not serving)
-        if serving and not is_loopback(self.host_edit.text().strip() or "127.0.0.1"):
+        if serving and not is_loopback(self._host()):
             self._log(f"Serving {url} to other machines (API key required).")
 
     @Slot(str)
