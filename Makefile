@@ -24,7 +24,7 @@ VULKAN_BUILD_PACKAGES := glslc glslang-tools libvulkan-dev spirv-headers
 
 # pip caches built wheels by version only, ignoring CMAKE_ARGS; we keep our own
 # wheel folder keyed by the flags and our patches, so changing them rebuilds
-# and reusing them does not (the build takes ~XX minutes on 2 cores).
+# and reusing them does not (the build took about 20 minutes on 2 cores with Vulkan).
 WHEEL_KEY := $(shell cat packaging/llama/*.patch packaging/llama/build_wheel.sh | \
 	{ printf '%s' "$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)"; cat; } | sha256sum | cut -c1-16)
 WHEEL_DIR ?= $(HOME)/.cache/arbor/llama-wheels/$(WHEEL_KEY)

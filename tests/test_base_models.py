@@ -15,6 +15,7 @@ import pytest
 from app.backend.chat_format import load
 from app.backend.engine import LlamaEngine
 from app.backend.values import SamplingParams
+from app.conversation.streams import Streams
 from tests.scripted import held_context, rendered_context
 from tests.tiny_model import write_tiny_model
 
@@ -70,7 +71,7 @@ def test_chatml_written_as_text_ends_the_reply_and_invented_turns_go(
     _conv, node = service.new_conversation(None)
     shown: list[str] = []
     engine.script = [*engine.tokenize(INVENTED), eos]
-    reply = service.send(node, "Hello", PARAMS, on_token=shown.append)
+    reply = service.send(node, "Hello", PARAMS, Streams(on_token=shown.append))
     assert reply.text == "Hi there." == "".join(shown)
     assert reply.stats.stop_reason == "end_of_turn"
     path = service.path(reply.assistant_node)
@@ -110,7 +111,7 @@ def test_a_marker_split_across_a_merged_token_is_cut_at_it(tmp_path, open_servic
         *merged,
         *engine.tokenize("|im_end|>\nmore"),
     ]
-    reply = service.send(node, "Hello", PARAMS, on_token=shown.append)
+    reply = service.send(node, "Hello", PARAMS, Streams(on_token=shown.append))
     assert reply.text == "Yes." == "".join(shown)
     last = service.path(reply.assistant_node)[-1]
     assert last.span_text.endswith("Yes.<|im_end|>\n")
@@ -189,7 +190,9 @@ def test_a_reply_cut_inside_a_character_ends_before_it(tmp_path, open_service, h
         [*engine.tokenize("Caf"), lead, tail, *engine.tokenize("!")]
     )
     params = SamplingParams(temperature=0, max_tokens=4 if how == "max_tokens" else 40)
-    reply = service.send(node, "Hello", params, on_token=shown.append, should_stop=stop)
+    reply = service.send(
+        node, "Hello", params, Streams(on_token=shown.append, should_stop=stop)
+    )
     assert reply.text == "Caf" == "".join(shown)
     assert "\ufffd" not in reply.text
     opening = service.path(reply.assistant_node)[-1]

@@ -25,6 +25,7 @@ from app.backend.errors import BackendError, ModelFileError
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
+from app.conversation.streams import Streams
 from app.platform.paths import database_path
 from storage import repository
 from storage.db import open_database
@@ -215,7 +216,7 @@ def test_a_failed_send_retried_answers_the_same_message(service):
         raise RuntimeError("generation failed")
 
     with pytest.raises(RuntimeError):
-        service.send(root, "Hello", params, on_token=fail)
+        service.send(root, "Hello", params, Streams(on_token=fail))
     first_try = repository.get_children(service.db, root)
     assert [(n.role, n.text) for n in first_try] == [("user", "Hello")]
     assert repository.get_children(service.db, first_try[0].id) == []

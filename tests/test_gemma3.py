@@ -33,6 +33,7 @@ from app.backend.values import SamplingParams
 from app.conversation import folding
 from app.conversation.results import Reply
 from app.conversation.service import ConversationService
+from app.conversation.streams import Streams
 from app.platform.paths import database_path
 from storage.db import Database, open_database
 from storage.values import Role
@@ -127,7 +128,7 @@ def _converse(
         engine.last_sampled = -1
         stop = engine.sampled_whitespace if index == 1 else None
         parent_end = service.path(node)[-1].end_pos
-        reply = service.send(node, question, GREEDY, should_stop=stop)
+        reply = service.send(node, question, GREEDY, Streams(should_stop=stop))
         user = service.path(reply.user_node)[-1]
         print(
             f"\nin process: {question!r} -> {reply.text!r} {_figures(reply)} "

@@ -15,6 +15,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
+from app.conversation.streams import AlternativeStreams
 from storage import repository
 from storage.db import open_database
 
@@ -58,7 +59,9 @@ def test_siblings_appear_each_checkpointed_and_different(service, params):
     def on_token(index: int, piece: str) -> None:
         streamed[index] = streamed.get(index, "") + piece
 
-    replies = service.regenerate_parallel(assistant, params, 3, on_token=on_token)
+    replies = service.regenerate_parallel(
+        assistant, params, 3, AlternativeStreams(on_token=on_token)
+    )
 
     assert len(replies) == 3
     children = repository.get_children(service.db, user)
@@ -164,7 +167,9 @@ def test_stop_ends_every_alternative(service):
         calls += 1
         return calls > 3
 
-    replies = service.regenerate_parallel(assistant, SEEDED, 2, should_stop=should_stop)
+    replies = service.regenerate_parallel(
+        assistant, SEEDED, 2, AlternativeStreams(should_stop=should_stop)
+    )
     for reply in replies:
         assert reply.stats.stop_reason == "stopped"
         assert 1 <= reply.stats.generated_tokens <= 3

@@ -19,6 +19,7 @@ from app.backend.chat_format import Message
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from app.conversation.spans import span_tokens, system_of, turns_of
+from app.conversation.streams import Streams
 from tests import real_vocab, template_corpus
 from tests.conftest import run_cli
 from tests.scripted import held_context
@@ -121,7 +122,10 @@ def test_reasoning_reply_fields_and_next_turn(tmp_path, open_service, data_dir):
     ]
     thinking, answer = [], []
     reply = service.send(
-        root, "Question?", PARAMS, on_token=answer.append, on_thinking=thinking.append
+        root,
+        "Question?",
+        PARAMS,
+        Streams(on_token=answer.append, on_thinking=thinking.append),
     )
     assert (reply.thinking, reply.text) == ("Let me think.", "The answer.")
     assert "".join(thinking).strip() == "Let me think."
@@ -151,7 +155,7 @@ def test_special_tokens_are_never_shown(tmp_path, open_service):
     _conv, root = service.new_conversation(None)
     engine.script = [*engine.tokenize("a<|im_start|>b"), EOG["</s>"]]
     shown = []
-    reply = service.send(root, "Hi", PARAMS, on_token=shown.append)
+    reply = service.send(root, "Hi", PARAMS, Streams(on_token=shown.append))
     assert reply.text == "ab" == "".join(shown)
     # The reply's span keeps what the model wrote, closed by the template.
     span = service.path(reply.assistant_node)[-1].span_text

@@ -12,6 +12,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
+from app.conversation.streams import Streams
 from storage import repository
 from storage.db import open_database
 
@@ -87,8 +88,7 @@ def test_stopped_reply_keeps_its_text_and_continues(service):
         root,
         "Talk",
         SamplingParams(temperature=0, max_tokens=100),
-        on_token=seen.append,
-        should_stop=stop_after_five,
+        Streams(on_token=seen.append, should_stop=stop_after_five),
     )
     assert reply.stats.stop_reason == "stopped"
     # Five sampled; fewer kept when the last ones were half a character
@@ -183,7 +183,9 @@ def test_a_reply_cut_at_the_length_limit_goes_on_as_a_new_branch(service):
     old = repository.get_node(service.db, cut.assistant_node)
     streamed: list[str] = []
 
-    longer = service.continue_reply(cut.assistant_node, short, on_token=streamed.append)
+    longer = service.continue_reply(
+        cut.assistant_node, short, Streams(on_token=streamed.append)
+    )
     new = repository.get_node(service.db, longer.assistant_node)
     # A sibling: the cut reply stays as it was.
     assert new.parent_id == old.parent_id == cut.user_node

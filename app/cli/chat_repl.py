@@ -16,6 +16,7 @@ from app.cli.interrupt import StopRequest
 from app.conversation.errors import USER_ERRORS
 from app.conversation.results import Reply
 from app.conversation.service import ConversationService
+from app.conversation.streams import Streams
 
 HELP = "Type a message. /regen: another reply, /new: new conversation, /quit: exit."
 
@@ -80,13 +81,15 @@ def _answer(
     stop.requested = False
     print("arbor> ", end="", flush=True)
     try:
-        on_token = lambda piece: print(piece, end="", flush=True)  # noqa: E731
+        streams = Streams(
+            on_token=lambda piece: print(piece, end="", flush=True), should_stop=stop
+        )
         if line == "/regen":
             if service.path(node)[-1].role != "assistant":
                 print("(nothing to regenerate yet)")
                 return None
-            return service.regenerate(node, params, on_token, stop)
-        return service.send(node, line, params, on_token, stop)
+            return service.regenerate(node, params, streams)
+        return service.send(node, line, params, streams)
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -31,6 +31,7 @@ from app.cli.parser import (
 )
 from app.conversation.errors import USER_ERRORS
 from app.conversation.presets import conversation_sampling
+from app.conversation.streams import AlternativeStreams, Streams
 from app.library.errors import LIBRARY_ERRORS
 from app.platform import paths
 from storage import catalog
@@ -175,7 +176,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
 def _generating(
     args: argparse.Namespace,
     service: ConversationService,
-    action: Callable[..., Reply],
+    action: Callable[[SamplingParams, Streams], Reply],
     extra: dict[str, Any] | None = None,
 ) -> int:
     stop = StopRequest()
@@ -186,7 +187,9 @@ def _generating(
         else None
     )
     with service:
-        reply = action(_sampling(args, service), on_token=on_token, should_stop=stop)
+        reply = action(
+            _sampling(args, service), Streams(on_token=on_token, should_stop=stop)
+        )
         evicted = _keep_within_budget(service)
     _note_model_used(service)
     if args.stream:
@@ -218,7 +221,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
     return _generating(
         args,
         service,
-        lambda p, **kw: service.send(args.node, args.text, p, **kw),
+        lambda p, streams: service.send(args.node, args.text, p, streams),
         {"previous_model": previous} if previous else None,
     )
 
@@ -227,7 +230,7 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     if args.n == 1:
         return _generating(
-            args, service, lambda p, **kw: service.regenerate(args.node, p, **kw)
+            args, service, lambda p, streams: service.regenerate(args.node, p, streams)
         )
     stop = StopRequest()
     signal.signal(signal.SIGINT, stop.request)
@@ -241,8 +244,7 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
             args.node,
             _sampling(args, service),
             args.n,
-            on_token=on_token,
-            should_stop=stop,
+            AlternativeStreams(on_token=on_token, should_stop=stop),
         )
         evicted = _keep_within_budget(service)
     _note_model_used(service)
@@ -252,7 +254,9 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
 def _cmd_edit(args: argparse.Namespace) -> int:
     service = _open(args, with_model=True)
     return _generating(
-        args, service, lambda p, **kw: service.edit(args.node, args.text, p, **kw)
+        args,
+        service,
+        lambda p, streams: service.edit(args.node, args.text, p, streams),
     )
 
 

@@ -5,7 +5,18 @@ window and its jobs can name them."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
+
+
+class StopReason(StrEnum):
+    """Why a reply's generation ended (stored with the reply as the word)."""
+
+    END_OF_TURN = "end_of_turn"  # the model ended its turn
+    STOP_STRING = "stop_string"  # it wrote a stop string asked for
+    MAX_TOKENS = "max_tokens"  # it reached the length limit
+    CONTEXT_FULL = "context_full"  # the context filled up mid-reply
+    STOPPED = "stopped"  # the user (or a client gone away) stopped it
 
 
 @dataclass
@@ -45,7 +56,7 @@ class ReplyStats(SyncStats):
     redecode_ms: float = 0.0
     context_tokens: int = 0
     n_ctx: int = 0
-    stop_reason: str = ""
+    stop_reason: StopReason | None = None
     logits_digest: str = ""
 
     @classmethod
@@ -64,10 +75,13 @@ class ReplyStats(SyncStats):
 
 @dataclass(frozen=True)
 class Reply:
-    """The outcome of send, edit or regenerate."""
+    """The outcome of send, edit or regenerate: the reply is
+    ``assistant_node`` of conversation ``conversation_id``, where the engine
+    now stands (for alternatives, the first one's)."""
 
     user_node: int | None
     assistant_node: int
     text: str
     stats: ReplyStats
+    conversation_id: int
     thinking: str = ""

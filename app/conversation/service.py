@@ -9,28 +9,38 @@ add siblings.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.backend.errors import ContextFullError
-from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
-from app.backend.values import MAX_FORKS, PENALTY_LAST_N, SamplingParams, StateKind
+from app.backend.reasoning import ANSWER, THINKING
+from app.backend.values import MAX_FORKS, SamplingParams, StateKind
 from app.conversation import spans, summary
 from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
 from app.conversation.context_sync import ContextSync, write_batches
 from app.conversation.errors import ServiceError
+from app.conversation.generation import (
+    NOTHING_EARLIER,
+    Earlier,
+    ReplyPipeline,
+    ReplyPlan,
+)
 from app.conversation.presets import stored_sampling
-from app.conversation.results import Reply, ReplyStats, SyncStats
+from app.conversation.results import Reply, ReplyStats, StopReason, SyncStats
 from app.conversation.spans import Placement
+from app.conversation.streams import (
+    NO_ALTERNATIVE_STREAMS,
+    NO_STREAMS,
+    AlternativeStreams,
+    StopCheck,
+    Streams,
+)
 from app.conversation.titles import title_from
 from app.conversation.tree_cache import TreeCache
-from app.conversation.turn_markers import ReplyText
 from storage import exchange, repository
 from storage.catalog import ConversationRecord
 from storage.db import Database
@@ -40,30 +50,18 @@ from storage.values import Role, Status
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
-    from app.backend.sampling import Sampler
 
 log = logging.getLogger(__name__)
 
-# How often a reply in progress is written to the database, so that a crash
-# or a kill loses at most this much of it.
-PARTIAL_SAVE_SECONDS = 0.5
 
-TokenCallback = Callable[[str], None]
-# A piece of alternative ``index``'s text (alternatives generated together).
-IndexedTokenCallback = Callable[[int, str], None]
-StopCheck = Callable[[], bool]
+@dataclass(frozen=True)
+class _Choice:
+    """One reply to generate: how it samples, where it streams, and what
+    its node records besides the parameters and the model."""
 
-
-# A reply's final status, from why its generation ended. "truncated": the
-# context filled up mid-reply (the turn is still closed and checkpointed, so
-# the node is as usable as a complete one; only its text is cut short).
-_STATUS_BY_STOP_REASON = {"stopped": Status.STOPPED, "context_full": Status.TRUNCATED}
-
-
-def _marker_reason(text: ReplyText) -> str:
-    """Why a reply that met a marker ended: a stop string asked for, or the
-    turn's end that the model wrote."""
-    return "stop_string" if text.stopped_by_string else "end_of_turn"
+    params: SamplingParams
+    streams: Streams
+    generation: dict[str, Any] = field(default_factory=dict)
 
 
 def _check_text(text: str | None, what: str) -> None:
@@ -77,90 +75,6 @@ def _check_text(text: str | None, what: str) -> None:
             text.encode("utf-8")
     except UnicodeEncodeError:
         raise ServiceError(f"The {what} is not valid UTF-8.") from None
-
-
-@dataclass
-class _SampledReply:
-    """What the sampling loop produced."""
-
-    tokens: list[int] = field(default_factory=list)  # the reply's content tokens
-    pending: list[int] = field(default_factory=list)  # sampled, not yet decoded
-    text: str = ""  # the answer
-    thinking: str = ""  # the reasoning, where the model's format separates it
-    stop_reason: str = "max_tokens"
-
-    def drop_from(self, cut: int, is_end_of_turn: Callable[[int], bool]) -> None:
-        """Forget the tokens from ``cut`` on (a turn marker the model wrote, a
-        character cut short), with the one kept undecoded at ``max_tokens``;
-        a turn's end marker still closes the turn."""
-        if cut < len(self.tokens):
-            self.pending = [t for t in self.pending if is_end_of_turn(t)]
-        del self.tokens[cut:]
-
-
-@dataclass
-class _Alternative:
-    """One reply of a parallel regeneration while it is sampled."""
-
-    index: int
-    node: NodeRecord
-    params: SamplingParams
-    seq: int
-    sampler: Sampler
-    splitter: ReasoningSplitter
-    # Set when sampling starts, where the streams are known.
-    text: ReplyText | None = None
-    sampled: _SampledReply = field(default_factory=_SampledReply)
-    live: bool = True
-
-    def stop(self, reason: str) -> None:
-        self.sampled.stop_reason = reason
-        self.live = False
-
-
-@dataclass(frozen=True)
-class _Streams:
-    """Where a reply's answer and reasoning go as they are generated."""
-
-    on_token: TokenCallback | None = None
-    on_thinking: TokenCallback | None = None
-    should_stop: StopCheck | None = None
-
-
-@dataclass(frozen=True)
-class _Earlier:
-    """What a reply that goes on (``continue_reply``) holds already: its
-    answer, its reasoning and how many tokens it sampled."""
-
-    text: str = ""
-    thinking: str = ""
-    tokens: int = 0
-
-
-@dataclass(frozen=True)
-class _IndexedStreams:
-    """Where the pieces of alternatives generated together go."""
-
-    on_token: IndexedTokenCallback | None = None
-    on_thinking: IndexedTokenCallback | None = None
-    should_stop: StopCheck | None = None
-
-
-def _emit_indexed(
-    streams: _IndexedStreams, index: int, pieces: list[tuple[str, str]]
-) -> None:
-    """Send a splitter's pieces of alternative ``index`` to their streams."""
-    for channel, piece in pieces:
-        target = streams.on_thinking if channel == "thinking" else streams.on_token
-        if piece and target is not None:
-            target(index, piece)
-
-
-def _indexed(callback: IndexedTokenCallback | None, index: int) -> TokenCallback | None:
-    """``callback`` with its alternative's index bound, for one plain reply."""
-    if callback is None:
-        return None
-    return lambda piece: callback(index, piece)
 
 
 class ConversationService:
@@ -466,14 +380,12 @@ class ConversationService:
         parent_id: int,
         text: str,
         params: SamplingParams,
-        on_token: TokenCallback | None = None,
-        should_stop: StopCheck | None = None,
-        on_thinking: TokenCallback | None = None,
+        streams: Streams = NO_STREAMS,
     ) -> Reply:
         """Add a user message under ``parent_id`` (root or reply) and reply to it.
 
-        The answer streams through ``on_token``, the reasoning of a model that
-        thinks through ``on_thinking``; ``should_stop`` ends the reply early.
+        The answer and the reasoning of a model that thinks go to
+        ``streams`` as they come; its ``should_stop`` ends the reply early.
         If ``parent_id`` already holds this very message with no reply (an
         earlier attempt whose reply failed), that message is answered instead
         of adding a copy; ``Reply.user_node`` is then its id.
@@ -485,7 +397,6 @@ class ConversationService:
                 "assistant reply or the conversation start (regenerate answers "
                 "a user message)."
             )
-        streams = _Streams(on_token, on_thinking, should_stop)
         return self._add_user_and_reply(parent_id, text, params, streams)
 
     def edit(
@@ -493,50 +404,40 @@ class ConversationService:
         user_node_id: int,
         text: str,
         params: SamplingParams,
-        on_token: TokenCallback | None = None,
-        should_stop: StopCheck | None = None,
-        on_thinking: TokenCallback | None = None,
+        streams: Streams = NO_STREAMS,
     ) -> Reply:
         """Add an edited copy of a user message as its sibling, and reply to it."""
         node = repository.get_node(self.db, user_node_id)
         if node.role != Role.USER or node.parent_id is None:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
-        streams = _Streams(on_token, on_thinking, should_stop)
         return self._add_user_and_reply(node.parent_id, text, params, streams)
 
     def regenerate(
         self,
         assistant_node_id: int,
         params: SamplingParams,
-        on_token: TokenCallback | None = None,
-        should_stop: StopCheck | None = None,
-        on_thinking: TokenCallback | None = None,
+        streams: Streams = NO_STREAMS,
     ) -> Reply:
         """Generate a new reply beside an existing one (a sibling)."""
         node = repository.get_node(self.db, assistant_node_id)
         if node.role != Role.ASSISTANT or node.parent_id is None:
             raise ServiceError(f"Node {assistant_node_id} is not an assistant reply.")
-        return self.reply(node.parent_id, params, on_token, should_stop, on_thinking)
+        return self.reply(node.parent_id, params, streams)
 
     def reply(
         self,
         user_node_id: int,
         params: SamplingParams,
-        on_token: TokenCallback | None = None,
-        should_stop: StopCheck | None = None,
-        on_thinking: TokenCallback | None = None,
+        streams: Streams = NO_STREAMS,
     ) -> Reply:
         """Generate a (new) assistant reply to the user message ``user_node_id``."""
-        streams = _Streams(on_token, on_thinking, should_stop)
         return self._reply(user_node_id, params, streams)
 
     def continue_reply(
         self,
         assistant_node_id: int,
         params: SamplingParams,
-        on_token: TokenCallback | None = None,
-        should_stop: StopCheck | None = None,
-        on_thinking: TokenCallback | None = None,
+        streams: Streams = NO_STREAMS,
     ) -> Reply:
         """A longer version of a reply that ended at the length limit: a new
         sibling that starts with that reply's tokens, as decoded, and goes on
@@ -546,10 +447,9 @@ class ConversationService:
         if (
             node.role != Role.ASSISTANT
             or node.parent_id is None
-            or generation.get("stop_reason") != "max_tokens"
+            or generation.get("stop_reason") != StopReason.MAX_TOKENS
         ):
             raise ServiceError("Only a reply that ended at the length limit goes on.")
-        streams = _Streams(on_token, on_thinking, should_stop)
         return self._reply(node.parent_id, params, streams, going_on=node)
 
     def regenerate_parallel(
@@ -557,9 +457,7 @@ class ConversationService:
         node_id: int,
         params: SamplingParams,
         n: int,
-        on_token: IndexedTokenCallback | None = None,
-        should_stop: StopCheck | None = None,
-        on_thinking: IndexedTokenCallback | None = None,
+        streams: AlternativeStreams = NO_ALTERNATIVE_STREAMS,
     ) -> list[Reply]:
         """Generate ``n`` new replies to a user message together, as siblings.
 
@@ -572,8 +470,8 @@ class ConversationService:
         no part, it starts with the ``k``-th most likely first token and
         continues greedily, so greedy alternatives differ too. Each stops on
         its own (end of turn, ``max_tokens``, its share of the context);
-        ``should_stop`` stops them all. Pieces stream through
-        ``on_token(k, piece)`` and ``on_thinking(k, piece)``.
+        ``streams.should_stop`` stops them all. Pieces stream through
+        ``streams.on_token(k, piece)`` and ``streams.on_thinking(k, piece)``.
 
         Exactness: the cells a reply gets in such a batch are not those that
         decoding its tokens alone gives. Measured with llama-cpp-python
@@ -600,8 +498,6 @@ class ConversationService:
         ``n`` replies one after another instead.
         """
         engine = self._require_engine()
-        sync = self._sync
-        assert sync is not None
         self._raise_write_failure()
         if not 1 <= n <= MAX_FORKS:
             raise ServiceError(f"Between 1 and {MAX_FORKS} alternatives, not {n}.")
@@ -619,14 +515,7 @@ class ConversationService:
         seeded = [replace(params, seed=(seed + k) % 2**32) for k in range(n)]
         if engine.state_kind is StateKind.FULL:
             replies = [
-                self.reply(
-                    user_id,
-                    p,
-                    _indexed(on_token, k),
-                    should_stop,
-                    _indexed(on_thinking, k),
-                )
-                for k, p in enumerate(seeded)
+                self.reply(user_id, p, streams.of(k)) for k, p in enumerate(seeded)
             ]
             return self._first_active(node.conversation_id, replies)
         path, variables = self._ensured_path(user_id)
@@ -635,53 +524,13 @@ class ConversationService:
         opening = spans.place_reply(engine, path, variables)
         self._check_room(opening.start_pos + len(opening.tokens) + 8 * n)
         stats = ReplyStats.after(self._move_to(opening.base))
-        nodes: list[NodeRecord] = []
-        try:
-            prompt_started = time.perf_counter()
-            start = engine.n_past
-            engine.decode(opening.tokens, [len(opening.tokens)])
-            stats.prompt_tokens += len(opening.tokens)
-            stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
-            stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
-            for k, p in enumerate(seeded):
-                generation: dict[str, Any] = {
-                    "params": p.as_dict(),
-                    "model": engine.info.name,
-                    "alternative": {"index": k, "of": n},
-                }
-                if p.temperature == 0 and k:
-                    generation["alternative"]["first_token_rank"] = k
-                nodes.append(
-                    self._add_generating_reply(path[-1].id, opening, start, generation)
-                )
-            context = [t for held in sync.loaded for t in held.tokens]
-            history = context[-PENALTY_LAST_N:] + opening.tokens
-            streams = _IndexedStreams(on_token, on_thinking, should_stop)
-            gen_started = time.perf_counter()
-            with ExitStack() as samplers:
-                alternatives = [
-                    _Alternative(
-                        index=k,
-                        node=nodes[k],
-                        params=p,
-                        seq=-1,
-                        sampler=samplers.enter_context(engine.sampler(p, history)),
-                        splitter=ReasoningSplitter(
-                            engine.reasoning_format,
-                            starts_in_thinking(engine.reasoning_format, opening.text),
-                        ),
-                    )
-                    for k, p in enumerate(seeded)
-                ]
-                self._sample_together(alternatives, opening, streams)
-            stats.generate_ms = (time.perf_counter() - gen_started) * 1000
-            replies = self._checkpoint_alternatives(alternatives, opening, start, stats)
-        except Exception:
-            engine.end_fork()
-            sync.forget()
-            for reply in nodes:
-                self._abandon(reply.id)
-            raise
+        choices = []
+        for k, p in enumerate(seeded):
+            alternative: dict[str, Any] = {"index": k, "of": n}
+            if p.temperature == 0 and k:
+                alternative["first_token_rank"] = k
+            choices.append(_Choice(p, streams.of(k), {"alternative": alternative}))
+        replies = self._generate(path[-1], opening, None, choices, stats, forked=True)
         return self._first_active(node.conversation_id, replies)
 
     def _first_active(self, conversation_id: int, replies: list[Reply]) -> list[Reply]:
@@ -695,224 +544,11 @@ class ConversationService:
         )
         return replies
 
-    def _sample_together(
-        self,
-        alternatives: list[_Alternative],
-        opening: Placement,
-        streams: _IndexedStreams,
-    ) -> None:
-        """Sample every alternative, one batched decode per step.
-
-        The opening's logits (row -1) give every alternative its first token;
-        after that, alternative ``k`` samples from the batch row that carried
-        its last token.
-        """
-        engine = self._require_engine()
-        header = opening.tokens
-        seqs = engine.fork(len(alternatives))
-        for alternative, seq in zip(alternatives, seqs, strict=True):
-            alternative.seq = seq
-            alternative.text = ReplyText(
-                engine.chat_format.markers,
-                alternative.params.stop,
-                alternative.splitter,
-                functools.partial(_emit_indexed, streams, alternative.index),
-            )
-        # Each reply gets an equal share of the context left (a unified KV
-        # cache holds every sequence's cells in its n_ctx cells), keeping
-        # room to close its turn; the re-decode then needs only its own.
-        footer = len(engine.tokenize(engine.chat_format.footer))
-        left = engine.n_ctx - engine.n_past
-        limit = engine.n_past + left // len(alternatives) - footer - 1
-        rows = {a.index: -1 for a in alternatives}
-        first_step = True
-        last_save = time.perf_counter()
-        while any(a.live for a in alternatives):
-            if streams.should_stop is not None and streams.should_stop():
-                for alternative in alternatives:
-                    if alternative.live:
-                        alternative.stop("stopped")
-                break
-            step: list[tuple[_Alternative, int]] = []
-            for alternative in (a for a in alternatives if a.live):
-                token = self._next_token(
-                    alternative, rows[alternative.index], limit, first_step, streams
-                )
-                if token is not None:
-                    step.append((alternative, token))
-            first_step = False
-            if not step:
-                break
-            engine.decode_forks([(a.seq, token) for a, token in step])
-            rows = {a.index: row for row, (a, _token) in enumerate(step)}
-            if time.perf_counter() - last_save >= PARTIAL_SAVE_SECONDS:
-                last_save = time.perf_counter()
-                for alternative in alternatives:
-                    self._save_partial(alternative, header, opening.text)
-        engine.end_fork()
-        for alternative in alternatives:
-            assert alternative.text is not None
-            cut = alternative.text.finish()
-            sampled = alternative.sampled
-            if cut is not None:
-                # A reply cut inside a character ends before it (the forks
-                # are gone; each reply is decoded alone after this).
-                sampled.drop_from(cut, engine.is_end_of_generation)
-            alternative.sampled.text = alternative.splitter.answer
-            alternative.sampled.thinking = alternative.splitter.thinking
-
-    def _next_token(
-        self,
-        alternative: _Alternative,
-        row: int,
-        limit: int,
-        first_step: bool,
-        streams: _IndexedStreams,
-    ) -> int | None:
-        """Sample alternative's next token; None when it stops there.
-
-        The same rules as ``_sample``: a turn's end marker is kept to close
-        the turn; the token reaching ``max_tokens`` is kept but not decoded.
-        """
-        engine = self._require_engine()
-        sampled = alternative.sampled
-        if engine.fork_pos(alternative.seq) >= limit:
-            alternative.stop("context_full")
-            return None
-        if first_step and alternative.params.temperature == 0 and alternative.index:
-            # Greedy alternatives would all be the same reply: each starts
-            # with the next most likely token instead.
-            token = engine.ranked_token(row, alternative.index)
-            alternative.sampler.accept(token)
-        else:
-            token = engine.sample(alternative.sampler, row)
-        if engine.is_end_of_generation(token):
-            alternative.stop("end_of_turn")
-            marker = engine.token_text(token)
-            if marker and engine.chat_format.footer.startswith(marker):
-                sampled.pending.append(token)
-            return None
-        sampled.tokens.append(token)
-        assert alternative.text is not None
-        cut = alternative.text.push(
-            engine.token_bytes(token, special=True), engine.is_special(token)
-        )
-        if cut is not None:
-            # The model wrote a turn marker (or a stop string): the reply ends
-            # before it. Forks serve sampling only, so their cells need no
-            # cutting, and the text kept is decoded with the rest afterwards.
-            sampled.drop_from(cut, engine.is_end_of_generation)
-            sampled.tokens.extend(engine.tokenize(alternative.text.kept))
-            alternative.stop(_marker_reason(alternative.text))
-            return None
-        if len(sampled.tokens) >= alternative.params.max_tokens:
-            alternative.stop("max_tokens")
-            sampled.pending.append(token)
-            return None
-        return token
-
-    def _save_partial(
-        self, alternative: _Alternative, header: list[int], header_text: str
-    ) -> None:
-        """Write an alternative in progress, so that a crash loses little of it.
-
-        Its batch sizes are those of the re-decode its node would get: its
-        cells so far exist only in a fork, which no checkpoint is made from.
-        """
-        engine = self._require_engine()
-        tokens = alternative.sampled.tokens
-        if alternative.node.status != Status.GENERATING or not tokens:
-            return
-        span = [*header, *tokens]
-        alternative.node = repository.update_node(
-            self.db,
-            alternative.node.id,
-            text=alternative.splitter.answer,
-            thinking=alternative.splitter.thinking,
-            tokens=span,
-            chunks=engine.batch_sizes(len(span)),
-            span_text=header_text + engine.detokenize(tokens),
-        )
-
-    def _checkpoint_alternatives(
-        self,
-        alternatives: list[_Alternative],
-        opening: Placement,
-        start: int,
-        stats: ReplyStats,
-    ) -> list[Reply]:
-        """Close each alternative's turn, decode its span alone, checkpoint it.
-
-        The last one done stays in the context: the first alternative, the one
-        the window shows.
-        """
-        engine = self._require_engine()
-        sync = self._sync
-        assert sync is not None
-        replies: dict[int, Reply] = {}
-        for alternative in reversed(alternatives):
-            sampled = alternative.sampled
-            decoded, closing, closing_text = self._closing(sampled)
-            span = [*opening.tokens, *decoded, *closing]
-            engine.truncate(start)
-            if engine.n_past != start:  # the engine could not cut there
-                self._move_to(opening.base)
-            redecode_started = time.perf_counter()
-            chunks = engine.decode(span)
-            redecode_ms = (time.perf_counter() - redecode_started) * 1000
-            reply_stats = replace(
-                stats,
-                fallbacks=list(stats.fallbacks),
-                generated_tokens=len(sampled.tokens),
-                tokens_per_second=(
-                    len(sampled.tokens) / (stats.generate_ms / 1000)
-                    if stats.generate_ms > 0
-                    else 0.0
-                ),
-                redecode_ms=redecode_ms,
-                stop_reason=sampled.stop_reason,
-            )
-            node = alternative.node
-            assert node.generation is not None
-            node = repository.update_node(
-                self.db,
-                node.id,
-                text=sampled.text,
-                thinking=sampled.thinking,
-                tokens=span,
-                chunks=chunks,
-                span_text=opening.text + closing_text,
-                status=_STATUS_BY_STOP_REASON.get(sampled.stop_reason, Status.COMPLETE),
-                generation={
-                    **node.generation,
-                    "stop_reason": sampled.stop_reason,
-                    "generated_tokens": len(sampled.tokens),
-                    "tokens_per_second": round(reply_stats.tokens_per_second, 2),
-                },
-            )
-            alternative.node = node
-            sync.append(node)
-            reply_stats.checkpoint_bytes_written = self._store_checkpoint(
-                node, engine.capture(node.start_pos, node.end_pos)
-            )
-            reply_stats.context_tokens = engine.n_past
-            reply_stats.n_ctx = engine.n_ctx
-            replies[alternative.index] = Reply(
-                user_node=None,
-                assistant_node=node.id,
-                text=node.text,
-                stats=reply_stats,
-                thinking=node.thinking,
-            )
-            if alternative is not alternatives[0]:
-                sync.drop(node.id)
-        return [replies[k] for k in range(len(alternatives))]
-
     def _reply(
         self,
         user_node_id: int,
         params: SamplingParams,
-        streams: _Streams,
+        streams: Streams,
         going_on: NodeRecord | None = None,
     ) -> Reply:
         """A reply to ``user_node_id``; one that goes on from ``going_on``
@@ -923,23 +559,21 @@ class ConversationService:
         if path[-1].role != Role.USER:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
         opening = spans.place_reply(engine, path, variables)
-        earlier = _Earlier()
+        earlier = NOTHING_EARLIER
         if going_on is not None:
             before = len(opening.tokens)
             opening = self._going_on(opening, going_on)
-            earlier = _Earlier(
+            earlier = Earlier(
                 going_on.text, going_on.thinking, len(opening.tokens) - before
             )
             # What the user sees first is the reply as it was.
-            for piece, target in (
-                (going_on.thinking, streams.on_thinking),
-                (going_on.text, streams.on_token),
-            ):
-                if piece and target is not None:
-                    target(piece)
+            streams.emit([(THINKING, going_on.thinking), (ANSWER, going_on.text)])
         self._check_room(opening.start_pos + len(opening.tokens))
         stats = ReplyStats.after(self._move_to(opening.base))
-        return self._generate(path[-1], opening, None, params, stats, streams, earlier)
+        choice = _Choice(params.with_seed(), streams)
+        return self._generate(
+            path[-1], opening, None, [choice], stats, earlier=earlier
+        )[0]
 
     def _going_on(self, opening: Placement, reply: NodeRecord) -> Placement:
         """``opening`` followed by what ``reply`` sampled (its span: the same
@@ -960,7 +594,7 @@ class ConversationService:
         )
 
     def _add_user_and_reply(
-        self, parent_id: int, text: str, params: SamplingParams, streams: _Streams
+        self, parent_id: int, text: str, params: SamplingParams, streams: Streams
     ) -> Reply:
         engine = self._require_engine()
         self._raise_write_failure()
@@ -998,7 +632,8 @@ class ConversationService:
         stats = ReplyStats.after(self._move_to(placement.base))
         # The template's generation prompt follows the user's turn directly.
         opening = Placement([*placement.base, user], prompt_text, prompt_tokens)
-        return self._generate(user, opening, user, params, stats, streams, _Earlier())
+        choice = _Choice(params.with_seed(), streams)
+        return self._generate(user, opening, user, [choice], stats)[0]
 
     def _unanswered_user(self, parent_id: int, text: str) -> NodeRecord | None:
         """A user message ``text`` under ``parent_id`` that has no reply, if any."""
@@ -1026,24 +661,25 @@ class ConversationService:
         parent: NodeRecord,
         opening: Placement,
         user: NodeRecord | None,
-        params: SamplingParams,
+        choices: list[_Choice],
         stats: ReplyStats,
-        streams: _Streams,
-        earlier: _Earlier,
-    ) -> Reply:
-        """Decode the new user turn (if any) and the reply's opening, then sample.
+        forked: bool = False,
+        earlier: Earlier = NOTHING_EARLIER,
+    ) -> list[Reply]:
+        """Decode the new user turn (if any) and the replies' opening, then
+        generate one reply under ``parent`` per choice (see ``ReplyPipeline``).
 
-        ``opening`` is the reply's first span text and tokens (the generation
-        prompt), placed after its effective nodes; ``earlier`` the answer and
-        reasoning it already holds (a reply that goes on; else nothing). If
-        anything fails, the context is forgotten (its contents are unknown) and
-        a reply left "generating" is removed, or kept as "interrupted" when it
+        ``opening`` is the replies' first span text and tokens (the
+        generation prompt), placed after its effective nodes; ``earlier`` the
+        answer and reasoning a reply that goes on holds already. If anything
+        fails, the context is forgotten (its contents are unknown) and each
+        reply left "generating" is removed, or kept as "interrupted" when it
         has text.
         """
         engine = self._require_engine()
-        assert self._sync is not None
-        params = params.with_seed()
-        reply: NodeRecord | None = None
+        sync = self._sync
+        assert sync is not None
+        replies: list[NodeRecord] = []
         try:
             prompt_started = time.perf_counter()
             if user is not None:
@@ -1059,25 +695,35 @@ class ConversationService:
                 # unanswered, so that a retry answers it instead of a copy.
                 self._checkpoints.settle([user.id])
                 self._raise_write_failure()
-            generation = {"params": params.as_dict(), "model": engine.info.name}
-            reply = self._add_generating_reply(parent.id, opening, start, generation)
-            reply = self._complete_reply(
-                reply, opening, params, stats, streams, earlier
+            plans = []
+            for choice in choices:
+                generation = {
+                    "params": choice.params.as_dict(),
+                    "model": engine.info.name,
+                    **choice.generation,
+                }
+                reply = self._add_generating_reply(
+                    parent.id, opening, start, generation
+                )
+                replies.append(reply)
+                plans.append(ReplyPlan(reply, choice.params, choice.streams))
+            pipeline = ReplyPipeline(
+                engine,
+                self.db,
+                sync,
+                opening,
+                start,
+                self._store_checkpoint,
+                self._move_to,
             )
+            made = pipeline.run(plans, stats, forked, earlier)
         except Exception:
-            self._sync.forget()
-            if reply is not None:
+            sync.forget()
+            for reply in replies:
                 self._abandon(reply.id)
             raise
-        stats.context_tokens = engine.n_past
-        stats.n_ctx = engine.n_ctx
-        return Reply(
-            user_node=user.id if user is not None else None,
-            assistant_node=reply.id,
-            text=reply.text,
-            stats=stats,
-            thinking=reply.thinking,
-        )
+        user_id = user.id if user is not None else None
+        return [replace(reply, user_node=user_id) for reply in made]
 
     def _add_generating_reply(
         self,
@@ -1153,66 +799,6 @@ class ConversationService:
         )
         return user
 
-    def _complete_reply(
-        self,
-        reply: NodeRecord,
-        opening: Placement,
-        params: SamplingParams,
-        stats: ReplyStats,
-        streams: _Streams,
-        earlier: _Earlier,
-    ) -> NodeRecord:
-        """Sample the reply after its decoded opening, close its turn, store it
-        (after what it held ``earlier``, if it goes on)."""
-        engine = self._require_engine()
-        sync = self._sync
-        assert sync is not None and reply.generation is not None
-        header = opening.tokens
-        # The sampler's repeat penalty looks back PENALTY_LAST_N tokens at most.
-        context = [t for node in sync.loaded for t in node.tokens]
-        history = context[-PENALTY_LAST_N:] + header
-        splitter = ReasoningSplitter(
-            engine.reasoning_format,
-            starts_in_thinking(engine.reasoning_format, opening.text),
-        )
-        gen_started = time.perf_counter()
-        sampled = self._sample(
-            reply, params, history, header, opening.text, splitter, streams, earlier
-        )
-        stats.generate_ms = (time.perf_counter() - gen_started) * 1000
-        stats.generated_tokens = len(sampled.tokens)
-        if stats.generate_ms > 0:
-            stats.tokens_per_second = len(sampled.tokens) / (stats.generate_ms / 1000)
-        span, chunks, closing_text = self._close_turn(header, sampled)
-        stop_reason = sampled.stop_reason
-        generation = {
-            **reply.generation,
-            "stop_reason": stop_reason,
-            "generated_tokens": earlier.tokens + len(sampled.tokens),
-            "tokens_per_second": round(stats.tokens_per_second, 2),
-            # The wait before the first token: the prompt read (what the
-            # user waited for), shown with the reply's other figures.
-            "prompt_ms": round(stats.prompt_ms, 1),
-        }
-        with self.db.changing([reply.id]):
-            reply = repository.update_node(
-                self.db,
-                reply.id,
-                text=sampled.text,
-                thinking=sampled.thinking,
-                tokens=span,
-                chunks=chunks,
-                span_text=opening.text + closing_text,
-                status=_STATUS_BY_STOP_REASON.get(stop_reason, Status.COMPLETE),
-                generation=generation,
-            )
-        sync.append(reply)
-        stats.checkpoint_bytes_written += self._store_checkpoint(
-            reply, engine.capture(reply.start_pos, reply.end_pos)
-        )
-        stats.stop_reason = stop_reason
-        return reply
-
     def _abandon(self, reply_id: int) -> None:
         """Tidy up after a reply whose generation failed.
 
@@ -1234,158 +820,6 @@ class ConversationService:
             # which the next start marks "interrupted". The first error is
             # the one to report.
             log.warning("Could not tidy up reply %s after a failure", reply_id)
-
-    def _sample(
-        self,
-        reply: NodeRecord,
-        params: SamplingParams,
-        history: list[int],
-        header: list[int],
-        header_text: str,
-        splitter: ReasoningSplitter,
-        streams: _Streams,
-        earlier: _Earlier,
-    ) -> _SampledReply:
-        """Sample the reply token by token, streaming text and saving it as it grows.
-
-        Each token's text goes through ``splitter``, which sends reasoning and
-        answer to their own streams and hides markup tokens.
-        """
-        engine = self._require_engine()
-        result = _SampledReply()
-
-        def emit(pieces: list[tuple[str, str]]) -> None:
-            for channel, piece in pieces:
-                target = (
-                    streams.on_thinking if channel == "thinking" else streams.on_token
-                )
-                if piece and target is not None:
-                    target(piece)
-
-        text = ReplyText(engine.chat_format.markers, params.stop, splitter, emit)
-        first = engine.n_past  # where the first sampled token goes
-
-        # Room to close the turn must remain in the context.
-        room = engine.n_ctx - len(engine.tokenize(engine.chat_format.footer)) - 1
-        last_save = time.perf_counter()
-        should_stop = streams.should_stop
-        with engine.sampler(params, history) as sampler:
-            while True:
-                if should_stop is not None and should_stop():
-                    result.stop_reason = "stopped"
-                    break
-                if engine.n_past >= room:
-                    result.stop_reason = "context_full"
-                    break
-                token = engine.sample(sampler)
-                if engine.is_end_of_generation(token):
-                    result.stop_reason = "end_of_turn"
-                    marker = engine.token_text(token)
-                    if marker and engine.chat_format.footer.startswith(marker):
-                        result.pending.append(token)
-                    break
-                result.tokens.append(token)
-                cut = text.push(
-                    engine.token_bytes(token, special=True), engine.is_special(token)
-                )
-                if cut is not None:
-                    if self._drop_from(result, first, cut) == cut:
-                        self._decode_kept(result, text.kept, room)
-                    result.stop_reason = _marker_reason(text)
-                    break
-                if len(result.tokens) >= params.max_tokens:
-                    result.stop_reason = "max_tokens"
-                    result.pending.append(token)
-                    break
-                engine.decode([token], [1])
-                if time.perf_counter() - last_save >= PARTIAL_SAVE_SECONDS:
-                    last_save = time.perf_counter()
-                    with self.db.changing([reply.id]):
-                        repository.update_node(
-                            self.db,
-                            reply.id,
-                            text=earlier.text + splitter.answer,
-                            thinking=earlier.thinking + splitter.thinking,
-                            tokens=[*header, *result.tokens],
-                            chunks=[len(header)] + [1] * len(result.tokens),
-                            span_text=header_text + engine.detokenize(result.tokens),
-                        )
-        cut = text.finish()
-        if cut is not None:
-            self._drop_from(result, first, cut)
-        result.text = earlier.text + splitter.answer
-        result.thinking = earlier.thinking + splitter.thinking
-        return result
-
-    def _drop_from(self, result: _SampledReply, first: int, cut: int) -> int:
-        """Drop the reply's tokens from ``cut`` on, from the reply and the context.
-
-        For a turn marker the model wrote (the format's own footer closes the
-        turn instead, and the turns a base model goes on to invent are never
-        kept), and for a character the reply was cut inside of (the span
-        then holds the bytes of the stored text, no more). ``first`` is the
-        position of the first sampled token. Recurrent state cannot be cut
-        back: there only what is not decoded yet goes.
-        """
-        engine = self._require_engine()
-        if engine.state_kind is StateKind.FULL:
-            cut = max(cut, engine.n_past - first)
-        result.drop_from(cut, engine.is_end_of_generation)
-        engine.truncate(first + cut)
-        return cut
-
-    def _decode_kept(self, result: _SampledReply, kept: str, room: int) -> None:
-        """Decode the text a marker's token held before the marker (``"Hi"``
-        of ``"Hi\n"`` at the stop string ``"\n"``) as tokens of its own, in
-        place of the token dropped: the context then ends where the stored
-        text does. Not when they would take the room that closes the turn."""
-        engine = self._require_engine()
-        tokens = engine.tokenize(kept) if kept else []
-        if engine.n_past + len(tokens) > room:
-            return
-        for token in tokens:
-            result.tokens.append(token)
-            engine.decode([token], [1])
-
-    def _close_turn(
-        self, header: list[int], sampled: _SampledReply
-    ) -> tuple[list[int], list[int], str]:
-        """Decode the end of the turn; return the span, its batch sizes and its text.
-
-        What was sampled but not yet decoded goes in, then the template's footer
-        (minus the end-of-turn marker when the model produced it itself), so the
-        next message starts on a clean context. The text is what the model
-        wrote and the footer, the header's text excluded.
-        """
-        engine = self._require_engine()
-        decoded, closing, text = self._closing(sampled)
-        chunks = [len(header)] + [1] * len(decoded)
-        if closing:
-            engine.decode(closing, [len(closing)])
-            chunks.append(len(closing))
-        return [*header, *decoded, *closing], chunks, text
-
-    def _closing(self, sampled: _SampledReply) -> tuple[list[int], list[int], str]:
-        """Split a sampled reply into what is decoded and what closes the turn.
-
-        Returns the sampled tokens already decoded, the tokens that close the
-        turn (what was sampled but not decoded, then the template's footer
-        minus the end-of-turn marker when the model produced it), and the text
-        of both.
-        """
-        engine = self._require_engine()
-        footer_text = engine.chat_format.footer
-        pending = sampled.pending
-        ended_by_model = bool(pending) and engine.is_end_of_generation(pending[-1])
-        if ended_by_model:
-            footer_text = footer_text[len(engine.token_text(pending[-1])) :]
-        marker = pending[-1] if ended_by_model else None
-        closing = [*pending, *spans.closing_tokens(engine, marker, footer_text)]
-        decoded = (
-            sampled.tokens if ended_by_model or not pending else sampled.tokens[:-1]
-        )
-        text = engine.detokenize([*decoded, *pending]) + footer_text
-        return decoded, closing, text
 
     # --- internals ------------------------------------------------------------------
 

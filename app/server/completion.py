@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from app.conversation.results import StopReason
+from app.conversation.streams import Streams
 from app.server.requests import ChatRequest, Turn
 from storage import repository
 from storage.errors import NotFound
@@ -51,7 +53,11 @@ class Completion:
     @property
     def finish_reason(self) -> str:
         """OpenAI's name for why the reply ended."""
-        return "length" if self.reply.stats.stop_reason == "max_tokens" else "stop"
+        return (
+            "length"
+            if self.reply.stats.stop_reason == StopReason.MAX_TOKENS
+            else "stop"
+        )
 
     @property
     def prompt_tokens(self) -> int:
@@ -90,13 +96,13 @@ def complete(
     conversation_id, start = _start(service, request, conversation_id)
     node, matched = _deepest_match(service, start, request.turns)
     remaining = request.turns[matched:]
-    common = (request.sampling, on_text, cancelled.is_set, on_thinking)
+    streams = Streams(on_text, on_thinking, cancelled.is_set)
     if not remaining:  # the request ends on a user message already stored
-        reply = replace(service.reply(node, *common), user_node=node)
+        reply = replace(service.reply(node, request.sampling, streams), user_node=node)
     else:
         for turn in remaining[:-1]:
             node = service.add_message(node, Role(turn.role), turn.text)
-        reply = service.send(node, remaining[-1].text, *common)
+        reply = service.send(node, remaining[-1].text, request.sampling, streams)
     return Completion(reply, conversation_id, matched)
 
 

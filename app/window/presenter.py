@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, assert_never
 from app.backend.settings import BackendSettings
 from app.backend.values import ModelInfo, SamplingParams
 from app.conversation.presets import Preset, conversation_sampling, stored_sampling
+from app.conversation.results import StopReason
 from app.conversation.titles import title_from
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.library.catalog import shipped_catalog
@@ -1108,7 +1109,7 @@ class WindowPresenter:
             # Made together: side by side, to keep one (the first is active).
             self.view.offer_choice([(r.assistant_node, r.text) for r in result.replies])
         self.view.refresh_list(self.conversation_id)
-        cut = reply is not None and reply.stats.stop_reason == "context_full"
+        cut = reply is not None and reply.stats.stop_reason == StopReason.CONTEXT_FULL
         if result.context_full or cut:
             self._offer_ways_on(result.error or "The reply was cut off.")
 

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.values import MAX_FORKS
+from app.conversation.results import StopReason
 from app.qt.views.attachment_chips import AttachmentChips
 from app.qt.views.message_body import MessageBody
 from app.qt.views.streaming_body import PART_CHARS, StreamingBody
@@ -67,10 +68,10 @@ def reply_figures(generation: Mapping[str, Any] | None) -> str:
     if waited is not None:
         parts.append(f"first token after {float(waited) / 1000:,.2f} s")
     ended = {
-        "max_tokens": "ended at the length limit",
-        "stopped": "stopped by you",
-        "context_full": "cut off: the context is full",
-        "stop_string": "ended at a stop string",
+        StopReason.MAX_TOKENS: "ended at the length limit",
+        StopReason.STOPPED: "stopped by you",
+        StopReason.CONTEXT_FULL: "cut off: the context is full",
+        StopReason.STOP_STRING: "ended at a stop string",
     }.get(str(generation.get("stop_reason")))
     if ended:
         parts.append(ended)
@@ -182,7 +183,7 @@ class MessageCard(QFrame):
         self._title.setToolTip(figures)
         self.setToolTip(figures)
         at_limit = generation is not None and (
-            generation.get("stop_reason") == "max_tokens"
+            generation.get("stop_reason") == StopReason.MAX_TOKENS
         )
         if at_limit and self.length_badge is None:
             self._make_limit_widgets()

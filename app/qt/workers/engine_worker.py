@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, assert_never
+from typing import assert_never
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -23,6 +23,7 @@ from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.errors import USER_ERRORS
 from app.conversation.results import Reply, SyncStats
 from app.conversation.service import ConversationService
+from app.conversation.streams import AlternativeStreams, Streams
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.preferences import save_preferences
 from app.qt.workers.threads import quit_current_thread
@@ -362,23 +363,23 @@ class EngineWorker(QObject):
         | jobs.GenerateReply
         | jobs.ContinueReply,
     ) -> JobResult:
-        streams: dict[str, Any] = {
-            "on_token": self.token_received.emit,
-            "on_thinking": self.thinking_received.emit,
-            "should_stop": self.cancel_requested.is_set,
-        }
+        streams = Streams(
+            on_token=self.token_received.emit,
+            on_thinking=self.thinking_received.emit,
+            should_stop=self.cancel_requested.is_set,
+        )
         service = self._service
         match job:
             case jobs.Send(parent_id=parent, text=text, params=params):
-                reply = service.send(parent, text, params, **streams)
+                reply = service.send(parent, text, params, streams)
             case jobs.Edit(node_id=node_id, text=text, params=params):
-                reply = service.edit(node_id, text, params, **streams)
+                reply = service.edit(node_id, text, params, streams)
             case jobs.Regenerate(node_id=node_id, params=params):
-                reply = service.regenerate(node_id, params, **streams)
+                reply = service.regenerate(node_id, params, streams)
             case jobs.GenerateReply(node_id=node_id, params=params):
-                reply = service.reply(node_id, params, **streams)
+                reply = service.reply(node_id, params, streams)
             case jobs.ContinueReply(node_id=node_id, params=params):
-                reply = service.continue_reply(node_id, params, **streams)
+                reply = service.continue_reply(node_id, params, streams)
             case _:  # _dispatch sends only these five
                 assert_never(job)
         return self._replied(job, [reply], job.budget_bytes)
@@ -388,8 +389,10 @@ class EngineWorker(QObject):
             job.node_id,
             job.params,
             job.n,
-            on_token=self.alternative_received.emit,
-            should_stop=self.cancel_requested.is_set,
+            AlternativeStreams(
+                on_token=self.alternative_received.emit,
+                should_stop=self.cancel_requested.is_set,
+            ),
         )
         return self._replied(job, replies, job.budget_bytes)
 
@@ -404,9 +407,7 @@ class EngineWorker(QObject):
         first = replies[0]
         return JobResult(
             job,
-            conversation_id=repository.get_node(
-                self._db, first.assistant_node
-            ).conversation_id,
+            conversation_id=first.conversation_id,
             node_id=first.assistant_node,
             reply=first,
             replies=tuple(replies) if len(replies) > 1 else (),

@@ -1,0 +1,462 @@
+"""Sampling replies: one pipeline for a single reply and for alternatives.
+
+Every reply follows an opening (its generation prompt) that the service has
+decoded; a reply while it is sampled is a ``ReplyStream``. One step function
+samples each stream's next token under the same rules (the turn's end, a
+marker or stop string the model wrote, ``max_tokens``, its share of the
+context); one loop decodes what a step sampled (on the main sequence for a
+single reply, in one batch over the engine's forks for alternatives) and
+saves the replies in progress; one finaliser closes each turn, stores its
+node and captures its checkpoint. The service decides what to generate; this
+module only how.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
+from app.backend.values import PENALTY_LAST_N, SamplingParams, StateKind
+from app.conversation import spans
+from app.conversation.results import Reply, ReplyStats, StopReason
+from app.conversation.spans import Placement
+from app.conversation.streams import Streams
+from app.conversation.turn_markers import ReplyText
+from storage import repository
+from storage.db import Database
+from storage.repository import NodeRecord
+from storage.values import Status
+
+if TYPE_CHECKING:
+    from app.backend.engine import LlamaEngine
+    from app.backend.sampling import Sampler
+    from app.conversation.context_sync import ContextSync
+
+# How often a reply in progress is written to the database, so that a crash
+# or a kill loses at most this much of it.
+PARTIAL_SAVE_SECONDS = 0.5
+
+# A reply's final status, from why its generation ended. Truncated: the
+# context filled up mid-reply (the turn is still closed and checkpointed, so
+# the node is as usable as a complete one; only its text is cut short).
+_STATUS_BY_STOP_REASON = {
+    StopReason.STOPPED: Status.STOPPED,
+    StopReason.CONTEXT_FULL: Status.TRUNCATED,
+}
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """What a reply that goes on (``continue_reply``) holds already: its
+    answer, its reasoning and how many tokens it sampled."""
+
+    text: str = ""
+    thinking: str = ""
+    tokens: int = 0
+
+
+NOTHING_EARLIER = Earlier()
+
+
+@dataclass
+class ReplyStream:
+    """One reply while it is sampled."""
+
+    node: NodeRecord
+    params: SamplingParams
+    streams: Streams
+    sampler: Sampler
+    splitter: ReasoningSplitter
+    text: ReplyText
+    index: int  # its rank among alternatives generated together (0: alone)
+    earlier: Earlier
+    # Its fork while alternatives are sampled together; None: it is decoded
+    # on the main sequence as it is sampled.
+    seq: int | None = None
+    tokens: list[int] = field(default_factory=list)  # its content tokens
+    # Sampled, not decoded: the token reaching max_tokens, a turn's end marker.
+    pending: list[int] = field(default_factory=list)
+    stop_reason: StopReason = StopReason.MAX_TOKENS
+    live: bool = True
+
+    @property
+    def answer(self) -> str:
+        """The reply's answer so far (after what it held earlier)."""
+        return self.earlier.text + self.splitter.answer
+
+    @property
+    def thinking(self) -> str:
+        """The reply's reasoning so far (after what it held earlier)."""
+        return self.earlier.thinking + self.splitter.thinking
+
+    def stop(self, reason: StopReason) -> None:
+        """End sampling this reply, for ``reason``."""
+        self.stop_reason = reason
+        self.live = False
+
+    def drop_from(self, cut: int, is_end_of_turn: Callable[[int], bool]) -> None:
+        """Forget the tokens from ``cut`` on, with the one kept undecoded at
+        ``max_tokens``; a turn's end marker still closes the turn."""
+        if cut < len(self.tokens):
+            self.pending = [t for t in self.pending if is_end_of_turn(t)]
+        del self.tokens[cut:]
+
+
+@dataclass(frozen=True)
+class ReplyPlan:
+    """One reply to generate: its node (stored "generating"), how it samples
+    and where it streams."""
+
+    node: NodeRecord
+    params: SamplingParams
+    streams: Streams
+
+
+class ReplyPipeline:
+    """The replies that follow one decoded opening, from their first token to
+    their checkpoints.
+
+    ``opening`` was decoded at position ``start`` of the main sequence and
+    ends there now; ``store_checkpoint`` saves a node's checkpoint (returns
+    the bytes written) and ``move_to`` positions the engine on a path.
+    """
+
+    def __init__(
+        self,
+        engine: LlamaEngine,
+        db: Database,
+        sync: ContextSync,
+        opening: Placement,
+        start: int,
+        store_checkpoint: Callable[[NodeRecord, bytes], int],
+        move_to: Callable[[list[NodeRecord]], object],
+    ) -> None:
+        self._engine = engine
+        self._db = db
+        self._sync = sync
+        self._opening = opening
+        self._start = start
+        self._store_checkpoint = store_checkpoint
+        self._move_to = move_to
+        self._first = start + len(opening.tokens)  # where sampled tokens go
+        self._limit = engine.n_ctx  # set for the replies sampled (``_sample``)
+
+    def run(
+        self,
+        replies: list[ReplyPlan],
+        stats: ReplyStats,
+        forked: bool,
+        earlier: Earlier = NOTHING_EARLIER,
+    ) -> list[Reply]:
+        """Sample ``replies``, close and store each; return them in order.
+
+        ``forked``: sample them together on forks of the main sequence, one
+        decode per step, each span then decoded again alone (see
+        ``ConversationService.regenerate_parallel``); else there is one reply,
+        decoded as it is sampled. ``stats`` holds the figures so far (each
+        reply gets its own copy); ``earlier`` what a reply that goes on held.
+        The main sequence is left holding the first reply.
+        """
+        engine = self._engine
+        context = [t for node in self._sync.loaded for t in node.tokens]
+        # The sampler's repeat penalty looks back PENALTY_LAST_N tokens at most.
+        history = context[-PENALTY_LAST_N:] + self._opening.tokens
+        thinking_first = starts_in_thinking(engine.reasoning_format, self._opening.text)
+        started = time.perf_counter()
+        with ExitStack() as samplers:
+            sampling: list[ReplyStream] = []
+            for index, reply in enumerate(replies):
+                splitter = ReasoningSplitter(engine.reasoning_format, thinking_first)
+                sampling.append(
+                    ReplyStream(
+                        node=reply.node,
+                        params=reply.params,
+                        streams=reply.streams,
+                        sampler=samplers.enter_context(
+                            engine.sampler(reply.params, history)
+                        ),
+                        splitter=splitter,
+                        text=ReplyText(
+                            engine.chat_format.markers,
+                            reply.params.stop,
+                            splitter,
+                            reply.streams.emit,
+                        ),
+                        index=index,
+                        earlier=earlier,
+                    )
+                )
+            self._sample(sampling, forked)
+        stats.generate_ms = (time.perf_counter() - started) * 1000
+        done: dict[int, Reply] = {}
+        # The last one finished stays in the context: the first.
+        for stream in reversed(sampling):
+            done[stream.index] = self._finish(
+                stream, replace(stats, fallbacks=list(stats.fallbacks))
+            )
+            if stream.index:
+                self._sync.drop(stream.node.id)
+        return [done[k] for k in range(len(sampling))]
+
+    def _sample(self, streams: list[ReplyStream], forked: bool) -> None:
+        """Sample every stream until each stops; one decode per step.
+
+        The opening's logits (row -1) give every stream its first token;
+        after that, a fork samples from the batch row that carried its last
+        token, and the main sequence from its last decode.
+        """
+        engine = self._engine
+        # Each reply gets an equal share of the context left (a unified KV
+        # cache holds every sequence's cells in its n_ctx cells), keeping
+        # room to close its turn; a fork's re-decode then needs only its own.
+        footer = len(engine.tokenize(engine.chat_format.footer))
+        left = engine.n_ctx - engine.n_past
+        self._limit = engine.n_past + left // len(streams) - footer - 1
+        if forked:
+            for stream, seq in zip(streams, engine.fork(len(streams)), strict=True):
+                stream.seq = seq
+        try:
+            self._step_until_stopped(streams)
+        finally:
+            if forked:
+                engine.end_fork()
+        for stream in streams:
+            cut = stream.text.finish()
+            if cut is not None:  # the reply ends inside a character: before it
+                self._cut(stream, cut)
+
+    def _step_until_stopped(self, streams: list[ReplyStream]) -> None:
+        engine = self._engine
+        rows = {s.index: -1 for s in streams}
+        first_step = True
+        last_save = time.perf_counter()
+        while any(s.live for s in streams):
+            if streams[0].streams.stopped():
+                for stream in streams:
+                    if stream.live:
+                        stream.stop(StopReason.STOPPED)
+                break
+            step = [
+                (stream, token)
+                for stream in streams
+                if stream.live
+                and (token := self._next_token(stream, rows[stream.index], first_step))
+                is not None
+            ]
+            first_step = False
+            if not step:
+                break
+            if step[0][0].seq is None:
+                engine.decode([step[0][1]], [1])
+            else:
+                engine.decode_forks(
+                    [(s.seq, token) for s, token in step if s.seq is not None]
+                )
+                rows = {s.index: row for row, (s, _token) in enumerate(step)}
+            if time.perf_counter() - last_save >= PARTIAL_SAVE_SECONDS:
+                last_save = time.perf_counter()
+                for stream in streams:
+                    self._save_partial(stream)
+
+    def _next_token(
+        self, stream: ReplyStream, row: int, first_step: bool
+    ) -> int | None:
+        """Sample the stream's next token, from batch ``row``; None when it
+        stops there.
+
+        A turn's end marker is kept to close the turn; the token reaching
+        ``max_tokens`` is kept but not decoded.
+        """
+        engine = self._engine
+        at = engine.n_past if stream.seq is None else engine.fork_pos(stream.seq)
+        if at >= self._limit:
+            stream.stop(StopReason.CONTEXT_FULL)
+            return None
+        if first_step and stream.params.temperature == 0 and stream.index:
+            # Greedy alternatives would all be the same reply: each starts
+            # with the next most likely token instead.
+            token = engine.ranked_token(row, stream.index)
+            stream.sampler.accept(token)
+        else:
+            token = engine.sample(stream.sampler, row)
+        if engine.is_end_of_generation(token):
+            stream.stop(StopReason.END_OF_TURN)
+            marker = engine.token_text(token)
+            if marker and engine.chat_format.footer.startswith(marker):
+                stream.pending.append(token)
+            return None
+        stream.tokens.append(token)
+        cut = stream.text.push(
+            engine.token_bytes(token, special=True), engine.is_special(token)
+        )
+        if cut is not None:
+            # The model wrote a turn marker or a stop string: the reply ends
+            # before it (the format's own footer closes the turn instead, and
+            # the turns a base model goes on to invent are never kept).
+            self._cut(stream, cut)
+            stream.stop(
+                StopReason.STOP_STRING
+                if stream.text.stopped_by_string
+                else StopReason.END_OF_TURN
+            )
+            return None
+        if len(stream.tokens) >= stream.params.max_tokens:
+            stream.stop(StopReason.MAX_TOKENS)
+            stream.pending.append(token)
+            return None
+        return token
+
+    def _cut(self, stream: ReplyStream, cut: int) -> None:
+        """Drop the stream's tokens from ``cut`` on, then add the text the
+        dropped tokens held before a marker (``"Hi"`` of ``"Hi\\n"`` at the
+        stop string ``"\\n"``) as tokens of its own, so that the span ends
+        where the stored text does.
+
+        Also for a character the reply ends inside of: the span then holds
+        the bytes of the stored text, no more.
+        """
+        engine = self._engine
+        kept = stream.text.kept
+        kept_tokens = engine.tokenize(kept) if kept else []
+        if stream.seq is not None:
+            # Forks serve sampling only: their cells need no cutting, and the
+            # text kept is decoded with the rest when the span is, alone.
+            stream.drop_from(cut, engine.is_end_of_generation)
+            stream.tokens.extend(kept_tokens)
+            return
+        decoded = engine.n_past - self._first
+        if engine.state_kind is StateKind.FULL and cut < decoded:
+            # Recurrent state cannot be cut back: only what is not decoded
+            # yet goes, and the text kept would come after what stays.
+            cut, kept_tokens = decoded, []
+        stream.drop_from(cut, engine.is_end_of_generation)
+        engine.truncate(self._first + cut)
+        if engine.n_past + len(kept_tokens) > self._limit:
+            return  # not into the room that closes the turn
+        for token in kept_tokens:
+            stream.tokens.append(token)
+            engine.decode([token], [1])
+
+    def _save_partial(self, stream: ReplyStream) -> None:
+        """Write a reply in progress, so that a crash loses little of it."""
+        engine = self._engine
+        tokens = stream.tokens
+        if stream.node.status != Status.GENERATING or not tokens:
+            return
+        header = self._opening.tokens
+        span = [*header, *tokens]
+        # A fork's cells are never checkpointed: its batch sizes are those of
+        # the re-decode its node would get.
+        chunks = (
+            [len(header)] + [1] * len(tokens)
+            if stream.seq is None
+            else engine.batch_sizes(len(span))
+        )
+        with self._db.changing([stream.node.id]):
+            stream.node = repository.update_node(
+                self._db,
+                stream.node.id,
+                text=stream.answer,
+                thinking=stream.thinking,
+                tokens=span,
+                chunks=chunks,
+                span_text=self._opening.text + engine.detokenize(tokens),
+            )
+
+    def _finish(self, stream: ReplyStream, stats: ReplyStats) -> Reply:
+        """Close the reply's turn, store its node and its checkpoint."""
+        engine = self._engine
+        span, chunks, closing_text = self._place_span(stream, stats)
+        generated = len(stream.tokens)
+        stats.generated_tokens = generated
+        if stats.generate_ms > 0:
+            stats.tokens_per_second = generated / (stats.generate_ms / 1000)
+        stats.stop_reason = reason = stream.stop_reason
+        node = stream.node
+        assert node.generation is not None
+        with self._db.changing([node.id]):
+            node = repository.update_node(
+                self._db,
+                node.id,
+                text=stream.answer,
+                thinking=stream.thinking,
+                tokens=span,
+                chunks=chunks,
+                span_text=self._opening.text + closing_text,
+                status=_STATUS_BY_STOP_REASON.get(reason, Status.COMPLETE),
+                generation={
+                    **node.generation,
+                    "stop_reason": reason.value,
+                    "generated_tokens": stream.earlier.tokens + generated,
+                    "tokens_per_second": round(stats.tokens_per_second, 2),
+                    # The wait before the first token: the prompt read (what
+                    # the user waited for), shown with the reply's figures.
+                    "prompt_ms": round(stats.prompt_ms, 1),
+                },
+            )
+        stream.node = node
+        self._sync.append(node)
+        stats.checkpoint_bytes_written += self._store_checkpoint(
+            node, engine.capture(node.start_pos, node.end_pos)
+        )
+        stats.context_tokens = engine.n_past
+        stats.n_ctx = engine.n_ctx
+        return Reply(
+            user_node=None,
+            assistant_node=node.id,
+            text=node.text,
+            stats=stats,
+            conversation_id=node.conversation_id,
+            thinking=node.thinking,
+        )
+
+    def _place_span(
+        self, stream: ReplyStream, stats: ReplyStats
+    ) -> tuple[list[int], list[int], str]:
+        """Have the reply's whole span in the context, its turn closed; return
+        the span, its batch sizes and its text after the opening."""
+        engine = self._engine
+        header = self._opening.tokens
+        decoded, closing, text = self._closing(stream)
+        span = [*header, *decoded, *closing]
+        if stream.seq is None:
+            # Its tokens are in the context as sampled: the closing follows.
+            chunks = [len(header)] + [1] * len(decoded)
+            if closing:
+                engine.decode(closing, [len(closing)])
+                chunks.append(len(closing))
+            return span, chunks, text
+        # A fork's cells are not those its tokens decoded alone give: the span
+        # is decoded again alone, in n_batch batches, so that its checkpoint
+        # restores what reprocessing the node gives.
+        engine.truncate(self._start)
+        if engine.n_past != self._start:  # the engine could not cut there
+            self._move_to(self._opening.base)
+        started = time.perf_counter()
+        chunks = engine.decode(span)
+        stats.redecode_ms = (time.perf_counter() - started) * 1000
+        return span, chunks, text
+
+    def _closing(self, stream: ReplyStream) -> tuple[list[int], list[int], str]:
+        """Split a sampled reply into what is decoded and what closes the turn.
+
+        Returns the sampled tokens already decoded, the tokens that close the
+        turn (what was sampled but not yet decoded, then the template's footer
+        minus the end-of-turn marker when the model produced it), and the
+        text of both.
+        """
+        engine = self._engine
+        footer_text = engine.chat_format.footer
+        pending = stream.pending
+        ended_by_model = bool(pending) and engine.is_end_of_generation(pending[-1])
+        if ended_by_model:
+            footer_text = footer_text[len(engine.token_text(pending[-1])) :]
+        marker = pending[-1] if ended_by_model else None
+        closing = [*pending, *spans.closing_tokens(engine, marker, footer_text)]
+        decoded = stream.tokens if ended_by_model or not pending else stream.tokens[:-1]
+        text = engine.detokenize([*decoded, *pending]) + footer_text
+        return decoded, closing, text
