@@ -1,6 +1,6 @@
 """User preferences: one table of defaults, loaded from and saved to the database.
 
-Qt-free. Every preference is one key of the repository's settings table with a
+Qt-free. Every preference is one key of the database's settings table with a
 JSON value, so a database carries its user's choices with it.
 """
 
@@ -13,7 +13,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.presets import STARTER_PRESETS, Preset, presets_from_stored
 from app.server import DEFAULT_PORT
-from storage import repository
+from storage import setting_rows
 from storage.db import Database
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class Preferences:
 def load_preferences(db: Database) -> Preferences:
     """Read the preferences; unset or invalid ones fall back to the defaults."""
     values = {
-        key: repository.get_setting(db, key, default)
+        key: setting_rows.get_setting(db, key, default)
         for key, default in DEFAULTS.items()
     }
     try:
@@ -155,17 +155,17 @@ def _text_scale(value: Any) -> int:
 
 def save_preferences(db: Database, prefs: Preferences) -> None:
     """Write every preference."""
-    repository.set_setting(db, "model_path", prefs.model_path)
-    repository.set_setting(db, "recent_models", list(prefs.recent_models))
-    repository.set_setting(db, "backend", prefs.backend.as_dict())
-    repository.set_setting(db, "sampling", prefs.sampling.as_dict())
-    repository.set_setting(db, "system_prompt", prefs.system_prompt)
-    repository.set_setting(db, "checkpoint_budget_mb", prefs.checkpoint_budget_mb)
-    repository.set_setting(db, "tree_view", prefs.tree_view)
-    repository.set_setting(db, "models_dir", prefs.models_dir)
-    repository.set_setting(db, "text_scale", prefs.text_scale)
-    repository.set_setting(db, "presets", [p.as_dict() for p in prefs.presets])
-    repository.set_setting(db, "local_server", asdict(prefs.local_server))
+    setting_rows.set_setting(db, "model_path", prefs.model_path)
+    setting_rows.set_setting(db, "recent_models", list(prefs.recent_models))
+    setting_rows.set_setting(db, "backend", prefs.backend.as_dict())
+    setting_rows.set_setting(db, "sampling", prefs.sampling.as_dict())
+    setting_rows.set_setting(db, "system_prompt", prefs.system_prompt)
+    setting_rows.set_setting(db, "checkpoint_budget_mb", prefs.checkpoint_budget_mb)
+    setting_rows.set_setting(db, "tree_view", prefs.tree_view)
+    setting_rows.set_setting(db, "models_dir", prefs.models_dir)
+    setting_rows.set_setting(db, "text_scale", prefs.text_scale)
+    setting_rows.set_setting(db, "presets", [p.as_dict() for p in prefs.presets])
+    setting_rows.set_setting(db, "local_server", asdict(prefs.local_server))
 
 
 def keep_checkpoints_within_budget(service: ConversationService) -> dict[str, int]:

@@ -2,7 +2,7 @@
 
 Listing is what start-up needs first, and importing SQLAlchemy's ORM costs
 more than everything else ``arbor list`` does together. So the listing is one
-SQL statement over a plain sqlite3 connection: the repository runs it inside
+SQL statement over a plain sqlite3 connection: ``conversation_rows`` runs it inside
 its own read transaction, and ``read_listing`` runs it on a read-only
 connection of its own, without SQLAlchemy, when the file is already at the
 current schema. Anything less ordinary (a new, old, foreign or locked file)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from storage.db import Database
 from storage.models import checkpoint_checksum
-from storage.repository import CheckpointRef
+from storage.tree_reads import CheckpointRef
 
 _TYPE_OF = "SELECT typeof(data) FROM checkpoint_blob WHERE checkpoint_id = ?"
 # Slices small enough to stay in the CPU cache between SQLite's copy into

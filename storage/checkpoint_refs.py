@@ -1,6 +1,6 @@
 """Where some nodes' checkpoints are: what a write changes of a tree index.
 
-``repository.tree_index`` reads where every checkpoint of a conversation
+``tree_reads.tree_index`` reads where every checkpoint of a conversation
 is; after a write that named the nodes it changed (``Database.changing``),
 a cache reads again only theirs, here: one indexed look-up per node
 (``ix_checkpoint_node_profile``), whatever the size of the tree.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from storage.db import Database
-from storage.repository import CheckpointRef
+from storage.tree_reads import CheckpointRef
 
-# The columns of repository.tree_index's checkpoint query, for some nodes.
+# The columns of tree_reads.tree_index's checkpoint query, for some nodes.
 _REFS = (
     "SELECT c.node_id, c.id, c.kind, c.start_pos, c.end_pos, c.byte_size, "
     "c.checksum, p.fingerprint FROM checkpoint c "

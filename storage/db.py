@@ -37,7 +37,7 @@ Debian's SQLite, for one, is built to zero every freed page): zeroing a
 checkpoint's pages wrote all of its bytes to the -wal file before a byte was
 freed, so that freeing 1 GB first needed 1 GB more of disk. What deleting
 frees is given back to the file system right after (``release_space`` in
-``storage/repository.py``), and in a file made with incremental auto-vacuum
+``storage/space.py``), and in a file made with incremental auto-vacuum
 (every file Arbor makes) no freed page is left in it then: each is either cut
 off its end or filled with a page moved there. (Zeroing would not have
 reached those cut off: a checkpoint does not write pages past the file's new

@@ -18,7 +18,7 @@ in " (imported)", once, so that the copy and the original can be told apart.
 
 It lives in storage because it is a format of the stored data and needs
 nothing else: the window and the CLI both call it directly, as they call the
-repository (views may not import the conversation service).
+storage row modules (views may not import the conversation service).
 
 The JSON format, version 1::
 
@@ -42,12 +42,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from storage import repository
+from storage import conversation_rows
 from storage.catalog import ConversationRecord
+from storage.conversation_rows import NewNode
 from storage.db import Database
 from storage.errors import ExchangeError
 from storage.models import DEFAULT_TITLE
-from storage.repository import NewNode, NodeRecord
+from storage.records import NodeRecord
 from storage.values import Role, Status
 
 FORMAT = "arbor-conversation"
@@ -101,7 +102,7 @@ class ImportResult:
 
 def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
     """The whole tree of a conversation as a JSON-ready dict (format version 1)."""
-    conversation, nodes = repository.read_conversation(db, conversation_id)
+    conversation, nodes = conversation_rows.read_conversation(db, conversation_id)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -142,7 +143,7 @@ def export_markdown(
     elsewhere). Raises ``ExchangeError`` if ``node_id`` is in another
     conversation.
     """
-    conversation, nodes = repository.read_conversation(db, conversation_id)
+    conversation, nodes = conversation_rows.read_conversation(db, conversation_id)
     by_id = {node.id: node for node in nodes}
     target = node_id if node_id is not None else conversation.active_node_id
     if target is None or target not in by_id:
@@ -333,7 +334,7 @@ def import_json(db: Database, data: Any) -> ImportResult:
     ``ExchangeError`` (or a storage failure) nothing was written.
     """
     header, nodes, active = _checked(data)
-    conversation, ids = repository.insert_conversation(
+    conversation, ids = conversation_rows.insert_conversation(
         db, **header, nodes=nodes, active_key=active
     )
     return ImportResult(

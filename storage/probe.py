@@ -25,7 +25,7 @@ SCHEMA_VERSION = 7
 # and how checkpoints are checksummed (version-2 checkpoints then fail the
 # check and are rebuilt from tokens), so version-2 files read fine. Version 4
 # only added the search index; without it, search reads the messages
-# themselves (``repository.search`` falls back to LIKE), so still version 2.
+# themselves (``text_search.search`` falls back to LIKE), so still version 2.
 READABLE_FROM = 2
 
 # Tables every Arbor database has had since version 1.

@@ -10,7 +10,7 @@ from pathlib import Path
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.conversation import folding
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 
 
 def replayed_digest(

@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows, records, tree_reads
 from storage.checkpoint_reader import CheckpointReader
 from storage.db import Database, open_database
-from storage.repository import CheckpointRef
+from storage.tree_reads import CheckpointRef
 
 # Nodes below the fork on each branch: the checkpoints one switch reads.
 BRANCH_NODES = 16
@@ -66,19 +66,19 @@ def _branches(db: Database) -> tuple[list[list[tuple[CheckpointRef, bytes]]], st
     leaf reads with the tokens their checksums bind; and the profile's
     fingerprint."""
     rng = random.Random(23)
-    profile = repository.ensure_profile(db, "soak", {})
-    _conversation, root = repository.create_conversation(db, "soak", None)
-    fork = repository.add_node(db, root.id, "user", "fork", tokens=[1, 2, 3])
+    profile = checkpoint_rows.ensure_profile(db, "soak", {})
+    _conversation, root = conversation_rows.create_conversation(db, "soak", None)
+    fork = node_rows.add_node(db, root.id, "user", "fork", tokens=[1, 2, 3])
     branches = []
     fingerprint = ""
     for branch in range(2):
         parent, ids = fork.id, []
         for n in range(BRANCH_NODES):
             tokens = [rng.randrange(5, 260) for _ in range(rng.randrange(4, 40))]
-            node = repository.add_node(
+            node = node_rows.add_node(
                 db, parent, "user", f"{branch}.{n}", tokens=tokens
             )
-            repository.save_checkpoint(
+            checkpoint_rows.save_checkpoint(
                 db,
                 node.id,
                 profile,
@@ -89,11 +89,11 @@ def _branches(db: Database) -> tuple[list[list[tuple[CheckpointRef, bytes]]], st
             )
             parent = node.id
             ids.append(node.id)
-        index = repository.tree_index(db, parent, profile)
+        index = tree_reads.tree_index(db, parent, profile)
         fingerprint = index.profile
         branches.append(
             [
-                (index.checkpoints[i], repository.pack_tokens(index.nodes[i].tokens))
+                (index.checkpoints[i], records.pack_tokens(index.nodes[i].tokens))
                 for i in ids
             ]
         )

@@ -7,7 +7,7 @@ from app.backend.chat_format import Message
 from app.backend.engine import LlamaEngine
 from app.conversation import folding
 from app.conversation.spans import span_tokens, turns_of
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 
 
 class ScriptedEngine(LlamaEngine):

@@ -15,27 +15,27 @@ from pathlib import Path
 
 import pytest
 
-from storage import catalog, repository
+from storage import catalog, checkpoint_rows, conversation_rows, node_rows
 from storage.db import open_database
 from storage.probe import DATABASE_FILENAME, SCHEMA_VERSION
 
 
 def _fill(db) -> None:
     """Three conversations: messages, a checkpoint, a title with LIKE's wildcards."""
-    profile = repository.ensure_profile(db, "fingerprint", {"model": "test"})
+    profile = checkpoint_rows.ensure_profile(db, "fingerprint", {"model": "test"})
     for title, texts in [
         ("Plans for 100% of the garden", ["roses", "tulips"]),
         ("snake_case names", ["what is snake_case?"]),
         ("Weather", ["Rain tomorrow?", "Yes, RAIN."]),
     ]:
-        _conversation, root = repository.create_conversation(db, title, None)
+        _conversation, root = conversation_rows.create_conversation(db, title, None)
         parent = root.id
         for i, text in enumerate(texts):
             role = "user" if i % 2 == 0 else "assistant"
-            node = repository.add_node(db, parent, role, text, tokens=[i, i + 1])
+            node = node_rows.add_node(db, parent, role, text, tokens=[i, i + 1])
             parent = node.id
         blob = b"x" * (100 * len(title))
-        repository.save_checkpoint(db, parent, profile, "delta", 0, 2, blob)
+        checkpoint_rows.save_checkpoint(db, parent, profile, "delta", 0, 2, blob)
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_the_listing_equals_the_repositorys(path: Path):
     fast = catalog.read_listing(path)
     db = open_database(path)
     try:
-        assert fast == repository.list_conversations(db)
+        assert fast == conversation_rows.list_conversations(db)
     finally:
         db.close()
     assert [c.title for c in fast] == [
@@ -80,7 +80,7 @@ def test_the_listing_equals_the_repositorys(path: Path):
 def test_the_filter_matches_text_literally(path: Path, text: str, titles: list[str]):
     db = open_database(path)
     try:
-        found = repository.list_conversations(db, text)
+        found = conversation_rows.list_conversations(db, text)
     finally:
         db.close()
     assert [c.title for c in found] == titles

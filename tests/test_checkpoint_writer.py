@@ -1,7 +1,7 @@
 """The queued checkpoint writer through the real stack: tiny model, real SQLite.
 
 A gate can hold the writer thread just before it writes (it wraps
-``repository.save_checkpoint``, which only the writer thread calls here), so
+``checkpoint_rows.save_checkpoint``, which only the writer thread calls here), so
 a test can act while a checkpoint is still queued: restore the node (the
 restore waits for exactly that write), delete it (nothing comes back),
 clear it, or make the write fail (the next call says so).
@@ -22,7 +22,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import checkpoint_rows, node_rows, tree_reads
 from storage.db import Database, open_database
 from storage.errors import StorageUnavailable
 
@@ -41,7 +41,7 @@ class Gate:
         self.waiting = threading.Event()  # a write is held at the gate
         # Raised instead of writing, once the gate opens (a disk gone full).
         self.fail_with: Exception | None = None
-        real = repository.save_checkpoint
+        real = checkpoint_rows.save_checkpoint
 
         def gated(*args: object, **kwargs: object) -> int:
             if not self.open_event.is_set():
@@ -51,7 +51,7 @@ class Gate:
                 raise self.fail_with
             return real(*args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(repository, "save_checkpoint", gated)
+        monkeypatch.setattr(checkpoint_rows, "save_checkpoint", gated)
 
     def close(self) -> None:
         """Hold the next write (flush the service first: only new writes wait)."""
@@ -93,7 +93,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Gate:
 
 def _checkpointed(db: Database, service: ConversationService, ids: list[int]) -> set:
     assert service.profile_id is not None
-    return set(repository.checkpointed_nodes(db, ids, service.profile_id))
+    return set(checkpoint_rows.checkpointed_nodes(db, ids, service.profile_id))
 
 
 def _reply_held_at_the_gate(service: ConversationService, gate: Gate) -> tuple:
@@ -116,7 +116,7 @@ def test_a_replys_checkpoints_are_stored_by_close_and_restore_cold(
         first = service.send(root, "Hello there", GREEDY)
         second = service.send(first.assistant_node, "And then?", GREEDY)
         alternatives = service.regenerate_parallel(second.assistant_node, OTHER, 2)
-    path = [n.id for n in repository.get_path(db, second.assistant_node)]
+    path = [n.id for n in node_rows.get_path(db, second.assistant_node)]
     leaves = [r.assistant_node for r in alternatives]
     assert _checkpointed(db, service, path[1:] + leaves) == set(path[1:] + leaves)
     # A fresh engine and service (a restart) restore each leaf from them alone.
@@ -193,12 +193,12 @@ def test_a_bug_on_the_writer_thread_is_raised_as_itself(db, engine, monkeypatch)
         def broken(*_args: object, **_kwargs: object) -> int:
             raise TypeError("a bug")
 
-        monkeypatch.setattr(repository, "save_checkpoint", broken)
+        monkeypatch.setattr(checkpoint_rows, "save_checkpoint", broken)
         # The message's own write fails: the send stops before its reply.
         with pytest.raises(TypeError, match="a bug"):
             service.send(root, "Hello", GREEDY)
         monkeypatch.undo()
-        assert repository.get_children(db, root)[0].text == "Hello"
+        assert node_rows.get_children(db, root)[0].text == "Hello"
 
 
 def test_deleting_a_branch_while_its_checkpoint_is_queued(service, db, gate):
@@ -207,9 +207,9 @@ def test_deleting_a_branch_while_its_checkpoint_is_queued(service, db, gate):
     # The deletion waits for the write, then takes its bytes with it.
     service.delete_branch(again.assistant_node)
     timer.join()
-    left = repository.tree(db, conversation, service.profile_id)
+    left = tree_reads.tree(db, conversation, service.profile_id)
     assert again.assistant_node not in {n.id for n in left}
-    assert repository.total_checkpoint_bytes(db) == sum(
+    assert checkpoint_rows.total_checkpoint_bytes(db) == sum(
         n.checkpoint_bytes for n in left
     )
     service.flush_checkpoints()  # and nothing failed
@@ -219,7 +219,7 @@ def test_a_branch_deleted_elsewhere_is_not_brought_back(service, db, gate):
     _conv, first, again = _reply_held_at_the_gate(service, gate)
     # Another window or process deletes the reply while its write is queued.
     elsewhere = open_database(db.path)
-    repository.delete_subtree(elsewhere, again.assistant_node)
+    node_rows.delete_subtree(elsewhere, again.assistant_node)
     elsewhere.close()
     gate.open()
     service.flush_checkpoints()  # dropped quietly: no failure to raise
@@ -234,10 +234,10 @@ def test_a_branch_deleted_elsewhere_is_not_brought_back(service, db, gate):
 
 def test_a_span_changed_while_its_checkpoint_is_queued_gets_none(service, db, gate):
     _conv, _first, again = _reply_held_at_the_gate(service, gate)
-    node = repository.get_node(db, again.assistant_node)
+    node = node_rows.get_node(db, again.assistant_node)
     # Re-placed meanwhile (another model, another process): the queued bytes
     # are no longer this span's KV.
-    repository.update_node(db, node.id, tokens=[*node.tokens, node.tokens[-1]])
+    node_rows.update_node(db, node.id, tokens=[*node.tokens, node.tokens[-1]])
     gate.open()
     service.flush_checkpoints()  # dropped quietly: no failure to raise
     assert _checkpointed(db, service, [node.id]) == set()
@@ -249,7 +249,7 @@ def test_clearing_checkpoints_while_one_is_queued_leaves_none(service, db, gate)
     service.clear_checkpoints(conversation)
     timer.join()
     service.flush_checkpoints()
-    assert repository.total_checkpoint_bytes(db) == 0
+    assert checkpoint_rows.total_checkpoint_bytes(db) == 0
 
 
 def test_a_full_queue_makes_the_next_checkpoint_wait(db, engine, gate):

@@ -18,7 +18,7 @@ from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import conversation_rows
 from storage.db import open_database
 from storage.migrations import SCHEMA_VERSION
 
@@ -109,7 +109,7 @@ def test_the_cli_lists_the_model_and_says_when_it_changed(
 def test_a_version_4_database_gains_the_model_columns(tmp_path):
     path = tmp_path / "old.sqlite3"
     db = open_database(path)
-    conversation, _root = repository.create_conversation(db, "old", None)
+    conversation, _root = conversation_rows.create_conversation(db, "old", None)
     db.close()
     with sqlite3.connect(path) as con:
         con.execute("ALTER TABLE conversation DROP COLUMN model_path")
@@ -119,10 +119,10 @@ def test_a_version_4_database_gains_the_model_columns(tmp_path):
 
     db = open_database(path)
     try:
-        record = repository.get_conversation(db, conversation.id)
+        record = conversation_rows.get_conversation(db, conversation.id)
         assert (record.model_path, record.model_identity) == (None, None)
-        repository.set_conversation_model(db, conversation.id, "/m.gguf", "abc")
-        record = repository.get_conversation(db, conversation.id)
+        conversation_rows.set_conversation_model(db, conversation.id, "/m.gguf", "abc")
+        record = conversation_rows.get_conversation(db, conversation.id)
         assert (record.model_path, record.model_identity) == ("/m.gguf", "abc")
     finally:
         db.close()

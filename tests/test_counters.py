@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import exchange, repository
+from storage import checkpoint_rows, conversation_rows, exchange, node_rows
 from storage.db import Database, open_database
 from storage.probe import SCHEMA_VERSION
 from tools.scale_delete import (
@@ -47,13 +47,13 @@ def _counted_from_rows(path: Path) -> dict[int, tuple[int, int]]:
 def _listed(db: Database) -> dict[int, tuple[int, int]]:
     return {
         c.id: (c.node_count, c.checkpoint_bytes)
-        for c in repository.list_conversations(db)
+        for c in conversation_rows.list_conversations(db)
     }
 
 
 def _assert_kept(db: Database) -> None:
     assert _listed(db) == _counted_from_rows(db.path)
-    assert repository.total_checkpoint_bytes(db) == sum(
+    assert checkpoint_rows.total_checkpoint_bytes(db) == sum(
         size for _nodes, size in _counted_from_rows(db.path).values()
     )
 
@@ -68,11 +68,11 @@ def test_the_counts_follow_every_kind_of_write(db):
     _assert_kept(db)
 
     # A message through the ORM, a new start, a checkpoint saved and replaced.
-    node = repository.add_node(db, ids[-1], "user", "one more", tokens=[1, 2, 3])
-    profile = repository.ensure_profile(db, PROFILE, {"tool": PROFILE})
-    repository.save_checkpoint(db, node.id, profile, "delta", 0, 3, b"x" * 1000)
-    repository.save_checkpoint(db, node.id, profile, "delta", 0, 3, b"y" * 10)
-    repository.add_root(db, first, "a new system prompt")
+    node = node_rows.add_node(db, ids[-1], "user", "one more", tokens=[1, 2, 3])
+    profile = checkpoint_rows.ensure_profile(db, PROFILE, {"tool": PROFILE})
+    checkpoint_rows.save_checkpoint(db, node.id, profile, "delta", 0, 3, b"x" * 1000)
+    checkpoint_rows.save_checkpoint(db, node.id, profile, "delta", 0, 3, b"y" * 10)
+    conversation_rows.add_root(db, first, "a new system prompt")
     _assert_kept(db)
     assert _listed(db)[first] == (63, 60 * CHECKPOINT_BYTES + 10)
 
@@ -83,16 +83,16 @@ def test_the_counts_follow_every_kind_of_write(db):
     # Raw inserts below a node, then a branch deleted, then checkpoints of
     # some nodes and of a whole conversation, then eviction to a budget.
     add_nodes(db, other[3], [-1, 0, 1], CHECKPOINT_BYTES)
-    repository.delete_subtree(db, ids[1])
+    node_rows.delete_subtree(db, ids[1])
     _assert_kept(db)
-    repository.delete_checkpoints(db, node_ids=other[:5])
-    repository.delete_checkpoints(db, conversation_id=first)
+    checkpoint_rows.delete_checkpoints(db, node_ids=other[:5])
+    checkpoint_rows.delete_checkpoints(db, conversation_id=first)
     _assert_kept(db)
-    repository.evict_checkpoints(db, budget_bytes=10 * CHECKPOINT_BYTES)
+    checkpoint_rows.evict_checkpoints(db, budget_bytes=10 * CHECKPOINT_BYTES)
     _assert_kept(db)
-    assert repository.total_checkpoint_bytes(db) <= 10 * CHECKPOINT_BYTES
+    assert checkpoint_rows.total_checkpoint_bytes(db) <= 10 * CHECKPOINT_BYTES
 
-    repository.delete_conversation(db, first)
+    conversation_rows.delete_conversation(db, first)
     _assert_kept(db)
     assert first not in _listed(db)
 
@@ -132,7 +132,7 @@ def test_a_version_6_database_is_counted_once_and_kept_after(tmp_path):
     db = open_database(path)
     try:
         assert _listed(db) == {conversation: (41, 40 * CHECKPOINT_BYTES)}
-        repository.delete_subtree(db, ids[2])
+        node_rows.delete_subtree(db, ids[2])
         add_nodes(db, ids[0], [-1, 0], CHECKPOINT_BYTES)
         _assert_kept(db)
     finally:

@@ -20,7 +20,14 @@ import pytest
 from sqlalchemy import event
 
 from app.platform import paths
-from storage import repository
+from storage import (
+    checkpoint_rows,
+    conversation_rows,
+    node_rows,
+    setting_rows,
+    text_search,
+    tree_reads,
+)
 from storage.db import Database, open_database
 from storage.errors import NotFound
 from storage.probe import SCHEMA_VERSION
@@ -99,13 +106,13 @@ def test_a_conversation_whose_path_is_deeper_than_sqlite_cascades_is_deleted(
     other, other_ids = new_conversation(db, path_shape(20), CHECKPOINT_BYTES)
     assert len(deep_ids) == length
 
-    repository.delete_conversation(db, deep)
+    conversation_rows.delete_conversation(db, deep)
 
     with pytest.raises(NotFound):
-        repository.get_conversation(db, deep)
-    assert len(repository.tree(db, other)) == len(other_ids)
+        conversation_rows.get_conversation(db, deep)
+    assert len(tree_reads.tree(db, other)) == len(other_ids)
     _assert_gone_and_kept(db, deep_ids, other_ids)
-    hits = repository.search(db, "scale benchmark", limit=100)
+    hits = text_search.search(db, "scale benchmark", limit=100)
     assert {hit.conversation_id for hit in hits} == {other}
 
 
@@ -114,15 +121,15 @@ def test_a_branch_of_1002_nodes_below_the_root_is_deleted(db):
     root, branch = ids[0], ids[1:]
     beside = add_nodes(db, root, path_shape(5), CHECKPOINT_BYTES)
     _other, other_ids = new_conversation(db, path_shape(5), CHECKPOINT_BYTES)
-    repository.set_active_node(db, branch[-1])
+    conversation_rows.set_active_node(db, branch[-1])
 
-    assert repository.delete_subtree(db, branch[0]) == root
+    assert node_rows.delete_subtree(db, branch[0]) == root
 
     # The active node was in the branch: its parent, the root, takes over.
-    record = repository.get_conversation(db, conversation)
+    record = conversation_rows.get_conversation(db, conversation)
     assert record.active_node_id == root
-    assert len(repository.tree(db, conversation)) == 1 + len(beside)
-    assert [n.id for n in repository.get_children(db, root)] == [beside[0]]
+    assert len(tree_reads.tree(db, conversation)) == 1 + len(beside)
+    assert [n.id for n in node_rows.get_children(db, root)] == [beside[0]]
     _assert_gone_and_kept(db, branch, [root, *beside, *other_ids])
 
 
@@ -130,21 +137,23 @@ def test_deleting_a_branch_elsewhere_leaves_the_active_node(db):
     conversation, ids = new_conversation(db, path_shape(3), CHECKPOINT_BYTES)
     root = ids[0]
     branch = add_nodes(db, root, path_shape(1_200), CHECKPOINT_BYTES)
-    repository.set_active_node(db, ids[-1])
+    conversation_rows.set_active_node(db, ids[-1])
 
-    repository.delete_subtree(db, branch[0])
+    node_rows.delete_subtree(db, branch[0])
 
-    assert repository.get_conversation(db, conversation).active_node_id == ids[-1]
+    assert (
+        conversation_rows.get_conversation(db, conversation).active_node_id == ids[-1]
+    )
     _assert_gone_and_kept(db, branch, ids)
 
 
 def test_deleting_a_conversation_with_several_roots_deletes_every_tree(db):
     conversation, ids = new_conversation(db, path_shape(1_100), CHECKPOINT_BYTES)
-    second = repository.add_root(db, conversation, "Another start.")
+    second = conversation_rows.add_root(db, conversation, "Another start.")
     below = add_nodes(db, second.id, path_shape(1_100), CHECKPOINT_BYTES)
     _other, other_ids = new_conversation(db, path_shape(3), CHECKPOINT_BYTES)
 
-    repository.delete_conversation(db, conversation)
+    conversation_rows.delete_conversation(db, conversation)
 
     _assert_gone_and_kept(db, [*ids, second.id, *below], other_ids)
 
@@ -179,8 +188,8 @@ def _plans(db: Database, call: Any) -> list[tuple[str, list[str]]]:
 def test_every_statement_of_a_deletion_finds_its_rows_through_an_index(db):
     conversation, ids = new_conversation(db, path_shape(30), CHECKPOINT_BYTES)
 
-    plans = _plans(db, lambda: repository.delete_subtree(db, ids[10]))
-    plans += _plans(db, lambda: repository.delete_conversation(db, conversation))
+    plans = _plans(db, lambda: node_rows.delete_subtree(db, ids[10]))
+    plans += _plans(db, lambda: conversation_rows.delete_conversation(db, conversation))
 
     assert any("ix_node_parent" in " ".join(plan) for _sql, plan in plans)
     for sql, plan in plans:
@@ -202,12 +211,14 @@ def test_a_version_5_database_gains_the_parent_index_and_sampling(tmp_path):
 
     db = open_database(path)
     try:
-        assert repository.get_conversation(db, conversation).sampling is None
-        assert [n.id for n in repository.tree(db, conversation)] == ids
-        assert [n.id for n in repository.get_path(db, ids[-1])] == ids
-        assert {hit.node_id for hit in repository.search(db, "scale")} == set(ids[1:])
-        repository.set_conversation_sampling(db, conversation, {"temperature": 0.5})
-        record = repository.get_conversation(db, conversation)
+        assert conversation_rows.get_conversation(db, conversation).sampling is None
+        assert [n.id for n in tree_reads.tree(db, conversation)] == ids
+        assert [n.id for n in node_rows.get_path(db, ids[-1])] == ids
+        assert {hit.node_id for hit in text_search.search(db, "scale")} == set(ids[1:])
+        conversation_rows.set_conversation_sampling(
+            db, conversation, {"temperature": 0.5}
+        )
+        record = conversation_rows.get_conversation(db, conversation)
         assert record.sampling == {"temperature": 0.5}
     finally:
         db.close()
@@ -257,7 +268,7 @@ _REFUSING_CLI = """
 import sqlite3, sys
 from sqlalchemy import delete
 from app.cli import commands as cli
-from storage import repository
+from storage import conversation_rows
 from storage.models import Conversation
 
 def cascading(db, conversation_id):
@@ -267,7 +278,7 @@ def cascading(db, conversation_id):
 def refusing(db, conversation_id):
     raise sqlite3.OperationalError("too many levels of trigger recursion")
 
-repository.delete_conversation = {how}
+conversation_rows.delete_conversation = {how}
 sys.exit(cli.run(["--data-dir", {data_dir!r}, "delete-conversation", "{conversation}"]))
 """
 
@@ -306,10 +317,10 @@ def _over_budget(data_dir: Path) -> tuple[int, int]:
     conversation to go on with, and its root."""
     db = open_database(paths.database_path(data_dir))
     try:
-        repository.set_setting(db, "checkpoint_budget_mb", BUDGET // (1024 * 1024))
+        setting_rows.set_setting(db, "checkpoint_budget_mb", BUDGET // (1024 * 1024))
         new_conversation(db, path_shape(3), checkpoint_bytes=BUDGET // 2)
-        assert repository.total_checkpoint_bytes(db) > BUDGET
-        conversation, root = repository.create_conversation(db, None, None)
+        assert checkpoint_rows.total_checkpoint_bytes(db) > BUDGET
+        conversation, root = conversation_rows.create_conversation(db, None, None)
         return conversation.id, root.id
     finally:
         db.close()
@@ -319,8 +330,8 @@ def _checkpoints_after(data_dir: Path, conversation: int) -> tuple[int, list[int
     """All checkpoint bytes, and those of each node of ``conversation``."""
     db = open_database(paths.database_path(data_dir))
     try:
-        sizes = [n.checkpoint_bytes for n in repository.tree(db, conversation)]
-        return repository.total_checkpoint_bytes(db), sizes
+        sizes = [n.checkpoint_bytes for n in tree_reads.tree(db, conversation)]
+        return checkpoint_rows.total_checkpoint_bytes(db), sizes
     finally:
         db.close()
 

@@ -27,7 +27,7 @@ from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from app.conversation.streams import Streams
 from app.platform.paths import database_path
-from storage import repository
+from storage import node_rows
 from storage.db import open_database
 from tests.conftest import ROOT, run_cli
 
@@ -217,15 +217,15 @@ def test_a_failed_send_retried_answers_the_same_message(service):
 
     with pytest.raises(RuntimeError):
         service.send(root, "Hello", params, Streams(on_token=fail))
-    first_try = repository.get_children(service.db, root)
+    first_try = node_rows.get_children(service.db, root)
     assert [(n.role, n.text) for n in first_try] == [("user", "Hello")]
-    assert repository.get_children(service.db, first_try[0].id) == []
+    assert node_rows.get_children(service.db, first_try[0].id) == []
 
     reply = service.send(root, "Hello", params)
     assert reply.user_node == first_try[0].id
-    users = repository.get_children(service.db, root)
+    users = node_rows.get_children(service.db, root)
     assert [n.id for n in users] == [first_try[0].id]
-    replies = repository.get_children(service.db, users[0].id)
+    replies = node_rows.get_children(service.db, users[0].id)
     assert [(n.id, n.status) for n in replies] == [(reply.assistant_node, "complete")]
 
     # The context the failure left behind was not trusted: the reply is the

@@ -22,7 +22,7 @@ from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from storage import exchange, repository
+from storage import checkpoint_rows, conversation_rows, exchange, node_rows
 from storage.db import open_database
 from storage.exchange import ExchangeError
 from tests.conftest import run_cli
@@ -39,9 +39,9 @@ def db(tmp_path: Path):
 
 def _branching(db) -> int:
     """A conversation with a fork, reasoning, generation settings; its id."""
-    conv, root = repository.create_conversation(db, "Birds", "Answer briefly.")
-    question = repository.add_node(db, root.id, "user", "Why do *geese* fly in a V?")
-    repository.add_node(
+    conv, root = conversation_rows.create_conversation(db, "Birds", "Answer briefly.")
+    question = node_rows.add_node(db, root.id, "user", "Why do *geese* fly in a V?")
+    node_rows.add_node(
         db,
         question.id,
         "assistant",
@@ -49,7 +49,7 @@ def _branching(db) -> int:
         thinking="Drafting: aerodynamics.",
         generation={"params": {"temperature": 0.7, "seed": 5}, "model": "tiny"},
     )
-    second = repository.add_node(
+    second = node_rows.add_node(
         db,
         question.id,
         "assistant",
@@ -57,15 +57,15 @@ def _branching(db) -> int:
         status="stopped",
         generation={"params": {"temperature": 0.2}, "model": "tiny"},
     )
-    follow = repository.add_node(db, second.id, "user", "And ducks?\n\nTell me.")
-    repository.add_node(db, root.id, "user", "A different question")
-    repository.set_active_node(db, follow.id)
+    follow = node_rows.add_node(db, second.id, "user", "And ducks?\n\nTell me.")
+    node_rows.add_node(db, root.id, "user", "A different question")
+    conversation_rows.set_active_node(db, follow.id)
     return conv.id
 
 
 def _shape(db, conversation_id: int) -> list[tuple[Any, ...]]:
     """The tree as (role, text, thinking, status, generation, parent's index)."""
-    _conv, nodes = repository.read_conversation(db, conversation_id)
+    _conv, nodes = conversation_rows.read_conversation(db, conversation_id)
     index = {node.id: i for i, node in enumerate(nodes)}
     return [
         (
@@ -95,14 +95,14 @@ def test_a_conversation_with_two_system_prompts_round_trips(db):
     """A changed system prompt is a second root: both come back, each with
     its branch, and the copy's system prompt is the newest one."""
     original = _branching(db)
-    second = repository.add_root(db, original, "Answer at length.")
-    repository.add_node(db, second.id, "user", "Why do geese fly south?")
+    second = conversation_rows.add_root(db, original, "Answer at length.")
+    node_rows.add_node(db, second.id, "user", "Why do geese fly south?")
     data = exchange.export_json(db, original)
     result = exchange.import_json(db, json.loads(exchange.dumps_json(data)))
     assert _shape(db, result.conversation_id) == _shape(db, original)
     roots = [s for s in _shape(db, result.conversation_id) if s[0] == "root"]
     assert [r[1] for r in roots] == ["Answer briefly.", "Answer at length."]
-    copy_ = repository.get_conversation(db, result.conversation_id)
+    copy_ = conversation_rows.get_conversation(db, result.conversation_id)
     assert copy_.system_prompt == "Answer at length."
 
 
@@ -113,14 +113,14 @@ def test_json_round_trip_is_equal_in_structure_and_text(db):
     result = exchange.import_json(db, json.loads(exchange.dumps_json(data)))
     assert result.conversation_id != original and result.node_count == 6
     assert _shape(db, result.conversation_id) == _shape(db, original)
-    source = repository.get_conversation(db, original)
-    copy_ = repository.get_conversation(db, result.conversation_id)
+    source = conversation_rows.get_conversation(db, original)
+    copy_ = conversation_rows.get_conversation(db, result.conversation_id)
     # The copy's title says it is one (once: see test_import_messages.py).
     assert (copy_.title, copy_.system_prompt) == ("Birds (imported)", "Answer briefly.")
     assert copy_.created_at == source.created_at
     # It reopens where the original was left: the same place in the tree.
-    _c, old_nodes = repository.read_conversation(db, original)
-    _c, new_nodes = repository.read_conversation(db, result.conversation_id)
+    _c, old_nodes = conversation_rows.read_conversation(db, original)
+    _c, new_nodes = conversation_rows.read_conversation(db, result.conversation_id)
     old_index = [n.id for n in old_nodes].index(source.active_node_id)
     assert new_nodes[old_index].id == copy_.active_node_id
     # And exporting the copy gives the same file, but for the ids and title.
@@ -141,10 +141,10 @@ def _without_ids(data: dict[str, Any]) -> dict[str, Any]:
 def test_imported_nodes_have_no_tokens_and_no_checkpoints(db):
     data = exchange.export_json(db, _branching(db))
     result = exchange.import_json(db, data)
-    _conv, nodes = repository.read_conversation(db, result.conversation_id)
+    _conv, nodes = conversation_rows.read_conversation(db, result.conversation_id)
     assert all(n.tokens == () and n.vocab_id is None for n in nodes)
     assert all(n.span_text is None for n in nodes)
-    assert repository.checkpointed_nodes(db, [n.id for n in nodes], 1) == {}
+    assert checkpoint_rows.checkpointed_nodes(db, [n.id for n in nodes], 1) == {}
 
 
 def test_json_holds_what_the_format_promises(db):
@@ -179,10 +179,10 @@ def test_string_ids_and_a_missing_active_node_are_fine(db):
         ],
     }
     result = exchange.import_json(db, data)
-    conversation = repository.get_conversation(db, result.conversation_id)
+    conversation = conversation_rows.get_conversation(db, result.conversation_id)
     assert conversation.title == "New conversation (imported)"
     assert conversation.system_prompt is None
-    _conv, nodes = repository.read_conversation(db, result.conversation_id)
+    _conv, nodes = conversation_rows.read_conversation(db, result.conversation_id)
     assert conversation.active_node_id == nodes[0].id
     assert [n.text for n in nodes] == ["", "Hi", "Hello"]
 
@@ -205,14 +205,14 @@ def test_markdown_is_the_active_path(db):
 
 def test_markdown_of_another_node_folds_the_reasoning(db):
     conversation = _branching(db)
-    _conv, nodes = repository.read_conversation(db, conversation)
+    _conv, nodes = conversation_rows.read_conversation(db, conversation)
     first_reply = nodes[2]
     text = exchange.export_markdown(db, conversation, first_reply.id)
     assert text.endswith(
         "## Assistant (tiny)\n\n<details>\n<summary>Thinking</summary>\n\n"
         "Drafting: aerodynamics.\n\n</details>\n\nTo save energy.\n"
     )
-    other, _root = repository.create_conversation(db, "Other", None)
+    other, _root = conversation_rows.create_conversation(db, "Other", None)
     with pytest.raises(ExchangeError, match="not part of conversation"):
         exchange.export_markdown(db, other.id, first_reply.id)
 
@@ -363,7 +363,7 @@ def test_a_failing_write_leaves_nothing_half_imported(db, monkeypatch):
     # back the conversation and the nodes before it.
     data = exchange.export_json(db, _branching(db))
     before = _counts(db.path)
-    original = repository.Node
+    original = conversation_rows.Node
     calls = {"n": 0}
 
     def node(*args, **kwargs):
@@ -372,7 +372,7 @@ def test_a_failing_write_leaves_nothing_half_imported(db, monkeypatch):
             raise OSError(28, "No space left on device")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(repository, "Node", node)
+    monkeypatch.setattr(conversation_rows, "Node", node)
     with pytest.raises(OSError):
         exchange.import_json(db, data)
     monkeypatch.undo()
@@ -389,13 +389,15 @@ def test_imported_conversation_restores_and_continues(tmp_path: Path, tiny_model
         result = exchange.import_json(db, data)
         with LlamaEngine(tiny_model, BackendSettings(n_ctx=2048)) as engine:
             service = ConversationService(db, engine)
-            _conv, nodes = repository.read_conversation(db, result.conversation_id)
+            _conv, nodes = conversation_rows.read_conversation(
+                db, result.conversation_id
+            )
             stopped_reply = nodes[3]
             stats = service.restore(stopped_reply.id)
             assert stats.reprocessed_tokens > 0  # no checkpoint yet: rendered
             path = service.path(stopped_reply.id)
             assert all(n.tokens and n.vocab_id == engine.vocab_id for n in path)
-            sizes = repository.checkpointed_nodes(
+            sizes = checkpoint_rows.checkpointed_nodes(
                 db, [n.id for n in path], service.profile_id
             )
             assert set(sizes) == {n.id for n in path}

@@ -10,7 +10,7 @@ import pytest
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import checkpoint_rows
 from storage.db import open_database
 from tests.conftest import run_cli
 from tests.tiny_model import write_tiny_model
@@ -129,7 +129,7 @@ def test_foreign_checkpoint_with_valid_checksum_is_rejected(tmp_path, tiny_model
         _conv, root = service.new_conversation("x")
         service.restore(root)
         root_node = service.path(root)[0]
-        repository.save_checkpoint(
+        checkpoint_rows.save_checkpoint(
             db,
             root,
             service.profile_id,

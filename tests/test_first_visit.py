@@ -12,7 +12,7 @@ from app.backend.engine import LlamaEngine
 from app.backend.errors import ContextFullError
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import node_rows
 from storage.db import open_database
 from tools.scale_first_visit import imported_path
 
@@ -29,7 +29,7 @@ def test_a_path_that_cannot_fit_is_refused_before_any_work(
             with pytest.raises(ContextFullError, match="context holds 2,048"):
                 service.restore(last)
             # Nothing was rendered on the way: every span is still unmade.
-            path = repository.get_path(db, last)
+            path = node_rows.get_path(db, last)
             assert all(n.vocab_id is None and not n.tokens for n in path)
             # A short branch of the same conversation still opens.
             stats = service.restore(path[4].id)

@@ -24,10 +24,10 @@ from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.conversation import folding, path_texts, spans
 from app.conversation.service import ConversationService
-from storage import exchange, repository
+from storage import checkpoint_rows, exchange, node_rows
 from storage.db import open_database
 from storage.errors import NotFound
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 from storage.values import Role, Status
 from tests import real_vocab, template_corpus
 from tests.tiny_model import write_tiny_model
@@ -265,9 +265,9 @@ def _both_ways(
                 last = _import(db, nodes, system, thinking)
                 if way == "node by node":
                     monkeypatch.setattr(spans, "_WHOLE_PATH_SPANS", 10**9)
-                path = repository.get_path(db, last)
+                path = node_rows.get_path(db, last)
                 placed = spans.ensure_spans(db, engine, path, {})
-                assert _spans(placed) == _spans(repository.get_path(db, last))
+                assert _spans(placed) == _spans(node_rows.get_path(db, last))
                 assert folding.is_consistent(placed)
                 results.append(_spans(placed))
             finally:
@@ -339,10 +339,10 @@ def test_a_first_visit_writes_a_few_transactions_and_restores_after(
             # not the three or more per node it was.
             assert db.generation() - before <= 4
             assert stats.reprocessed_tokens > 0
-            path = repository.get_path(db, last)
+            path = node_rows.get_path(db, last)
             assert (
                 sum(
-                    repository.checkpointed_nodes(
+                    checkpoint_rows.checkpointed_nodes(
                         db, [n.id for n in path], service.profile_id
                     ).values()
                 )
@@ -374,10 +374,10 @@ def test_a_failing_node_keeps_the_spans_fixed_above_it(
     try:
         with LlamaEngine(tiny_model, BackendSettings(n_threads=1)) as engine:
             last = _import(db, 31, None, thinking=False)
-            path = repository.get_path(db, last)
+            path = node_rows.get_path(db, last)
             with pytest.raises(RuntimeError, match="tenth"):
                 spans.ensure_spans(db, engine, path, {})
-            stored = repository.get_path(db, last)
+            stored = node_rows.get_path(db, last)
             assert all(n.vocab_id == engine.vocab_id for n in stored[:9])
             assert all(n.vocab_id is None for n in stored[9:])
     finally:
@@ -401,7 +401,7 @@ def test_rendering_per_node_stays_flat(tmp_path, tiny_model, monkeypatch):
 
             monkeypatch.setattr(fmt, "render", counting)
             last = _import(db, 401, None, thinking=False)
-            spans.ensure_spans(db, engine, repository.get_path(db, last), {})
+            spans.ensure_spans(db, engine, node_rows.get_path(db, last), {})
             # The checks render a few prefixes whole: a handful of paths.
             assert sum(rendered) <= 40 * 401
     finally:
@@ -415,23 +415,23 @@ def test_update_nodes_changes_all_or_nothing(tmp_path, tiny_model):
     db = open_database(tmp_path / "arbor.sqlite3")
     try:
         last = _import(db, 5, None, thinking=False)
-        path = repository.get_path(db, last)
+        path = node_rows.get_path(db, last)
         with pytest.raises(NotFound):
-            repository.update_nodes(
+            node_rows.update_nodes(
                 db,
                 {path[1].id: {"span_text": "x"}, 10**6: {"span_text": "y"}},
             )
-        assert repository.get_node(db, path[1].id).span_text is None
+        assert node_rows.get_node(db, path[1].id).span_text is None
         with pytest.raises(ValueError, match="parent_id"):
-            repository.update_nodes(db, {path[1].id: {"parent_id": 1}})
-        changed = repository.update_nodes(
+            node_rows.update_nodes(db, {path[1].id: {"parent_id": 1}})
+        changed = node_rows.update_nodes(
             db,
             {
                 path[1].id: {"tokens": [5, 6, 7], "start_pos": 2, "chunks": [3]},
                 path[2].id: {"status": Status.STOPPED, "span_text": "ab"},
             },
         )
-        assert changed[path[1].id] == repository.get_node(db, path[1].id)
+        assert changed[path[1].id] == node_rows.get_node(db, path[1].id)
         assert changed[path[1].id].tokens == (5, 6, 7)
         assert changed[path[1].id].end_pos == 5
         assert changed[path[2].id].status == Status.STOPPED
@@ -443,24 +443,24 @@ def test_save_checkpoints_skips_nodes_gone_or_changed(tmp_path, tiny_model):
     db = open_database(tmp_path / "arbor.sqlite3")
     try:
         last = _import(db, 4, None, thinking=False)
-        path = repository.get_path(db, last)
-        repository.update_nodes(db, {n.id: {"tokens": [1, 2]} for n in path})
-        profile = repository.ensure_profile(db, "p", {})
-        saved = repository.save_checkpoints(
+        path = node_rows.get_path(db, last)
+        node_rows.update_nodes(db, {n.id: {"tokens": [1, 2]} for n in path})
+        profile = checkpoint_rows.ensure_profile(db, "p", {})
+        saved = checkpoint_rows.save_checkpoints(
             db,
             profile,
             [
-                repository.CapturedCheckpoint(path[0].id, "delta", 0, 2, b"abc"),
-                repository.CapturedCheckpoint(10**6, "delta", 0, 2, b"gone"),
-                repository.CapturedCheckpoint(
+                checkpoint_rows.CapturedCheckpoint(path[0].id, "delta", 0, 2, b"abc"),
+                checkpoint_rows.CapturedCheckpoint(10**6, "delta", 0, 2, b"gone"),
+                checkpoint_rows.CapturedCheckpoint(
                     path[1].id, "delta", 0, 2, b"old", captured_tokens=(9, 9)
                 ),
-                repository.CapturedCheckpoint(path[2].id, "delta", 0, 2, b"first"),
-                repository.CapturedCheckpoint(path[2].id, "delta", 0, 2, b"again"),
+                checkpoint_rows.CapturedCheckpoint(path[2].id, "delta", 0, 2, b"first"),
+                checkpoint_rows.CapturedCheckpoint(path[2].id, "delta", 0, 2, b"again"),
             ],
         )
         assert saved == [3, 0, 0, 5, 5]
-        stored = repository.load_checkpoints(db, [n.id for n in path], profile)
+        stored = checkpoint_rows.load_checkpoints(db, [n.id for n in path], profile)
         assert set(stored) == {path[0].id, path[2].id}
         assert stored[path[2].id].data == b"again"
         assert all(c.is_intact() for c in stored.values())

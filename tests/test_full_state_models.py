@@ -17,7 +17,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from app.platform.paths import database_path
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows
 from storage.db import open_database
 
 GREEDY = SamplingParams(temperature=0, max_tokens=40)
@@ -88,7 +88,7 @@ def test_recurrent_resume_and_switch_are_exact(
         assert cold["stats"]["fallbacks"] == []
 
     stored = [
-        repository.load_checkpoint(service.db, n.id, service.profile_id)
+        checkpoint_rows.load_checkpoint(service.db, n.id, service.profile_id)
         for n in service.tree(conv)
     ]
     assert {c.kind if c else None for c in stored} == {"full"}
@@ -106,11 +106,11 @@ def test_recurrent_alternatives_come_one_after_another_and_the_first_stays(
     replies = service.regenerate_parallel(first.assistant_node, SEEDED, 2)
 
     ids = [r.assistant_node for r in replies]
-    user = repository.get_node(service.db, first.assistant_node).parent_id
+    user = node_rows.get_node(service.db, first.assistant_node).parent_id
     assert user is not None
-    children = repository.get_children(service.db, user)
+    children = node_rows.get_children(service.db, user)
     assert [c.id for c in children] == [first.assistant_node, *ids]
     # The first is where the conversation continues, though the last was
     # added (and made active) last.
     service.db.flush_deferred()
-    assert repository.get_conversation(service.db, conv).active_node_id == ids[0]
+    assert conversation_rows.get_conversation(service.db, conv).active_node_id == ids[0]

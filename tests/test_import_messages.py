@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from storage import exchange, repository
+from storage import conversation_rows, exchange
 from storage.db import open_database
 from storage.exchange import ExchangeError
 
@@ -158,7 +158,7 @@ def test_a_good_export_still_reads(db, tmp_path: Path):
 def test_an_imported_copy_is_titled_as_one_once(db):
     first = exchange.import_json(db, _export("Birds"))
     assert first.title == "Birds (imported)"
-    assert repository.get_conversation(db, first.conversation_id).title == (
+    assert conversation_rows.get_conversation(db, first.conversation_id).title == (
         "Birds (imported)"
     )
     # Importing the copy's export does not stack "(imported) (imported)".

@@ -16,7 +16,7 @@ from app.backend.values import SamplingParams
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
 from app.conversation.streams import AlternativeStreams
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows
 from storage.db import open_database
 
 SEEDED = SamplingParams(temperature=0.9, seed=11, max_tokens=16)
@@ -64,22 +64,22 @@ def test_siblings_appear_each_checkpointed_and_different(service, params):
     )
 
     assert len(replies) == 3
-    children = repository.get_children(service.db, user)
+    children = node_rows.get_children(service.db, user)
     ids = [r.assistant_node for r in replies]
     assert [c.id for c in children] == [assistant, *ids]
     assert len({r.text for r in replies}) == 3, "alternatives differ"
     assert {k: streamed[k] for k in range(3)} == {
         k: r.text for k, r in enumerate(replies)
     }
-    stored = repository.checkpointed_nodes(service.db, ids, service.profile_id)
+    stored = checkpoint_rows.checkpointed_nodes(service.db, ids, service.profile_id)
     assert set(stored) == set(ids)
     # The first, which the engine holds, is where the conversation continues.
     service.db.flush_deferred()
-    conversation_id = repository.get_node(service.db, user).conversation_id
-    conversation = repository.get_conversation(service.db, conversation_id)
+    conversation_id = node_rows.get_node(service.db, user).conversation_id
+    conversation = conversation_rows.get_conversation(service.db, conversation_id)
     assert conversation.active_node_id == ids[0]
     for k, reply in enumerate(replies):
-        node = repository.get_node(service.db, reply.assistant_node)
+        node = node_rows.get_node(service.db, reply.assistant_node)
         assert node.status == "complete"
         assert node.generation is not None
         assert node.generation["alternative"] == {
@@ -186,7 +186,7 @@ def test_alternatives_share_a_small_context(tmp_path, tiny_model):
         first = service.send(root, "Hi", SamplingParams(temperature=0, max_tokens=4))
         long = SamplingParams(temperature=0.9, seed=3, max_tokens=400)
         replies = service.regenerate_parallel(first.assistant_node, long, 4)
-        ends = [repository.get_node(db, r.assistant_node).end_pos for r in replies]
+        ends = [node_rows.get_node(db, r.assistant_node).end_pos for r in replies]
         assert all(r.stats.stop_reason == "context_full" for r in replies)
         assert max(ends) <= engine.n_ctx
         for reply in replies:

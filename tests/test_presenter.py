@@ -18,7 +18,7 @@ from app.window import jobs
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
 from app.window.jobs import JobResult
 from app.window.presenter import View, WindowPresenter
-from storage import repository
+from storage import conversation_rows, node_rows
 from storage.db import Database, open_database
 from storage.errors import NotFound
 
@@ -90,7 +90,9 @@ class Session:
         self.engine.worker.progress.connect(self.presenter.on_progress)
 
     def stored_active(self, conversation_id: int) -> int | None:
-        return repository.get_conversation(self.db, conversation_id).active_node_id
+        return conversation_rows.get_conversation(
+            self.db, conversation_id
+        ).active_node_id
 
 
 @pytest.fixture
@@ -111,7 +113,7 @@ def open_session(data_dir: Path):
 
 
 def _conversation(db: Database, title: str) -> tuple[int, int]:
-    conversation, root = repository.create_conversation(db, title, None)
+    conversation, root = conversation_rows.create_conversation(db, title, None)
     return conversation.id, root.id
 
 
@@ -146,9 +148,9 @@ def test_renaming_shows_the_title_at_once_and_the_worker_stores_it(open_session)
 
     s.presenter.rename_conversation(conversation, "Oaks")
     assert s.view.said("show_title")[-1] == (conversation, "Oaks")
-    assert repository.get_conversation(s.db, conversation).title == "Untitled"
+    assert conversation_rows.get_conversation(s.db, conversation).title == "Untitled"
     s.engine.run_jobs()
-    assert repository.get_conversation(s.db, conversation).title == "Oaks"
+    assert conversation_rows.get_conversation(s.db, conversation).title == "Oaks"
 
     # A title the database cannot take: an error, and the stored title again.
     s.presenter.rename_conversation(conversation, "bad \udc80 title")
@@ -173,16 +175,18 @@ def test_deleting_the_shown_conversation_moves_to_the_most_recent_other(
     # The list and the window move on at once; the worker deletes in order.
     assert s.view.said("conversation_removed") == [(newer,)]
     assert p.conversation_id == older
-    assert repository.get_conversation(s.db, newer).title == "Newer"
+    assert conversation_rows.get_conversation(s.db, newer).title == "Newer"
     s.engine.run_jobs()
     with pytest.raises(NotFound):
-        repository.get_conversation(s.db, newer)
+        conversation_rows.get_conversation(s.db, newer)
     assert s.view.said("refresh_list")[-1] == (older,)
 
     p.delete_conversation(older)  # the last one: a new conversation replaces it
     assert p.conversation_id is None and p.active_id is None
     s.engine.run_jobs()
-    assert [c.id for c in repository.list_conversations(s.db)] == [p.conversation_id]
+    assert [c.id for c in conversation_rows.list_conversations(s.db)] == [
+        p.conversation_id
+    ]
 
 
 def test_deleting_another_conversation_keeps_the_shown_one(open_session):
@@ -194,7 +198,7 @@ def test_deleting_another_conversation_keeps_the_shown_one(open_session):
     s.presenter.delete_conversation(other)
     s.engine.run_jobs()
     assert s.presenter.conversation_id == shown
-    assert [c.id for c in repository.list_conversations(s.db)] == [shown]
+    assert [c.id for c in conversation_rows.list_conversations(s.db)] == [shown]
 
 
 def test_a_read_only_database_is_browsed_without_a_single_job(
@@ -202,7 +206,7 @@ def test_a_read_only_database_is_browsed_without_a_single_job(
 ):
     db = open_database(database_path(data_dir))
     conversation, root = _conversation(db, "Notes")
-    user = repository.add_node(db, root, "user", "Where to?")
+    user = node_rows.add_node(db, root, "user", "Where to?")
     db.close()
     monkeypatch.setattr(
         "storage.db._read_only_reason", lambda *_a, **_k: "a test says so"
@@ -292,12 +296,12 @@ def test_a_failed_reply_gives_the_text_back(open_session, tiny_model):
     p.start(tiny_model)
     s.engine.run_jobs()
     root = p.active_id
-    gone = repository.add_node(s.db, root, "user", "soon deleted")
-    reply = repository.add_node(s.db, gone.id, "assistant", "an answer")
+    gone = node_rows.add_node(s.db, root, "user", "soon deleted")
+    reply = node_rows.add_node(s.db, gone.id, "assistant", "an answer")
     p.reload_tree()
     p.activate(reply.id)
     s.engine.run_jobs()
-    repository.delete_subtree(s.db, gone.id)  # behind the window's back
+    node_rows.delete_subtree(s.db, gone.id)  # behind the window's back
 
     assert p.send("lost?", None) is True
     s.engine.run_jobs()
@@ -409,8 +413,8 @@ def test_reading_elsewhere_while_a_reply_streams_and_coming_back(
     p.prefs = replace(p.prefs, sampling=replace(p.prefs.sampling, max_tokens=24))
     streaming = p.conversation_id
     other, other_root = _conversation(s.db, "Other")
-    asked = repository.add_node(s.db, other_root, "user", "elsewhere")
-    repository.add_node(s.db, asked.id, "assistant", "an old answer")
+    asked = node_rows.add_node(s.db, other_root, "user", "elsewhere")
+    node_rows.add_node(s.db, asked.id, "assistant", "an old answer")
 
     seen: list[str] = []
     s.engine.worker.token_received.connect(seen.append)
@@ -461,7 +465,7 @@ def test_a_reply_that_ends_while_the_user_reads_elsewhere_leaves_them_there(
     p = s.presenter
     streaming = p.conversation_id
     other, other_root = _conversation(s.db, "Other")
-    asked = repository.add_node(s.db, other_root, "user", "elsewhere")
+    asked = node_rows.add_node(s.db, other_root, "user", "elsewhere")
     p.send("hello", None)
     p.select_conversation(other)
     p.activate(asked.id)
@@ -477,8 +481,8 @@ def test_a_reply_that_ends_while_the_user_reads_elsewhere_leaves_them_there(
     assert s.view.said("append_stream") == []
     s.engine.run_jobs()
     assert s.stored_active(other) == asked.id
-    stored = repository.get_conversation(s.db, streaming).active_node_id
-    assert repository.get_node(s.db, stored).role == "assistant"
+    stored = conversation_rows.get_conversation(s.db, streaming).active_node_id
+    assert node_rows.get_node(s.db, stored).role == "assistant"
 
 
 def test_stop_while_a_long_prompt_is_read_ends_within_a_batch(open_session, tiny_model):
@@ -569,9 +573,9 @@ def test_a_conversation_that_does_not_fit_says_so_when_it_opens(
     s = _loaded(open_session, tiny_model, n_ctx=256)
     p = s.presenter
     big, root = _conversation(s.db, "Too long")
-    asked = repository.add_node(s.db, root, "user", "tell me everything")
+    asked = node_rows.add_node(s.db, root, "user", "tell me everything")
     long_answer = " ".join(["a long answer with many words"] * 80)
-    repository.add_node(s.db, asked.id, "assistant", long_answer)
+    node_rows.add_node(s.db, asked.id, "assistant", long_answer)
 
     p.select_conversation(big)
     s.engine.run_jobs()
@@ -594,12 +598,12 @@ def test_new_conversations_left_unused_are_not_kept(open_session):
     p.new_conversation()
     assert s.engine.queue == deque() and "new" in s.view.said("show_message")[-1][0]
     used, root = _conversation(s.db, "Used")
-    repository.add_node(s.db, root, "user", "kept")
+    node_rows.add_node(s.db, root, "user", "kept")
     # Leaving an unused one deletes it; one with a message stays.
     p.select_conversation(used)
     s.engine.run_jobs()
     assert s.view.said("conversation_removed") == [(first,)]
-    titles = [c.title for c in repository.list_conversations(s.db)]
+    titles = [c.title for c in conversation_rows.list_conversations(s.db)]
     assert titles == ["Used"]
     # A conversation with a system prompt is the user's: it stays.
     p.new_conversation(system_prompt="Answer in French.")
@@ -607,13 +611,16 @@ def test_new_conversations_left_unused_are_not_kept(open_session):
     prompted = p.conversation_id
     p.select_conversation(used)
     s.engine.run_jobs()
-    assert {c.id for c in repository.list_conversations(s.db)} == {used, prompted}
+    assert {c.id for c in conversation_rows.list_conversations(s.db)} == {
+        used,
+        prompted,
+    }
 
 
 def test_conversations_can_be_read_without_a_model(open_session):
     s = open_session()
     conversation, root = _conversation(s.db, "Read me")
-    repository.add_node(s.db, root, "user", "an old question")
+    node_rows.add_node(s.db, root, "user", "an old question")
     p = s.presenter
     p.start(None)
     s.engine.run_jobs()
@@ -635,7 +642,7 @@ def test_a_first_message_names_the_conversation_as_it_is_sent(open_session, tiny
         "Which trees grow by rivers?",
     )
     s.engine.run_jobs()
-    stored = repository.get_conversation(s.db, p.conversation_id).title
+    stored = conversation_rows.get_conversation(s.db, p.conversation_id).title
     assert stored == "Which trees grow by rivers?"
 
 
@@ -679,7 +686,7 @@ def test_a_new_system_prompt_is_a_new_start_and_the_sampling_is_the_conversation
     p.change_conversation_settings("", None, None)
     assert [type(j) for j in s.engine.submitted[submitted:]] == [jobs.SetSampling]
     s.engine.run_jobs()
-    assert repository.get_conversation(s.db, p.conversation_id).sampling is None
+    assert conversation_rows.get_conversation(s.db, p.conversation_id).sampling is None
     assert p.conversation_sampling() == (p.prefs.sampling, None)
 
 

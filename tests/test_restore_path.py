@@ -25,7 +25,7 @@ from app.backend.kv_state import DeltaLayout
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from storage import checkpoint_reader, deferred, repository
+from storage import checkpoint_reader, conversation_rows, deferred, node_rows
 from storage import db as storage_db
 from storage.db import PAGE_SIZE, open_database
 from storage.errors import NotFound
@@ -203,18 +203,22 @@ def _data_version(path: Path) -> int:
 def test_the_place_is_written_after_the_restore(service, monkeypatch):
     monkeypatch.setattr(deferred, "IDLE_SECONDS", 3600.0)  # no idle flush here
     _fork, second, other = _two_branches(service)
-    conversation = repository.get_node(service.db, other).conversation_id
+    conversation = node_rows.get_node(service.db, other).conversation_id
     service.restore(second)
     # Not yet: the restore did not write.
-    assert repository.get_conversation(service.db, conversation).active_node_id == other
+    assert (
+        conversation_rows.get_conversation(service.db, conversation).active_node_id
+        == other
+    )
     service.db.flush_deferred()
     assert (
-        repository.get_conversation(service.db, conversation).active_node_id == second
+        conversation_rows.get_conversation(service.db, conversation).active_node_id
+        == second
     )
 
 
 def _active(service: ConversationService, conversation: int) -> int | None:
-    return repository.get_conversation(service.db, conversation).active_node_id
+    return conversation_rows.get_conversation(service.db, conversation).active_node_id
 
 
 def test_a_later_write_wins_over_the_deferred_place(service, monkeypatch):
@@ -222,9 +226,9 @@ def test_a_later_write_wins_over_the_deferred_place(service, monkeypatch):
     fork, second, _other = _two_branches(service)
     service.restore(second)
     reply = service.send(fork, "And lakes?", GREEDY)  # its write runs the place first
-    conversation = repository.get_node(service.db, fork).conversation_id
+    conversation = node_rows.get_node(service.db, fork).conversation_id
     assert not service.db.deferred
-    record = repository.get_conversation(service.db, conversation)
+    record = conversation_rows.get_conversation(service.db, conversation)
     assert record.active_node_id == reply.assistant_node
 
 
@@ -232,12 +236,13 @@ def test_the_place_is_written_at_an_idle_moment(service, monkeypatch):
     monkeypatch.setattr(deferred, "IDLE_SECONDS", 0.05)
     _fork, second, _other = _two_branches(service)
     service.restore(second)
-    conversation = repository.get_node(service.db, second).conversation_id
+    conversation = node_rows.get_node(service.db, second).conversation_id
     deadline = time.monotonic() + 10
     while service.db.deferred and time.monotonic() < deadline:
         time.sleep(0.02)
     assert (
-        repository.get_conversation(service.db, conversation).active_node_id == second
+        conversation_rows.get_conversation(service.db, conversation).active_node_id
+        == second
     )
 
 
@@ -251,8 +256,11 @@ def test_the_place_is_written_at_close(tmp_path, tiny_model, monkeypatch):
         service.restore(second)
         db.close()
     reopened = open_database(path)
-    conversation = repository.get_node(reopened, second).conversation_id
-    assert repository.get_conversation(reopened, conversation).active_node_id == second
+    conversation = node_rows.get_node(reopened, second).conversation_id
+    assert (
+        conversation_rows.get_conversation(reopened, conversation).active_node_id
+        == second
+    )
     reopened.close()
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine
 
-from storage import repository
+from storage import conversation_rows, node_rows, text_search
 from storage.db import _open_read_only, open_database
 from storage.migrations import SCHEMA_VERSION
 from storage.models import Base
-from storage.repository import MATCH_END, MATCH_START
+from storage.text_search import MATCH_END, MATCH_START
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def db(tmp_path: Path):
 
 
 def _ids(db, query: str) -> list[int]:
-    return [hit.node_id for hit in repository.search(db, query)]
+    return [hit.node_id for hit in text_search.search(db, query)]
 
 
 def _marked(snippet: str) -> list[str]:
@@ -45,9 +45,9 @@ def _integrity(path: Path) -> None:
 
 
 def test_new_edited_and_deleted_messages_are_found_or_gone(db):
-    _conv, root = repository.create_conversation(db, "Trip", "Be brief.")
-    user = repository.add_node(db, root.id, "user", "Where is the lighthouse?")
-    reply = repository.add_node(
+    _conv, root = conversation_rows.create_conversation(db, "Trip", "Be brief.")
+    user = node_rows.add_node(db, root.id, "user", "Where is the lighthouse?")
+    reply = node_rows.add_node(
         db, user.id, "assistant", "North of the harbour.", thinking="maps say north"
     )
     assert _ids(db, "lighthouse") == [user.id]
@@ -55,28 +55,28 @@ def test_new_edited_and_deleted_messages_are_found_or_gone(db):
     assert _ids(db, "maps") == [reply.id]  # reasoning is searched too
     assert _ids(db, "brief") == [root.id]  # and the system prompt
 
-    repository.update_node(db, reply.id, text="South of the bay.")
+    node_rows.update_node(db, reply.id, text="South of the bay.")
     assert _ids(db, "harbour") == []
     assert _ids(db, "bay") == [reply.id]
 
-    repository.delete_subtree(db, user.id)  # the reply goes by cascade
+    node_rows.delete_subtree(db, user.id)  # the reply goes by cascade
     assert _ids(db, "lighthouse") == [] and _ids(db, "bay") == []
     _integrity(db.path)
 
 
 def test_deleting_a_conversation_empties_its_part_of_the_index(db):
-    gone, root = repository.create_conversation(db, "A", None)
-    repository.add_node(db, root.id, "user", "zebra crossing")
-    _kept, other_root = repository.create_conversation(db, "B", None)
-    kept = repository.add_node(db, other_root.id, "user", "zebra stripes")
-    repository.delete_conversation(db, gone.id)
+    gone, root = conversation_rows.create_conversation(db, "A", None)
+    node_rows.add_node(db, root.id, "user", "zebra crossing")
+    _kept, other_root = conversation_rows.create_conversation(db, "B", None)
+    kept = node_rows.add_node(db, other_root.id, "user", "zebra stripes")
+    conversation_rows.delete_conversation(db, gone.id)
     assert _ids(db, "zebra") == [kept.id]
     _integrity(db.path)
 
 
 def test_words_prefixes_case_and_accents(db):
-    _conv, root = repository.create_conversation(db, "Café", None)
-    node = repository.add_node(db, root.id, "user", "Un CAFÉ crème, s'il vous plaît")
+    _conv, root = conversation_rows.create_conversation(db, "Café", None)
+    node = node_rows.add_node(db, root.id, "user", "Un CAFÉ crème, s'il vous plaît")
     assert _ids(db, "cafe") == [node.id]
     assert _ids(db, "creme plait") == [node.id]
     assert _ids(db, "pla") == [node.id]  # the last word is a prefix
@@ -85,10 +85,10 @@ def test_words_prefixes_case_and_accents(db):
 
 
 def test_hits_carry_their_conversation_role_and_a_marked_snippet(db):
-    conv, root = repository.create_conversation(db, "Garden", None)
+    conv, root = conversation_rows.create_conversation(db, "Garden", None)
     long_text = " ".join(["filler"] * 40 + ["tomatoes", "need", "sun"] + ["x"] * 40)
-    node = repository.add_node(db, root.id, "user", long_text)
-    (hit,) = repository.search(db, "tomato")
+    node = node_rows.add_node(db, root.id, "user", long_text)
+    (hit,) = text_search.search(db, "tomato")
     assert (hit.conversation_id, hit.conversation_title) == (conv.id, "Garden")
     assert (hit.node_id, hit.role) == (node.id, "user")
     assert _marked(hit.snippet) == ["tomatoes"]
@@ -97,14 +97,14 @@ def test_hits_carry_their_conversation_role_and_a_marked_snippet(db):
 
 
 def test_better_matches_rank_first(db):
-    _conv, root = repository.create_conversation(db, "Ranks", None)
-    once = repository.add_node(
+    _conv, root = conversation_rows.create_conversation(db, "Ranks", None)
+    once = node_rows.add_node(
         db, root.id, "user", "kiwi " + "and many other words " * 20
     )
-    reply = repository.add_node(db, once.id, "assistant", "nothing here")
-    often = repository.add_node(db, reply.id, "user", "kiwi kiwi kiwi kiwi")
+    reply = node_rows.add_node(db, once.id, "assistant", "nothing here")
+    often = node_rows.add_node(db, reply.id, "user", "kiwi kiwi kiwi kiwi")
     assert _ids(db, "kiwi") == [often.id, once.id]
-    ranks = [hit.rank for hit in repository.search(db, "kiwi")]
+    ranks = [hit.rank for hit in text_search.search(db, "kiwi")]
     assert ranks == sorted(ranks)
 
 
@@ -133,31 +133,31 @@ def test_better_matches_rank_first(db):
     ],
 )
 def test_hostile_queries_are_only_text(db, query: str):
-    _conv, root = repository.create_conversation(db, "Hostile", None)
-    node = repository.add_node(db, root.id, "user", "AND OR NOT NEAR text foo")
-    hits = repository.search(db, query)  # never an FTS5 syntax error
+    _conv, root = conversation_rows.create_conversation(db, "Hostile", None)
+    node = node_rows.add_node(db, root.id, "user", "AND OR NOT NEAR text foo")
+    hits = text_search.search(db, query)  # never an FTS5 syntax error
     assert all(hit.node_id == node.id for hit in hits)
     # Keywords are words like any other.
     assert _ids(db, "AND") == [node.id] and _ids(db, "near") == [node.id]
-    assert repository.fts_query(['a"b']) == '"a""b"*'
+    assert text_search.fts_query(['a"b']) == '"a""b"*'
 
 
 def test_empty_and_punctuation_only_queries_find_nothing(db):
-    _conv, root = repository.create_conversation(db, "Empty", None)
-    repository.add_node(db, root.id, "user", "some words")
+    _conv, root = conversation_rows.create_conversation(db, "Empty", None)
+    node_rows.add_node(db, root.id, "user", "some words")
     for query in ("", "   ", "!!!", '* ( ) "'):
-        assert repository.search(db, query) == []
-    assert repository.search(db, "some", limit=0) == []
+        assert text_search.search(db, query) == []
+    assert text_search.search(db, "some", limit=0) == []
 
 
 def test_limit_keeps_the_best(db):
-    _conv, root = repository.create_conversation(db, "Many", None)
+    _conv, root = conversation_rows.create_conversation(db, "Many", None)
     parent = root.id
     for i in range(30):
         role = "user" if i % 2 == 0 else "assistant"
-        parent = repository.add_node(db, parent, role, f"needle {i}").id
-    assert len(repository.search(db, "needle", limit=7)) == 7
-    assert len(repository.search(db, "needle")) == 30
+        parent = node_rows.add_node(db, parent, role, f"needle {i}").id
+    assert len(text_search.search(db, "needle", limit=7)) == 7
+    assert len(text_search.search(db, "needle")) == 30
 
 
 # --- databases without the index ------------------------------------------------
@@ -199,14 +199,14 @@ def test_version_3_database_is_upgraded_and_indexed(tmp_path: Path):
         with contextlib.closing(sqlite3.connect(path)) as con:
             assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
             assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        (hit,) = repository.search(db, "ferry island")
+        (hit,) = text_search.search(db, "ferry island")
         assert (hit.node_id, hit.conversation_title) == (2, "Old trip")
         assert _marked(hit.snippet) == ["ferry", "island"]
         # The triggers came with it: later writes are indexed too.
-        repository.add_node(db, 3, "user", "And back by ferry?")
-        assert len(repository.search(db, "ferry")) == 3
-        repository.delete_subtree(db, 2)
-        assert repository.search(db, "ferry") == []
+        node_rows.add_node(db, 3, "user", "And back by ferry?")
+        assert len(text_search.search(db, "ferry")) == 3
+        node_rows.delete_subtree(db, 2)
+        assert text_search.search(db, "ferry") == []
         _integrity(path)
     finally:
         db.close()
@@ -220,10 +220,10 @@ def test_read_only_version_3_database_is_scanned(tmp_path: Path):
     _make_version_3(path)
     db = _open_read_only(path, 3, "test", 1000)
     try:
-        (hit,) = repository.search(db, "FERRY isl")
+        (hit,) = text_search.search(db, "FERRY isl")
         assert hit.node_id == 2 and hit.rank == 0.0
         assert _marked(hit.snippet) == ["ferry", "isl"]
-        assert repository.search(db, "ferry")[0].node_id == 3  # newest first
+        assert text_search.search(db, "ferry")[0].node_id == 3  # newest first
     finally:
         db.close()
     with contextlib.closing(sqlite3.connect(path)) as con:
@@ -233,9 +233,9 @@ def test_read_only_version_3_database_is_scanned(tmp_path: Path):
 def test_scanning_treats_like_wildcards_as_text(tmp_path: Path):
     path = tmp_path / "arbor.sqlite3"
     db = open_database(path)
-    _conv, root = repository.create_conversation(db, "Percent", None)
-    node = repository.add_node(db, root.id, "user", "100% sure_thing")
-    repository.add_node(db, node.id, "assistant", "1000 surely")
+    _conv, root = conversation_rows.create_conversation(db, "Percent", None)
+    node = node_rows.add_node(db, root.id, "user", "100% sure_thing")
+    node_rows.add_node(db, node.id, "assistant", "1000 surely")
     db.close()
     with contextlib.closing(sqlite3.connect(path)) as con:
         con.executescript(

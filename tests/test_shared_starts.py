@@ -12,7 +12,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import checkpoint_rows, node_rows
 from storage.db import open_database
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8)
@@ -38,7 +38,7 @@ def test_a_known_system_prompt_is_restored_not_decoded(
     path = tmp_path / "arbor.sqlite3"
     service = _service(path, tiny_model)
     _first, root = service.new_conversation(SYSTEM)
-    root_tokens = len(repository.get_node(service.db, root).tokens)
+    root_tokens = len(node_rows.get_node(service.db, root).tokens)
     decoded = service.send(root, "Hello", GREEDY)
     assert decoded.stats.reprocessed_tokens == root_tokens  # decoded once
 
@@ -63,7 +63,7 @@ def test_a_known_system_prompt_is_restored_not_decoded(
     assert service.send(different, "Hello", GREEDY).stats.reprocessed_tokens > 0
     service.flush_checkpoints()
     # One checkpoint serves the three starts of SYSTEM: none was copied.
-    checkpointed = repository.checkpointed_nodes(
+    checkpointed = checkpoint_rows.checkpointed_nodes(
         service.db, [root, twin, other], service.profile_id
     )
     assert set(checkpointed) == {root}
@@ -83,11 +83,13 @@ def test_a_start_whose_twin_is_gone_is_decoded_and_kept(
     _close(service)
 
     service = _service(path, tiny_model)
-    root_tokens = len(repository.get_node(service.db, twin).tokens)
+    root_tokens = len(node_rows.get_node(service.db, twin).tokens)
     again = service.restore(reply.assistant_node)
     assert again.reprocessed_tokens >= root_tokens  # the start is decoded...
     service.flush_checkpoints()
-    assert twin in repository.checkpointed_nodes(service.db, [twin], service.profile_id)
+    assert twin in checkpoint_rows.checkpointed_nodes(
+        service.db, [twin], service.profile_id
+    )
     _close(service)
 
 
@@ -107,6 +109,6 @@ def test_a_damaged_twin_is_not_copied(tmp_path: Path, tiny_model: Path) -> None:
     service = _service(path, tiny_model)  # nothing in the context to keep
     _second, twin = service.new_conversation(SYSTEM)
     reply = service.send(twin, "Hello", GREEDY)
-    root_tokens = len(repository.get_node(service.db, twin).tokens)
+    root_tokens = len(node_rows.get_node(service.db, twin).tokens)
     assert reply.stats.reprocessed_tokens == root_tokens
     _close(service)

@@ -5,7 +5,7 @@ Evicting or clearing checkpoints used to write everything it freed to the
 into the holes in one transaction): a -wal as large as what was freed, kept
 until the process exited, and on a nearly full disk an eviction that could
 not even start. Here real blobs of a few hundred megabytes go through the
-repository functions, and the -wal is watched from the progress callback
+storage functions, and the -wal is watched from the progress callback
 and from a thread that looks at it all the time.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows
 from storage.db import Database, open_database
 from tests.conftest import ROOT
 from tools.scale_space import settled_size, wal_size
@@ -37,14 +37,14 @@ WAL_BOUND = (16 << 20) + (4 << 20)
 def _fill(db: Database, count: int, size: int = BLOB) -> tuple[list[int], int]:
     """``count`` nodes with a checkpoint of ``size`` random bytes each, the
     first saved least recently used; their ids and the profile."""
-    profile = repository.ensure_profile(db, "fp", {})
-    _conversation, root = repository.create_conversation(db, "big", None)
+    profile = checkpoint_rows.ensure_profile(db, "fp", {})
+    _conversation, root = conversation_rows.create_conversation(db, "big", None)
     base = os.urandom(size)
     ids = []
     for n in range(count):
-        node = repository.add_node(db, root.id, "user", f"m{n}", tokens=[1, 2, 3])
+        node = node_rows.add_node(db, root.id, "user", f"m{n}", tokens=[1, 2, 3])
         data = n.to_bytes(8, "little") + base[8:]
-        repository.save_checkpoint(db, node.id, profile, "delta", 0, 3, data)
+        checkpoint_rows.save_checkpoint(db, node.id, profile, "delta", 0, 3, data)
         ids.append(node.id)
     return ids, profile
 
@@ -102,7 +102,7 @@ def test_evicting_most_checkpoints_keeps_the_wal_small_and_shrinks_the_file(
 
             # Keeps the 16 used last; the kept pages, at the end of the
             # file, all move into the holes the evicted ones leave.
-            freed = repository.evict_checkpoints(db, 16 * BLOB, progress)
+            freed = checkpoint_rows.evict_checkpoints(db, 16 * BLOB, progress)
 
         assert freed == 80 * BLOB
         assert peak[0] <= WAL_BOUND, f"-wal reached {peak[0] / 2**20:.1f} MiB"
@@ -115,12 +115,14 @@ def test_evicting_most_checkpoints_keeps_the_wal_small_and_shrinks_the_file(
         assert len(calls) >= 10
         assert [done for done, _total in calls] == sorted(d for d, _t in calls)
         assert calls[-1] == (freed, freed)
-        assert set(repository.checkpointed_nodes(db, ids, profile)) == set(ids[80:])
+        assert set(checkpoint_rows.checkpointed_nodes(db, ids, profile)) == set(
+            ids[80:]
+        )
         for node in ids[80:]:
-            stored = repository.load_checkpoints(db, [node], profile)[node]
+            stored = checkpoint_rows.load_checkpoints(db, [node], profile)[node]
             assert stored.is_intact()
-        assert len(repository.get_path(db, ids[0])) == 2  # messages stay
-        assert repository.evict_checkpoints(db, 16 * BLOB, progress) == 0
+        assert len(node_rows.get_path(db, ids[0])) == 2  # messages stay
+        assert checkpoint_rows.evict_checkpoints(db, 16 * BLOB, progress) == 0
     finally:
         db.close()
     _consistent(path)
@@ -132,9 +134,11 @@ def test_clearing_a_conversation_keeps_the_wal_small(tmp_path: Path) -> None:
     try:
         ids, _profile = _fill(db, 48)  # 96 MiB
         full = settled_size(path)
-        conversation = repository.get_node(db, ids[0]).conversation_id
+        conversation = node_rows.get_node(db, ids[0]).conversation_id
         with _watched_wal(path) as peak:
-            cleared = repository.delete_checkpoints(db, conversation_id=conversation)
+            cleared = checkpoint_rows.delete_checkpoints(
+                db, conversation_id=conversation
+            )
         assert cleared == 48 * BLOB
         assert peak[0] <= WAL_BOUND, f"-wal reached {peak[0] / 2**20:.1f} MiB"
         assert path.stat().st_size < full // 20
@@ -149,7 +153,7 @@ def test_clearing_a_conversation_keeps_the_wal_small(tmp_path: Path) -> None:
 _EVICT = """
 import sys
 from pathlib import Path
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows
 from storage.db import open_database
 
 db = open_database(Path(sys.argv[1]))
@@ -162,7 +166,7 @@ def progress(done, total):
     if calls == int(sys.argv[2]):
         sys.stdin.readline()
 
-repository.evict_checkpoints(db, 0, progress)
+checkpoint_rows.evict_checkpoints(db, 0, progress)
 print("finished", flush=True)
 """
 
@@ -193,14 +197,14 @@ def test_an_eviction_killed_midway_leaves_a_consistent_database(tmp_path: Path) 
     _consistent(path)
     db = open_database(path)
     try:
-        remaining = repository.checkpointed_nodes(db, ids, profile)
+        remaining = checkpoint_rows.checkpointed_nodes(db, ids, profile)
         assert set(remaining) == set(ids[16:])  # the first batch, all of it
         for node in remaining:
-            stored = repository.load_checkpoints(db, [node], profile)[node]
+            stored = checkpoint_rows.load_checkpoints(db, [node], profile)[node]
             assert stored.is_intact()
-        assert len(repository.get_path(db, ids[-1])) == 2
+        assert len(node_rows.get_path(db, ids[-1])) == 2
         # What was left is evicted, and what the first run freed given back.
-        assert repository.evict_checkpoints(db, 0) == sum(remaining.values())
+        assert checkpoint_rows.evict_checkpoints(db, 0) == sum(remaining.values())
         assert path.stat().st_size < BLOB
     finally:
         db.close()
@@ -253,8 +257,8 @@ def test_evicting_on_a_full_disk_needs_no_more_room_than_it_frees(
         ids, profile = _fill(db, 8)  # 16 MiB
         settled_size(path)
         _fill_disk(small_disk)
-        assert repository.evict_checkpoints(db, BLOB) == 7 * BLOB
-        assert set(repository.checkpointed_nodes(db, ids, profile)) == {ids[-1]}
+        assert checkpoint_rows.evict_checkpoints(db, BLOB) == 7 * BLOB
+        assert set(checkpoint_rows.checkpointed_nodes(db, ids, profile)) == {ids[-1]}
         assert shutil.disk_usage(small_disk).free > 6 * BLOB
         assert path.stat().st_size < 2 * BLOB
     finally:

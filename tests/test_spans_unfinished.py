@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import node_rows
 from storage.db import open_database
 
 
@@ -14,8 +14,8 @@ def test_a_rerendered_interrupted_reply_is_closed_once(tmp_path, tiny_model):
     with LlamaEngine(tiny_model, BackendSettings(n_threads=1)) as engine:
         service = ConversationService(db, engine)
         _conv, root = service.new_conversation()
-        user = repository.add_node(db, root, "user", "Hello?", vocab_id="another")
-        reply = repository.add_node(
+        user = node_rows.add_node(db, root, "user", "Hello?", vocab_id="another")
+        reply = node_rows.add_node(
             db,
             user.id,
             "assistant",
@@ -25,7 +25,7 @@ def test_a_rerendered_interrupted_reply_is_closed_once(tmp_path, tiny_model):
         )
         for _visit in range(2):
             service.restore(reply.id)
-            node = repository.get_node(db, reply.id)
+            node = node_rows.get_node(db, reply.id)
             assert node.status == "stopped"
             footer = engine.chat_format.footer
             assert node.span_text.endswith(footer)

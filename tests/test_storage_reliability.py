@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from storage import repository, reserve
+from storage import checkpoint_rows, conversation_rows, node_rows, reserve, tree_reads
 from storage.db import open_database
 from storage.errors import NotFound, StorageUnavailable
 from storage.migrations import SCHEMA_VERSION
@@ -35,13 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _chain(db, length: int, title: str = "t") -> list[int]:
-    _conv, root = repository.create_conversation(db, title, None)
+    _conv, root = conversation_rows.create_conversation(db, title, None)
     ids = [root.id]
     for i in range(length):
         role = "user" if i % 2 == 0 else "assistant"
-        ids.append(
-            repository.add_node(db, ids[-1], role, f"m{i}", tokens=[i, i + 1]).id
-        )
+        ids.append(node_rows.add_node(db, ids[-1], role, f"m{i}", tokens=[i, i + 1]).id)
     return ids
 
 
@@ -86,7 +84,7 @@ def test_relative_path_opens_twice(tmp_path: Path, monkeypatch):
         db = open_database(Path("data") / "arbor.sqlite3")
         try:
             assert db.path == tmp_path / "data" / "arbor.sqlite3"
-            repository.create_conversation(db, "x", None)
+            conversation_rows.create_conversation(db, "x", None)
         finally:
             db.close()
 
@@ -97,16 +95,16 @@ _READ_ONLY_CHECK = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from storage import repository
+    from storage import checkpoint_rows, conversation_rows, node_rows, tree_reads
     from storage.db import open_database
     from storage.errors import StorageUnavailable
 
     db = open_database(Path(sys.argv[1]))
     assert db.read_only, "not opened read-only"
-    assert [c.title for c in repository.list_conversations(db)] == ["kept"]
-    assert repository.mark_interrupted_generations(db) == 0
+    assert [c.title for c in conversation_rows.list_conversations(db)] == ["kept"]
+    assert node_rows.mark_interrupted_generations(db) == 0
     try:
-        repository.create_conversation(db, "new", None)
+        conversation_rows.create_conversation(db, "new", None)
     except StorageUnavailable as exc:
         print(exc)
     else:
@@ -154,7 +152,7 @@ def _kept_database(folder: Path) -> Path:
     folder.mkdir()
     path = folder / "arbor.sqlite3"
     db = open_database(path)
-    repository.create_conversation(db, "kept", None)
+    conversation_rows.create_conversation(db, "kept", None)
     db.close()
     return path
 
@@ -191,9 +189,11 @@ def test_read_only_file_system(tmp_path: Path):
         try:
             assert db.read_only
             assert "read-only file system" in (db.read_only_reason or "")
-            assert [c.title for c in repository.list_conversations(db)] == ["kept"]
+            assert [c.title for c in conversation_rows.list_conversations(db)] == [
+                "kept"
+            ]
             with pytest.raises(StorageUnavailable, match="you can read, not write"):
-                repository.create_conversation(db, "new", None)
+                conversation_rows.create_conversation(db, "new", None)
         finally:
             db.close()
         assert _snapshot(path.parent) == before
@@ -216,7 +216,7 @@ def test_send_racing_a_branch_delete_gives_only_not_found(tmp_path: Path):
     path = tmp_path / "arbor.sqlite3"
     db = open_database(path, busy_timeout_ms=5000)
     other = open_database(path, busy_timeout_ms=5000)  # like a second process
-    profile = repository.ensure_profile(db, "fp", {})
+    profile = checkpoint_rows.ensure_profile(db, "fp", {})
     unexpected: list[BaseException] = []
     not_found = 0
     try:
@@ -227,7 +227,7 @@ def test_send_racing_a_branch_delete_gives_only_not_found(tmp_path: Path):
 
             def delete(branch: int = branch, deleted: threading.Event = deleted):
                 try:
-                    repository.delete_subtree(other, branch)
+                    node_rows.delete_subtree(other, branch)
                 except BaseException as exc:  # pragma: no cover - reported below
                     unexpected.append(exc)
                 finally:
@@ -238,12 +238,12 @@ def test_send_racing_a_branch_delete_gives_only_not_found(tmp_path: Path):
             while True:
                 done = deleted.is_set()
                 try:
-                    repository.update_node(db, ids[2], text="streaming")
-                    repository.save_checkpoint(
+                    node_rows.update_node(db, ids[2], text="streaming")
+                    checkpoint_rows.save_checkpoint(
                         db, ids[2], profile, "delta", 0, 2, b"x" * 64
                     )
-                    repository.add_node(db, ids[2], "assistant", "reply")
-                    repository.set_active_node(db, ids[2])
+                    node_rows.add_node(db, ids[2], "assistant", "reply")
+                    conversation_rows.set_active_node(db, ids[2])
                 except NotFound:
                     not_found += 1
                     break
@@ -251,9 +251,11 @@ def test_send_racing_a_branch_delete_gives_only_not_found(tmp_path: Path):
                     break
             thread.join()
             with pytest.raises(NotFound, match=f"No node with id {ids[2]}"):
-                repository.update_node(db, ids[2], text="late")
+                node_rows.update_node(db, ids[2], text="late")
             with pytest.raises(NotFound):
-                repository.save_checkpoint(db, ids[2], profile, "delta", 0, 2, b"x")
+                checkpoint_rows.save_checkpoint(
+                    db, ids[2], profile, "delta", 0, 2, b"x"
+                )
         assert unexpected == []
         assert not_found > 0
         with contextlib.closing(sqlite3.connect(path)) as con:
@@ -268,26 +270,28 @@ def test_ids_outside_sqlite_range_are_not_found(tmp_path: Path, bad: int):
     db = open_database(tmp_path / "arbor.sqlite3")
     try:
         ids = _chain(db, 1)
-        profile = repository.ensure_profile(db, "fp", {})
+        profile = checkpoint_rows.ensure_profile(db, "fp", {})
         for call in (
-            lambda: repository.get_node(db, bad),
-            lambda: repository.get_path(db, bad),
-            lambda: repository.get_conversation(db, bad),
-            lambda: repository.tree(db, bad),
-            lambda: repository.update_node(db, bad, text="x"),
-            lambda: repository.add_node(db, bad, "user", "x"),
-            lambda: repository.delete_subtree(db, bad),
-            lambda: repository.delete_conversation(db, bad),
-            lambda: repository.set_active_node(db, bad),
-            lambda: repository.rename_conversation(db, bad, "x"),
-            lambda: repository.save_checkpoint(db, bad, profile, "delta", 0, 2, b""),
+            lambda: node_rows.get_node(db, bad),
+            lambda: node_rows.get_path(db, bad),
+            lambda: conversation_rows.get_conversation(db, bad),
+            lambda: tree_reads.tree(db, bad),
+            lambda: node_rows.update_node(db, bad, text="x"),
+            lambda: node_rows.add_node(db, bad, "user", "x"),
+            lambda: node_rows.delete_subtree(db, bad),
+            lambda: conversation_rows.delete_conversation(db, bad),
+            lambda: conversation_rows.set_active_node(db, bad),
+            lambda: conversation_rows.rename_conversation(db, bad, "x"),
+            lambda: checkpoint_rows.save_checkpoint(
+                db, bad, profile, "delta", 0, 2, b""
+            ),
         ):
             with pytest.raises(NotFound):
                 call()
-        assert repository.get_children(db, bad) == []
-        assert repository.load_checkpoints(db, [bad, ids[1]], profile) == {}
-        assert repository.checkpointed_nodes(db, [bad], bad) == {}
-        assert repository.delete_checkpoints(db, node_ids=[bad]) == 0
+        assert node_rows.get_children(db, bad) == []
+        assert checkpoint_rows.load_checkpoints(db, [bad, ids[1]], profile) == {}
+        assert checkpoint_rows.checkpointed_nodes(db, [bad], bad) == {}
+        assert checkpoint_rows.delete_checkpoints(db, node_ids=[bad]) == 0
     finally:
         db.close()
 
@@ -296,11 +300,11 @@ def test_deleted_newest_ids_are_never_reused(tmp_path: Path):
     db = open_database(tmp_path / "arbor.sqlite3")
     try:
         ids = _chain(db, 2)
-        repository.delete_subtree(db, ids[-1])
-        assert repository.add_node(db, ids[-2], "assistant", "again").id > ids[-1]
-        conv = repository.get_node(db, ids[0]).conversation_id
-        repository.delete_conversation(db, conv)
-        new_conv, _root = repository.create_conversation(db, "next", None)
+        node_rows.delete_subtree(db, ids[-1])
+        assert node_rows.add_node(db, ids[-2], "assistant", "again").id > ids[-1]
+        conv = node_rows.get_node(db, ids[0]).conversation_id
+        conversation_rows.delete_conversation(db, conv)
+        new_conv, _root = conversation_rows.create_conversation(db, "next", None)
         assert new_conv.id > conv
     finally:
         db.close()
@@ -313,21 +317,21 @@ def test_deleted_newest_ids_are_never_reused(tmp_path: Path):
 def checkpointed(tmp_path: Path):
     """A database with two sibling replies, each with a checkpoint."""
     db = open_database(tmp_path / "arbor.sqlite3")
-    _conv, root = repository.create_conversation(db, "t", None)
-    user = repository.add_node(db, root.id, "user", "q", tokens=[1, 2])
+    _conv, root = conversation_rows.create_conversation(db, "t", None)
+    user = node_rows.add_node(db, root.id, "user", "q", tokens=[1, 2])
     siblings = [
-        repository.add_node(db, user.id, "assistant", t, tokens=tok, start_pos=2)
+        node_rows.add_node(db, user.id, "assistant", t, tokens=tok, start_pos=2)
         for t, tok in (("a", [3, 4]), ("b", [5, 6]))
     ]
-    profile = repository.ensure_profile(db, "fp", {})
+    profile = checkpoint_rows.ensure_profile(db, "fp", {})
     for node, fill in zip(siblings, (b"A", b"B"), strict=True):
-        repository.save_checkpoint(db, node.id, profile, "delta", 2, 4, fill * 300)
+        checkpoint_rows.save_checkpoint(db, node.id, profile, "delta", 2, 4, fill * 300)
     yield db, [s.id for s in siblings], profile
     db.close()
 
 
 def _stored(db, node_id: int, profile: int):
-    stored = repository.load_checkpoints(db, [node_id], profile).get(node_id)
+    stored = checkpoint_rows.load_checkpoints(db, [node_id], profile).get(node_id)
     assert stored is not None
     return stored
 
@@ -384,7 +388,7 @@ def test_siblings_swapped_with_their_checksums_are_detected(checkpointed):
 
 def test_checkpoint_of_a_node_whose_tokens_changed_is_not_intact(checkpointed):
     db, (first, _second), profile = checkpointed
-    repository.update_node(db, first, tokens=[3, 9])
+    node_rows.update_node(db, first, tokens=[3, 9])
     assert not _stored(db, first, profile).is_intact()
 
 
@@ -477,16 +481,16 @@ def test_schema_2_database_is_upgraded_keeping_rows_and_ids(tmp_path: Path):
                 )
             checksums = [r[0] for r in con.execute("SELECT checksum FROM checkpoint")]
         node_ids = [row[0] for row in before["node"]]
-        profile = repository.ensure_profile(db, "fp", {})
-        stored = repository.load_checkpoints(db, node_ids, profile)
+        profile = checkpoint_rows.ensure_profile(db, "fp", {})
+        stored = checkpoint_rows.load_checkpoints(db, node_ids, profile)
         # Two verified checkpoints re-bound; the damaged one dropped.
         assert len(checksums) == 2 and all(c.startswith("xxh3:") for c in checksums)
         assert len(stored) == 2 and all(s.is_intact() for s in stored.values())
         # Cascades still work, and a deleted newest id is not given again.
-        repository.delete_subtree(db, 4)
-        assert repository.checkpointed_nodes(db, node_ids, profile) == {3: 50}
-        assert repository.get_conversation(db, 1).active_node_id == 3
-        assert repository.add_node(db, 3, "user", "new").id == 5
+        node_rows.delete_subtree(db, 4)
+        assert checkpoint_rows.checkpointed_nodes(db, node_ids, profile) == {3: 50}
+        assert conversation_rows.get_conversation(db, 1).active_node_id == 3
+        assert node_rows.add_node(db, 3, "user", "new").id == 5
     finally:
         db.close()
     assert (tmp_path / "old.sqlite3.v2.bak").exists()
@@ -520,12 +524,12 @@ def _fill(folder: Path) -> None:
 
 
 def _conversations_with_checkpoints(db, count: int = 3) -> list[list[int]]:
-    profile = repository.ensure_profile(db, "fp", {})
+    profile = checkpoint_rows.ensure_profile(db, "fp", {})
     chains = []
     for c in range(count):
         ids = _chain(db, 3, title=f"c{c}")
         for node in ids[1:]:
-            repository.save_checkpoint(
+            checkpoint_rows.save_checkpoint(
                 db, node, profile, "delta", 0, 2, os.urandom(100_000)
             )
         chains.append(ids)
@@ -537,18 +541,21 @@ def test_full_disk_with_the_database_open_reads_and_deletes(small_disk: Path):
     try:
         chains = _conversations_with_checkpoints(db)
         # An earlier deletion checkpointed the -wal, whose space is reused.
-        repository.delete_checkpoints(db, node_ids=[chains[0][1]])
+        checkpoint_rows.delete_checkpoints(db, node_ids=[chains[0][1]])
         _fill(small_disk)
-        assert len(repository.list_conversations(db)) == 3
-        assert len(repository.get_path(db, chains[0][-1])) == 4
+        assert len(conversation_rows.list_conversations(db)) == 3
+        assert len(node_rows.get_path(db, chains[0][-1])) == 4
         with pytest.raises(StorageUnavailable, match=r"disk holding .* is full"):
-            repository.add_node(db, chains[0][-1], "user", "x" * 3_000_000)
-        assert repository.delete_checkpoints(db, node_ids=[chains[1][1]]) > 0
-        repository.delete_subtree(db, chains[1][2])
-        repository.delete_conversation(
-            db, repository.get_node(db, chains[2][0]).conversation_id
+            node_rows.add_node(db, chains[0][-1], "user", "x" * 3_000_000)
+        assert checkpoint_rows.delete_checkpoints(db, node_ids=[chains[1][1]]) > 0
+        node_rows.delete_subtree(db, chains[1][2])
+        conversation_rows.delete_conversation(
+            db, node_rows.get_node(db, chains[2][0]).conversation_id
         )
-        assert [c.title for c in repository.list_conversations(db)] == ["c1", "c0"]
+        assert [c.title for c in conversation_rows.list_conversations(db)] == [
+            "c1",
+            "c0",
+        ]
         # The deletions gave their pages back to the file system.
         assert os.statvfs(small_disk).f_bavail > 0
     finally:
@@ -567,18 +574,18 @@ def test_full_disk_reopened_spends_the_reserve_to_delete(small_disk: Path):
         # The reserve made room for SQLite's -wal and -shm: writable again.
         assert not db.read_only and db.space_low
         assert not reserve.reserve_path(path).exists()
-        assert len(repository.list_conversations(db)) == 3
+        assert len(conversation_rows.list_conversations(db)) == 3
         # The room is for deleting: a new message would only fill it again.
         with pytest.raises(StorageUnavailable, match="is full"):
-            repository.add_node(db, chains[0][-1], "user", "more")
-        repository.delete_conversation(
-            db, repository.get_node(db, chains[2][0]).conversation_id
+            node_rows.add_node(db, chains[0][-1], "user", "more")
+        conversation_rows.delete_conversation(
+            db, node_rows.get_node(db, chains[2][0]).conversation_id
         )
-        assert repository.delete_checkpoints(db, conversation_id=None) > 0
+        assert checkpoint_rows.delete_checkpoints(db, conversation_id=None) > 0
         # Deleting freed the space, and the reserve is back for next time.
         assert os.statvfs(small_disk).f_bavail > 0
         (small_disk / "filler").unlink()  # and the user frees some more
-        repository.add_node(db, chains[0][-1], "user", "more")
+        node_rows.add_node(db, chains[0][-1], "user", "more")
         assert not db.space_low and reserve.reserve_path(path).exists()
     finally:
         db.close()
@@ -594,9 +601,9 @@ def test_full_disk_without_a_reserve_reads_read_only(small_disk: Path):
     db = open_database(path)
     try:
         assert db.read_only and "disk holding it is full" in (db.read_only_reason or "")
-        assert len(repository.list_conversations(db)) == 3
-        assert len(repository.get_path(db, chains[0][-1])) == 4
+        assert len(conversation_rows.list_conversations(db)) == 3
+        assert len(node_rows.get_path(db, chains[0][-1])) == 4
         with pytest.raises(StorageUnavailable, match="disk holding it is full"):
-            repository.delete_subtree(db, chains[0][2])
+            node_rows.delete_subtree(db, chains[0][2])
     finally:
         db.close()

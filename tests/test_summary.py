@@ -10,7 +10,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation import summary
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import conversation_rows
 from storage.db import open_database
 from tests.replay import replayed_digest
 
@@ -34,7 +34,7 @@ def test_a_new_conversation_starts_from_the_summary(service, tiny_model):
     conversation, new_root = service.continue_in_new_conversation(
         second.assistant_node, GREEDY
     )
-    record = repository.get_conversation(service.db, conversation)
+    record = conversation_rows.get_conversation(service.db, conversation)
     assert record.title == "Trip (continued)"
     head, summary = record.system_prompt.split(
         "\n\nSummary of an earlier conversation:\n"

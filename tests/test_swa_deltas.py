@@ -20,7 +20,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from app.platform.paths import database_path
-from storage import repository
+from storage import checkpoint_rows
 from storage.db import open_database
 from tests.tiny_model import N_HEAD_KV, N_LAYER, SWA_HEAD_DIM
 
@@ -175,7 +175,7 @@ def test_branches_restore_exactly_in_process_and_cold(db, arbor, tiny_swa_model)
         assert moved.kept_tokens > len(LONG) and moved.restored_tokens > 0
         assert moved.reprocessed_tokens == 0
         stored = [
-            repository.load_checkpoint(db, n.id, service.profile_id)
+            checkpoint_rows.load_checkpoint(db, n.id, service.profile_id)
             for n in service.tree(conv)
         ]
         assert {c.kind if c else None for c in stored} == {"delta"}

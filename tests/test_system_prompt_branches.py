@@ -20,7 +20,7 @@ from app.conversation.errors import ServiceError
 from app.conversation.presets import conversation_sampling
 from app.conversation.service import ConversationService
 from app.platform.paths import database_path
-from storage import repository
+from storage import conversation_rows, node_rows
 from storage.db import open_database
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10)
@@ -59,7 +59,7 @@ def test_a_new_system_prompt_branches_from_a_new_start(tmp_path, tiny_model):
         ]
         assert tree[second_root].text == "Answer like a pirate."
         assert tree[new.user_node].parent_id == second_root
-        record = repository.get_conversation(service.db, conv)
+        record = conversation_rows.get_conversation(service.db, conv)
         assert record.system_prompt == "Answer like a pirate."
 
         # The new prompt is what the reply was written after: the same reply
@@ -67,7 +67,7 @@ def test_a_new_system_prompt_branches_from_a_new_start(tmp_path, tiny_model):
         _c, fresh_root = service.new_conversation("Answer like a pirate.")
         fresh = service.send(fresh_root, "Tell me about rivers.", GREEDY)
         assert new.text == fresh.text
-        path = repository.get_path(service.db, new.assistant_node)
+        path = node_rows.get_path(service.db, new.assistant_node)
         assert "Answer like a pirate." in (path[0].span_text or "")
 
         # The old prompt's branch restores from its checkpoints.
@@ -80,7 +80,7 @@ def test_a_new_system_prompt_branches_from_a_new_start(tmp_path, tiny_model):
         assert service.restore(new.assistant_node).reprocessed_tokens == 0
         assert service.restore(old.assistant_node).reprocessed_tokens == 0
         later = service.send(new.assistant_node, "And lakes?", GREEDY)
-        assert repository.get_path(service.db, later.assistant_node)[0].id == (
+        assert node_rows.get_path(service.db, later.assistant_node)[0].id == (
             second_root
         )
     finally:
@@ -95,21 +95,21 @@ def test_a_conversation_keeps_the_sampling_and_preset_it_was_given(
     try:
         picked = SamplingParams(temperature=0.2, top_p=0.9, max_tokens=7)
         conv, root = service.new_conversation("Be exact.", None, picked, "Precise")
-        stored = repository.get_conversation(service.db, conv).sampling
+        stored = conversation_rows.get_conversation(service.db, conv).sampling
         assert conversation_sampling(stored, defaults) == (picked, "Precise")
         # The listing reads the same, through its own SQL.
-        listed = next(c for c in repository.list_conversations(service.db))
+        listed = next(c for c in conversation_rows.list_conversations(service.db))
         assert listed.sampling == stored
 
         own = SamplingParams(temperature=1.3, max_tokens=5)
         service.set_sampling(conv, own)
-        stored = repository.get_conversation(service.db, conv).sampling
+        stored = conversation_rows.get_conversation(service.db, conv).sampling
         assert conversation_sampling(stored, defaults) == (own, None)
         reply = service.send(root, "Hi", conversation_sampling(stored, defaults)[0])
         assert reply.stats.generated_tokens <= 5
 
         service.set_sampling(conv, None)
-        assert repository.get_conversation(service.db, conv).sampling is None
+        assert conversation_rows.get_conversation(service.db, conv).sampling is None
     finally:
         _close(service)
 
@@ -128,7 +128,7 @@ def test_a_start_of_several_can_be_deleted_and_the_only_one_cannot(
         ids = {n.id for n in service.tree(conv)}
         assert second_root not in ids and gone.assistant_node not in ids
         assert kept.assistant_node in ids
-        record = repository.get_conversation(service.db, conv)
+        record = conversation_rows.get_conversation(service.db, conv)
         # Where the user was is gone: they are at the start that is left, whose
         # prompt is the conversation's again.
         assert record.active_node_id == first_root
@@ -158,7 +158,7 @@ def test_the_cli_replies_with_the_conversations_sampling_unless_told(arbor, data
     root = arbor("new")["node"]
     db = open_database(database_path(data_dir))
     try:
-        repository.set_conversation_sampling(
+        conversation_rows.set_conversation_sampling(
             db,
             1,
             {**SamplingParams(temperature=0, max_tokens=3).as_dict(), "preset": "x"},
@@ -169,8 +169,8 @@ def test_the_cli_replies_with_the_conversations_sampling_unless_told(arbor, data
     told = arbor("send", root, "Hello", "--max-tokens", "5", "--seed", "9")
     db = open_database(database_path(data_dir))
     try:
-        first = repository.get_node(db, plain["assistant_node"]).generation
-        second = repository.get_node(db, told["assistant_node"]).generation
+        first = node_rows.get_node(db, plain["assistant_node"]).generation
+        second = node_rows.get_node(db, told["assistant_node"]).generation
     finally:
         db.close()
     assert first is not None and second is not None

@@ -18,7 +18,7 @@ import pytest
 from app.backend.chat_format import ChatFormat, Message, TemplateError, load
 from app.conversation import folding
 from app.conversation.spans import system_of, turns_of
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 from tests import template_corpus
 
 ROUNDS = [

@@ -23,29 +23,29 @@ from app.backend.values import SamplingParams
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.service import ConversationService
 from app.conversation.tree_cache import TreeCache
+from storage import checkpoint_rows, conversation_rows, node_rows, tree_reads
 from storage import db as storage_db
-from storage import repository
 from storage.db import Database, open_database
 from storage.errors import NotFound
 from tests.replay import replayed_digest
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12)
 # The whole-tree read itself, for comparing: the tests count calls to it.
-_TREE_INDEX = repository.tree_index
+_TREE_INDEX = tree_reads.tree_index
 
 
 class _Reads:
-    """Counts ``repository.tree_index`` calls: whole-tree reads."""
+    """Counts ``tree_reads.tree_index`` calls: whole-tree reads."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        original = repository.tree_index
+        original = tree_reads.tree_index
 
         def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
             self.count += 1
             return original(*args, **kwargs)
 
-        monkeypatch.setattr(repository, "tree_index", counting)
+        monkeypatch.setattr(tree_reads, "tree_index", counting)
 
     def since(self, count: int) -> int:
         return self.count - count
@@ -85,7 +85,7 @@ def _assert_matches_a_fresh_read(cache: TreeCache, db: Database, node: int) -> N
     roots = [n for n, parent in fresh.parents.items() if parent is None]
     below = {n for root in roots for n in [root, *cache.below(root)]}
     assert below == set(fresh.parents)
-    stored = repository.get_nodes(db, list(fresh.parents))
+    stored = tree_reads.get_nodes(db, list(fresh.parents))
     for node_id in fresh.parents:
         assert cache.checkpoint(node_id) == fresh.checkpoints.get(node_id)
         assert cache.path(node_id)[-1] == stored[node_id]
@@ -97,9 +97,9 @@ def _assert_matches_a_fresh_read(cache: TreeCache, db: Database, node: int) -> N
 
 
 def _chain(db: Database) -> list[int]:
-    _conv, root = repository.create_conversation(db, "t", None)
-    user = repository.add_node(db, root.id, "user", "q")
-    reply = repository.add_node(db, user.id, "assistant", "a")
+    _conv, root = conversation_rows.create_conversation(db, "t", None)
+    user = node_rows.add_node(db, root.id, "user", "q")
+    reply = node_rows.add_node(db, user.id, "assistant", "a")
     return [root.id, user.id, reply.id]
 
 
@@ -108,15 +108,15 @@ def test_a_named_write_is_told_with_its_nodes(db):
     seen, nothing = db.changes_since(db.generation())
     assert nothing == frozenset()
     with db.changing([user]):
-        repository.update_node(db, user, text="q2")
+        node_rows.update_node(db, user, text="q2")
     with db.adding() as new:
-        added = repository.add_node(db, user, "assistant", "b")
+        added = node_rows.add_node(db, user, "assistant", "b")
         new.add(added.id)
     now, changed_ids = db.changes_since(seen)
     assert now == seen + 2
     assert changed_ids == {user, added.id}
     assert db.changes_since(now) == (now, frozenset())
-    repository.rename_conversation(db, added.conversation_id, "named nothing")
+    conversation_rows.rename_conversation(db, added.conversation_id, "named nothing")
     assert db.changes_since(seen) == (now + 1, None)
     assert db.changes_since(now + 1) == (now + 1, frozenset())
     assert root
@@ -128,14 +128,14 @@ def test_named_writes_are_told_as_they_commit(db):
     _root, user, reply = _chain(db)
     seen = db.generation()
     with db.changing([user]):
-        repository.update_node(db, user, text="q2")
+        node_rows.update_node(db, user, text="q2")
         assert db.changes_since(seen)[1] == {user}
-        repository.update_node(db, user, text="q3")
+        node_rows.update_node(db, user, text="q3")
         assert db.changes_since(seen)[1] == {user}
     # A failure after the write does not take back what it committed.
     seen = db.generation()
     with pytest.raises(RuntimeError), db.changing([reply]):
-        repository.update_node(db, reply, text="b")
+        node_rows.update_node(db, reply, text="b")
         raise RuntimeError("the block failed after its write")
     assert db.changes_since(seen)[1] == {reply}
 
@@ -144,7 +144,7 @@ def test_added_nodes_are_told_when_their_block_ends_well(db):
     _root, user, _reply = _chain(db)
     seen = db.generation()
     with db.adding() as new:
-        added = repository.add_node(db, user, "assistant", "b").id
+        added = node_rows.add_node(db, user, "assistant", "b").id
         # Committed, but its id is not known to the block yet: not told.
         assert db.changes_since(seen)[1] is None
         new.add(added)
@@ -152,7 +152,7 @@ def test_added_nodes_are_told_when_their_block_ends_well(db):
 
     seen = db.generation()
     with pytest.raises(RuntimeError), db.adding() as new:
-        new.add(repository.add_node(db, user, "assistant", "c").id)
+        new.add(node_rows.add_node(db, user, "assistant", "c").id)
         raise RuntimeError("the block failed after its write")
     assert db.changes_since(seen)[1] is None
 
@@ -162,8 +162,8 @@ def test_nested_blocks_name_every_write_inside(db):
     seen = db.generation()
     with db.adding() as new:
         with db.changing([user]), db.changing([reply]):
-            repository.update_node(db, reply, text="b")
-        added = repository.add_node(db, reply, "user", "c").id
+            node_rows.update_node(db, reply, text="b")
+        added = node_rows.add_node(db, reply, "user", "c").id
         new.add(added)
         assert db.changes_since(seen)[1] is None  # the addition: not yet
     assert db.changes_since(seen)[1] == {user, reply, added}
@@ -182,7 +182,7 @@ def test_another_threads_block_does_not_name_this_threads_writes(db):
     thread = threading.Thread(target=other)
     thread.start()
     inside.wait(10)
-    repository.update_node(db, user, text="q2")  # named by nobody
+    node_rows.update_node(db, user, text="q2")  # named by nobody
     release.set()
     thread.join()
     assert db.changes_since(seen)[1] is None
@@ -193,7 +193,7 @@ def test_another_connections_commit_names_nothing(db):
     seen = db.generation()
     other = open_database(db.path)
     try:
-        repository.update_node(other, user, text="elsewhere")
+        node_rows.update_node(other, user, text="elsewhere")
     finally:
         other.close()
     assert db.changes_since(seen)[1] is None
@@ -219,15 +219,15 @@ def test_a_commit_right_after_ours_is_not_taken_for_ours(db, monkeypatch):
     monkeypatch.setattr(storage_db.Database, "_committed", committed)
     seen = db.generation()
     with db.changing([user]):
-        repository.update_node(db, user, text="q2")
+        node_rows.update_node(db, user, text="q2")
     assert db.changes_since(seen)[1] is None
     seen = db.generation()
     with db.changing([user]):
-        repository.update_node(db, user, text="q3")  # nothing in between now
+        node_rows.update_node(db, user, text="q3")  # nothing in between now
     assert db.changes_since(seen)[1] == {user}
     # Bookkeeping alone moves nothing, unless someone's commit came with it.
-    repository.defer_active_node(
-        db, repository.get_node(db, user).conversation_id, user
+    conversation_rows.defer_active_node(
+        db, node_rows.get_node(db, user).conversation_id, user
     )
     interleave.append(True)
     seen = db.generation()
@@ -242,14 +242,14 @@ def test_changes_too_long_ago_are_not_kept(db, monkeypatch):
     seen = db.generation()
     for n in range(5):
         with db.changing([user]):
-            repository.update_node(db, user, text=f"q{n}")
+            node_rows.update_node(db, user, text=f"q{n}")
     assert db.changes_since(seen)[1] is None
     assert db.changes_since(db.generation() - 1)[1] == {user}
     # A move names its whole path: ids count too.
     seen = db.generation()
     for n in range(3):
         with db.changing([root, user, reply]):
-            repository.update_node(db, reply, text=f"a{n}")
+            node_rows.update_node(db, reply, text=f"a{n}")
     assert db.changes_since(seen)[1] is None
     assert db.changes_since(db.generation() - 1)[1] == {root, user, reply}
 
@@ -268,7 +268,7 @@ def test_a_visit_that_saves_checkpoints_is_followed(db, engine, tiny_model, read
     assert service.restore(second).reprocessed_tokens > 0
     stats = service.restore(first)  # the checkpoints the first visit saved
     assert stats.reprocessed_tokens == 0 and stats.restored_tokens > 0
-    assert service.path(fork)[-1].chunks == repository.get_node(db, fork).chunks
+    assert service.path(fork)[-1].chunks == node_rows.get_node(db, fork).chunks
     assert reads.since(before) == 1
     _assert_matches_a_fresh_read(service._tree, db, first)
 
@@ -308,8 +308,8 @@ def test_another_connections_write_is_read_again(db, engine, reads):
     service.restore(first)
     other = open_database(db.path)
     try:
-        added = repository.add_node(other, fork, "user", "from elsewhere").id
-        repository.delete_checkpoints(other, node_ids=[second])
+        added = node_rows.add_node(other, fork, "user", "from elsewhere").id
+        checkpoint_rows.delete_checkpoints(other, node_ids=[second])
     finally:
         other.close()
     before = reads.count
@@ -323,15 +323,15 @@ def test_writes_that_name_nothing_are_read_again(db, engine, reads):
     service = ConversationService(db, engine)
     root, fork, first, second = _tree(service)
     service.restore(first)
-    conversation = repository.get_node(db, root).conversation_id
-    other, _other_root = repository.create_conversation(db, "another", None)
+    conversation = node_rows.get_node(db, root).conversation_id
+    other, _other_root = conversation_rows.create_conversation(db, "another", None)
 
     cases = [
         # Another conversation's write through the same Database.
-        lambda: repository.rename_conversation(db, other.id, "renamed"),
+        lambda: conversation_rows.rename_conversation(db, other.id, "renamed"),
         # This conversation's, outside the service.
-        lambda: repository.update_node(db, second, text="edited elsewhere"),
-        lambda: repository.set_reasoning(db, conversation, "off"),
+        lambda: node_rows.update_node(db, second, text="edited elsewhere"),
+        lambda: conversation_rows.set_reasoning(db, conversation, "off"),
     ]
     for write in cases:
         service.path(first)
@@ -345,9 +345,9 @@ def test_writes_that_name_nothing_are_read_again(db, engine, reads):
     # A named write between unnamed ones does not hide them.
     service.path(first)
     before = reads.count
-    repository.update_node(db, fork, text="unnamed")
+    node_rows.update_node(db, fork, text="unnamed")
     with db.changing([first]):
-        repository.update_node(db, first, text="named")
+        node_rows.update_node(db, first, text="named")
     assert service.path(first)[-3].text == "unnamed"
     assert reads.since(before) == 1
 
@@ -363,7 +363,7 @@ def test_a_deleted_branch_is_gone_from_the_cache(db, engine, reads):
     # Even where a deletion names its node (it must not vanish unseen).
     question = service.path(first)[-2].id
     with db.changing([question, first]):
-        repository.delete_subtree(db, question)
+        node_rows.delete_subtree(db, question)
     with pytest.raises(NotFound):
         service.path(first)
     assert question not in service._tree.below(fork)
@@ -372,11 +372,11 @@ def test_a_deleted_branch_is_gone_from_the_cache(db, engine, reads):
 def test_another_conversations_named_write_is_left_alone(db, engine, reads):
     service = ConversationService(db, engine)
     _root, _fork, first, _second = _tree(service)
-    other, other_root = repository.create_conversation(db, "another", None)
+    other, other_root = conversation_rows.create_conversation(db, "another", None)
     service.path(first)
     before = reads.count
     with db.adding() as changed:
-        changed.add(repository.add_node(db, other_root.id, "user", "q").id)
+        changed.add(node_rows.add_node(db, other_root.id, "user", "q").id)
     tree = service._tree
     service.path(first)
     assert reads.since(before) == 0

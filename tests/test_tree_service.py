@@ -13,7 +13,7 @@ from app.backend.values import SamplingParams
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
 from app.conversation.streams import Streams
-from storage import repository
+from storage import checkpoint_rows, node_rows
 from storage.db import open_database
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12)
@@ -106,7 +106,7 @@ def test_delete_branch_removes_subtree_and_its_checkpoints(service):
     first = service.send(root, "One", GREEDY)
     second = service.send(first.assistant_node, "Two", GREEDY)
     kept = service.edit(first.user_node, "Uno", GREEDY)
-    before = repository.total_checkpoint_bytes(service.db)
+    before = checkpoint_rows.total_checkpoint_bytes(service.db)
 
     parent = service.delete_branch(first.user_node)
 
@@ -114,7 +114,7 @@ def test_delete_branch_removes_subtree_and_its_checkpoints(service):
     remaining = _ids(service, conv)
     assert first.user_node not in remaining and second.assistant_node not in remaining
     assert kept.assistant_node in remaining
-    assert repository.total_checkpoint_bytes(service.db) < before
+    assert checkpoint_rows.total_checkpoint_bytes(service.db) < before
     # The surviving branch still continues without reprocessing.
     assert (
         service.send(kept.assistant_node, "Dos", GREEDY).stats.reprocessed_tokens == 0
@@ -180,16 +180,16 @@ def test_a_reply_cut_at_the_length_limit_goes_on_as_a_new_branch(service):
     short = SamplingParams(temperature=0, max_tokens=4)
     cut = service.send(root, "hi", short)  # greedy "hi" talks far longer
     assert cut.stats.stop_reason == "max_tokens"
-    old = repository.get_node(service.db, cut.assistant_node)
+    old = node_rows.get_node(service.db, cut.assistant_node)
     streamed: list[str] = []
 
     longer = service.continue_reply(
         cut.assistant_node, short, Streams(on_token=streamed.append)
     )
-    new = repository.get_node(service.db, longer.assistant_node)
+    new = node_rows.get_node(service.db, longer.assistant_node)
     # A sibling: the cut reply stays as it was.
     assert new.parent_id == old.parent_id == cut.user_node
-    assert repository.get_node(service.db, old.id).text == old.text
+    assert node_rows.get_node(service.db, old.id).text == old.text
     # It starts with the cut reply, text and tokens, and goes on.
     assert new.text.startswith(old.text) and len(new.text) > len(old.text)
     assert streamed[0] == old.text and "".join(streamed) == new.text
@@ -200,7 +200,7 @@ def test_a_reply_cut_at_the_length_limit_goes_on_as_a_new_branch(service):
     assert new.generation["generated_tokens"] == 8
     # It can go on again, and the conversation continues from it.
     again = service.continue_reply(new.id, short)
-    assert repository.get_node(service.db, again.assistant_node).text.startswith(
+    assert node_rows.get_node(service.db, again.assistant_node).text.startswith(
         new.text
     )
     follow = service.send(again.assistant_node, "thanks", GREEDY)

@@ -38,17 +38,19 @@ def measure(nodes: int) -> dict[str, float]:
     import app.qt.gui
     from app.platform.paths import database_path
     from app.qt.gui import build_window, keep_painting_on_the_gui_thread
-    from storage import repository
+    from storage import conversation_rows
     from storage.db import open_database
 
     keep_painting_on_the_gui_thread()
     qt_app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as folder:
         db = open_database(database_path(Path(folder)))
-        conversation, root = repository.create_conversation(db, "big", None)
+        conversation, root = conversation_rows.create_conversation(db, "big", None)
         ids = add_nodes(db, root.id, bushy_shape(nodes - 1))
-        repository.set_active_node(db, ids[-1])
-        repository.create_conversation(db, "small", None)  # the window opens here
+        conversation_rows.set_active_node(db, ids[-1])
+        conversation_rows.create_conversation(
+            db, "small", None
+        )  # the window opens here
         app.qt.gui.remembered_or_starter_model = _no_model
         window = build_window(db, None, gpu_supported=False)
         window.resize(1280, 800)

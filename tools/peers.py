@@ -56,9 +56,9 @@ from app.bench.workload import SYSTEM_PROMPT, filler_text, greedy  # noqa: E402
 from app.conversation.checkpoint_writer import CheckpointWriter  # noqa: E402
 from app.conversation.service import ConversationService  # noqa: E402
 from app.platform.starter_model import starter_model_path  # noqa: E402
-from storage import repository  # noqa: E402
+from storage import node_rows, tree_reads  # noqa: E402
 from storage.db import Database, open_database  # noqa: E402
-from storage.repository import NodeRecord  # noqa: E402
+from storage.records import NodeRecord  # noqa: E402
 
 _MB = 1_000_000
 
@@ -116,7 +116,7 @@ def build_conversation(
         for turn in range(turns):
             text = filler_text(engine, message_tokens, seed=40_000 + turn)
             node = service.send(node, text, greedy(reply_tokens)).assistant_node
-    return repository.get_path(db, node)
+    return node_rows.get_path(db, node)
 
 
 def _stock_llama(model: Path, settings: BackendSettings) -> llama_cpp.Llama:
@@ -165,7 +165,7 @@ def measure_arbor(
     values depend on batch sizes, and that is the state its checkpoints hold.
     """
     db = open_database(db_path)
-    path = repository.get_path(db, leaf)
+    path = node_rows.get_path(db, leaf)
     db.close()
     with LlamaEngine(model, settings) as engine:
         for node in path:
@@ -187,8 +187,8 @@ def measure_arbor(
             finally:
                 db.close()
     db = open_database(db_path)
-    conversation = repository.get_node(db, leaf).conversation_id
-    stored = repository.tree(db, conversation)
+    conversation = node_rows.get_node(db, leaf).conversation_id
+    stored = tree_reads.tree(db, conversation)
     nodes = len(stored)
     size = sum(n.checkpoint_bytes for n in stored)
     db.close()

@@ -62,7 +62,7 @@ from app.conversation import folding  # noqa: E402
 from app.conversation.service import ConversationService  # noqa: E402
 from app.conversation.spans import span_tokens, system_of, turns_of  # noqa: E402
 from storage.db import open_database  # noqa: E402
-from storage.repository import NodeRecord  # noqa: E402
+from storage.records import NodeRecord  # noqa: E402
 from tests import gemma, real_vocab, template_corpus  # noqa: E402
 
 PARAMS = SamplingParams(temperature=0, max_tokens=400)

@@ -36,7 +36,7 @@ from pathlib import Path
 from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session
 
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows, records, space
 from storage.db import Database, open_database
 from storage.models import (
     Checkpoint,
@@ -79,7 +79,7 @@ def add_nodes(
     real one). Returns the new ids, in the order of ``parents``.
     """
     profile_id = (
-        repository.ensure_profile(db, PROFILE, {"tool": PROFILE})
+        checkpoint_rows.ensure_profile(db, PROFILE, {"tool": PROFILE})
         if checkpoint_bytes
         else None
     )
@@ -90,7 +90,7 @@ def add_nodes(
         first = _next_id(s, "node")
         ids = [first + i for i in range(len(parents))]
         tokens = list(range(SPAN_TOKENS))
-        packed = repository.pack_tokens(tokens)
+        packed = records.pack_tokens(tokens)
         now = utcnow()
         s.execute(
             insert(Node),
@@ -158,7 +158,7 @@ def new_conversation(
 ) -> tuple[int, list[int]]:
     """A conversation of its root and nodes of the shape ``parents`` below it:
     its id, and the ids of the root and the nodes."""
-    conversation, root = repository.create_conversation(db, "scale", None)
+    conversation, root = conversation_rows.create_conversation(db, "scale", None)
     ids = add_nodes(db, root.id, parents, checkpoint_bytes)
     return conversation.id, [root.id, *ids]
 
@@ -216,7 +216,7 @@ def measure(folder: Path, checkpoint_bytes: int = 2048) -> list[Timing]:
             # function without its @_releases_space, then that step.
             deleting = inspect.unwrap(function)
             cpu, wall = _timed(lambda: deleting(db, argument))
-            space_cpu, space_wall = _timed(lambda: repository.release_space(db))
+            space_cpu, space_wall = _timed(lambda: space.release_space(db))
             after = _count_nodes(db)
         finally:
             db.close()
@@ -232,20 +232,20 @@ def measure(folder: Path, checkpoint_bytes: int = 2048) -> list[Timing]:
             db: Database, length: int = length
         ) -> tuple[Callable[..., object], int]:
             cid, _ids = new_conversation(db, path_shape(length - 1), checkpoint_bytes)
-            return repository.delete_conversation, cid
+            return conversation_rows.delete_conversation, cid
 
         case(f"conversation, a {length:,}-node path", path)
 
     def branch(db: Database) -> tuple[Callable[..., object], int]:
         _cid, ids = new_conversation(db, path_shape(10_000), checkpoint_bytes)
-        return repository.delete_subtree, ids[1]
+        return node_rows.delete_subtree, ids[1]
 
     case("branch of 10,000 nodes below the root", branch)
 
     def half(db: Database) -> tuple[Callable[..., object], int]:
         cid, _ids = new_conversation(db, bushy_shape(9_999), checkpoint_bytes)
         new_conversation(db, bushy_shape(9_999, seed=32), checkpoint_bytes)
-        return repository.delete_conversation, cid
+        return conversation_rows.delete_conversation, cid
 
     case("bushy 10,000-node conversation", half)
     return timings

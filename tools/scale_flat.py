@@ -7,9 +7,9 @@ raw inserts with short texts the search index holds, and checkpoints of
 ``--checkpoint-kib`` each): as many conversations in both files, each
 ``--scale`` times longer in the large one. Medians of a few runs each:
 
-- ``list``: the conversation list (``repository.list_conversations``);
+- ``list``: the conversation list (``conversation_rows.list_conversations``);
 - ``search``: a word only the real conversation holds, so that both files
-  have the same hits (``repository.search``);
+  have the same hits (``text_search.search``);
 - cold restore: a new engine and service, then the real conversation's last
   node restored from its checkpoints (the figure the status bar shows).
 
@@ -32,7 +32,7 @@ from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import conversation_rows, text_search
 from storage.db import open_database
 from tests.tiny_model import write_tiny_model
 from tools.scale_delete import add_nodes, bushy_shape
@@ -57,7 +57,7 @@ def build(path: Path, model: Path, scale: int, checkpoint_kib: int) -> int:
             node = reply.assistant_node
         service.close()
     for _ in range(BASE_CONVERSATIONS):
-        _conv, root = repository.create_conversation(db, "generated", None)
+        _conv, root = conversation_rows.create_conversation(db, "generated", None)
         add_nodes(
             db,
             root.id,
@@ -83,8 +83,8 @@ def measure(path: Path, model: Path, last: int) -> dict[str, float]:
     db = open_database(path)
     try:
         figures = {
-            "list": median_ms(lambda: repository.list_conversations(db)),
-            "search": median_ms(lambda: repository.search(db, "question", 50)),
+            "list": median_ms(lambda: conversation_rows.list_conversations(db)),
+            "search": median_ms(lambda: text_search.search(db, "question", 50)),
         }
         restores = []
         for _ in range(3):

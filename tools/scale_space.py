@@ -1,7 +1,7 @@
 """Freeing space and restoring at scale (issue 23), printed as a table.
 
 - **evict**: a file of ``--gb`` GB of checkpoints (random bytes, 0.25 to 4
-  MiB each, saved through ``repository.save_checkpoint``), then
+  MiB each, saved through ``checkpoint_rows.save_checkpoint``), then
   ``evict_checkpoints`` down to half. The checkpoints used least recently
   are the oldest, at the start of the file: every page kept has to move
   into the holes they leave, the worst case for giving space back. Wall and
@@ -40,8 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage import checkpoint_rows, conversation_rows, node_rows, records, tree_reads
 from storage import db as storage_db
-from storage import repository
 from storage.checkpoint_reader import CheckpointReader
 from storage.db import Database, open_database
 from storage.models import checkpoint_checksum
@@ -87,21 +87,21 @@ def fill(
     """Conversations of ``per_conversation`` nodes with checkpoints until
     ``total`` bytes are stored; returns the conversations' ids, oldest first."""
     rng = random.Random(seed)
-    profile = repository.ensure_profile(db, "scale-space", {"tool": "scale-space"})
+    profile = checkpoint_rows.ensure_profile(db, "scale-space", {"tool": "scale-space"})
     pool = rng.randbytes(4 * MIB + 4096)
     stored = 0
     conversations = []
     while stored < total:
-        conversation, root = repository.create_conversation(db, "scale", None)
+        conversation, root = conversation_rows.create_conversation(db, "scale", None)
         conversations.append(conversation.id)
         parent = root.id
         for n in range(per_conversation):
             size = min(rng.randrange(MIB // 4, 4 * MIB), total - stored)
             if size <= 0:
                 break
-            node = repository.add_node(db, parent, "user", f"m{n}", tokens=[1, 2])
+            node = node_rows.add_node(db, parent, "user", f"m{n}", tokens=[1, 2])
             at = rng.randrange(4096)
-            repository.save_checkpoint(
+            checkpoint_rows.save_checkpoint(
                 db, node.id, profile, "delta", 0, 2, pool[at : at + size]
             )
             parent = node.id
@@ -151,7 +151,9 @@ def measure_freeing(folder: Path, gb: float, clear_mb: float) -> list[Freeing]:
             _freeing(
                 "evict half",
                 path,
-                lambda progress: repository.evict_checkpoints(db, total // 2, progress),
+                lambda progress: checkpoint_rows.evict_checkpoints(
+                    db, total // 2, progress
+                ),
             )
         ]
         # A conversation of clear_mb in the middle of what is left.
@@ -161,7 +163,7 @@ def measure_freeing(folder: Path, gb: float, clear_mb: float) -> list[Freeing]:
             _freeing(
                 f"clear a {clear_mb:.0f} MB conversation",
                 path,
-                lambda _progress: repository.delete_checkpoints(
+                lambda _progress: checkpoint_rows.delete_checkpoints(
                     db, conversation_id=middle
                 ),
             )
@@ -194,16 +196,16 @@ def measure_reads(folder: Path, blob_mb: float, repeats: int = 51) -> dict[str, 
         leftover.unlink()
     db = open_database(path)
     try:
-        profile = repository.ensure_profile(db, "read", {})
-        _conversation, root = repository.create_conversation(db, "read", None)
-        node = repository.add_node(db, root.id, "user", "m", tokens=[1, 2])
+        profile = checkpoint_rows.ensure_profile(db, "read", {})
+        _conversation, root = conversation_rows.create_conversation(db, "read", None)
+        node = node_rows.add_node(db, root.id, "user", "m", tokens=[1, 2])
         size = int(blob_mb * MIB)
-        repository.save_checkpoint(
+        checkpoint_rows.save_checkpoint(
             db, node.id, profile, "delta", 0, 2, os.urandom(size)
         )
-        index = repository.tree_index(db, node.id, profile)
+        index = tree_reads.tree_index(db, node.id, profile)
         ref = index.checkpoints[node.id]
-        tokens = repository.pack_tokens(node.tokens)
+        tokens = records.pack_tokens(node.tokens)
         reader = CheckpointReader()
         reader.reserve(size)
 

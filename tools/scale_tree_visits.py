@@ -21,7 +21,7 @@ copies of its nodes, which keep its spans and so are valid for the model:
   blobs are 64 bytes each, never read: no visit goes there).
 
 CPU (``time.process_time``, all threads) per visit, median and mean, and how
-many times the whole tree was read (``repository.tree_index``), per size;
+many times the whole tree was read (``tree_reads.tree_index``), per size;
 with ``--old-cache FILE`` (e.g. ``git show HEAD~1:app/conversation/tree_cache.py``
 saved to a file) the same visits again with that ``TreeCache``. Checkpoints
 are written at once, or with ``--queued`` on the writer's thread, as the
@@ -53,7 +53,7 @@ from app.conversation import service as service_module
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.service import ConversationService
 from app.conversation.tree_cache import TreeCache
-from storage import repository
+from storage import tree_reads
 from storage.db import Database, open_database
 from tests.tiny_model import write_tiny_model
 
@@ -198,16 +198,16 @@ def visit(
     copy.write_bytes(path.read_bytes())
     db = open_database(copy)
     reads = 0
-    original = repository.tree_index
+    original = tree_reads.tree_index
 
     def counting(
         db: Database, node_id: int, profile_id: int | None
-    ) -> repository.TreeIndex:
+    ) -> tree_reads.TreeIndex:
         nonlocal reads
         reads += 1
         return original(db, node_id, profile_id)
 
-    repository.tree_index = counting
+    tree_reads.tree_index = counting
     try:
         with LlamaEngine(model, SETTINGS) as engine:
             sink = CheckpointWriter(db) if queued else None
@@ -223,7 +223,7 @@ def visit(
                 nodes = int(raw.execute("SELECT count(*) FROM node").fetchone()[0])
             service.close()
     finally:
-        repository.tree_index = original
+        tree_reads.tree_index = original
         db.close()
     return Visits(nodes, cache, cpu, reads, reprocessed)
 

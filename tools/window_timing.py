@@ -293,7 +293,7 @@ def conversation_texts(messages: int, seed: int = 7) -> list[tuple[str, str]]:
 
 def insert_path(db: Any, messages: int) -> int:
     """A conversation whose one path holds ``messages`` messages; its id."""
-    from storage.repository import NewNode, insert_conversation
+    from storage.conversation_rows import NewNode, insert_conversation
     from storage.values import Role
 
     nodes = [NewNode(key=0, parent_key=None, role=Role.ROOT, text="")]

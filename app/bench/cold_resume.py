@@ -28,7 +28,7 @@ from app.bench.instrumented import TimedEngine
 from app.bench.measure import Stopwatch, median, ratio
 from app.bench.results import ColdResumeRow
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import node_rows
 from storage.db import Database, open_database
 
 
@@ -60,7 +60,7 @@ def run_cold_resume(
     machine falls on both arms alike.
     """
     paths = {
-        target: repository.get_path(db, node) for target, node in milestones.items()
+        target: node_rows.get_path(db, node) for target, node in milestones.items()
     }
     samples: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for repeat in range(repeats):

@@ -25,7 +25,7 @@ from app.conversation.checkpoint_writer import (
 )
 from app.conversation.service import ConversationService
 from storage.db import Database
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 
 # Checkpoint modes of BenchService.
 OFF = "off"  # no capture, no write: what an app without checkpoints does

@@ -6,8 +6,8 @@ blob below the fork and reads it into one reused buffer, verifies the
 checksums there, and leaves the active node and the checkpoints' last use
 to be written after the move. For comparison, the earlier ways are timed on
 the same nodes: the recursive path query, the blobs selected in one query
-(``repository.load_checkpoints``) or one transaction each, also writing
-``last_used_at`` (``repository.load_checkpoint``), and the active node
+(``checkpoint_rows.load_checkpoints``) or one transaction each, also writing
+``last_used_at`` (``checkpoint_rows.load_checkpoint``), and the active node
 written during the move. Each step is timed on its own, for a sibling switch
 (the nodes below the fork) and for a cold resume (the whole path).
 """
@@ -21,7 +21,7 @@ from app.bench.errors import BenchError
 from app.bench.measure import Stopwatch, median
 from app.bench.results import MoveBreakdownRow
 from app.conversation.tree_cache import TreeCache
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows
 from storage.checkpoint_reader import CheckpointReader
 from storage.db import Database
 
@@ -38,7 +38,7 @@ def measure_move_breakdown(
     ``fork_id`` is the deepest node kept in memory (a sibling switch), or
     None for a cold resume that restores the whole path.
     """
-    path = repository.get_path(db, leaf_id)
+    path = node_rows.get_path(db, leaf_id)
     ids = [node.id for node in path]
     first = ids.index(fork_id) + 1 if fork_id is not None else 0
     moved = ids[first:]
@@ -55,7 +55,7 @@ def measure_move_breakdown(
         cold = TreeCache(db, profile_id)
         timed("index", functools.partial(cold.path, leaf_id))
         timed("cached", functools.partial(cold.path, leaf_id))
-        timed("path", lambda: repository.get_path(db, leaf_id))
+        timed("path", lambda: node_rows.get_path(db, leaf_id))
         refs = [(n, cold.checkpoint(n.id)) for n in path[first:] if n.tokens]
         if any(ref is None for _n, ref in refs):
             raise BenchError(f"a checkpoint on the path to node {leaf_id} is missing")
@@ -68,14 +68,16 @@ def measure_move_breakdown(
                     raise BenchError(f"checkpoint of node {node.id}: {data}")
         figures.setdefault("blob_read", []).append(reader.times.read_ms)
         figures.setdefault("verify", []).append(reader.times.verify_ms)
-        timed("batched", lambda: repository.load_checkpoints(db, moved, profile_id))
+        timed(
+            "batched", lambda: checkpoint_rows.load_checkpoints(db, moved, profile_id)
+        )
         timed(
             "per_node",
-            lambda: [repository.load_checkpoint(db, i, profile_id) for i in moved],
+            lambda: [checkpoint_rows.load_checkpoint(db, i, profile_id) for i in moved],
         )
-        timed("active", lambda: repository.set_active_node(db, leaf_id))
-        repository.defer_active_node(db, path[0].conversation_id, leaf_id)
-        repository.defer_touch(db, moved, profile_id)
+        timed("active", lambda: conversation_rows.set_active_node(db, leaf_id))
+        conversation_rows.defer_active_node(db, path[0].conversation_id, leaf_id)
+        checkpoint_rows.defer_touch(db, moved, profile_id)
         timed("deferred", db.flush_deferred)
     start = path[first - 1].end_pos if first else 0
     return MoveBreakdownRow(

@@ -33,7 +33,7 @@ from app.bench.overhead import node_write_rows, run_overhead
 from app.bench.results import Report
 from app.bench.sibling_switch import run_sibling_switch
 from app.bench.storage_cost import linear_storage, sqlite_footprint, tree_storage
-from storage import repository
+from storage import node_rows
 from storage.db import open_database
 
 # Context left free above the longest path, for the sibling branches' markup.
@@ -139,7 +139,7 @@ def _run_scenarios(
 
     for fork_target, message_tokens in config.sibling_cases:
         fork_id = chat.milestones[fit(fork_target)]
-        fork_end = repository.get_node(db, fork_id).end_pos
+        fork_end = node_rows.get_node(db, fork_id).end_pos
         if fork_end + message_tokens + _CONTEXT_MARGIN > engine.n_ctx:
             progress(f"sibling case {fork_target}/{message_tokens} skipped: no room")
             continue

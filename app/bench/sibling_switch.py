@@ -22,8 +22,8 @@ from app.bench.measure import Stopwatch, median, ratio
 from app.bench.results import SiblingSwitchRow
 from app.bench.workload import SiblingPair
 from app.conversation.service import ConversationService
-from storage import repository
-from storage.repository import NodeRecord
+from storage import checkpoint_rows, node_rows
+from storage.records import NodeRecord
 
 
 def _suffix(path: list[NodeRecord], fork_id: int) -> list[NodeRecord]:
@@ -48,9 +48,9 @@ def run_sibling_switch(
     """
     db, engine = service.db, service.timed_engine
     assert service.profile_id is not None
-    fork = repository.get_node(db, pair.fork_id)
+    fork = node_rows.get_node(db, pair.fork_id)
     suffixes = {leaf: _suffix(service.path(leaf), pair.fork_id) for leaf in pair.leaves}
-    stored = repository.checkpointed_nodes(
+    stored = checkpoint_rows.checkpointed_nodes(
         db, [n.id for nodes in suffixes.values() for n in nodes], service.profile_id
     )
     suffix_bytes = {
@@ -92,7 +92,7 @@ def run_sibling_switch(
             scratch.decode([t for node in suffixes[first] for t in node.tokens])
         suffix_reprocess.append(wall.ms)
     suffix_tokens = int(
-        median(repository.get_node(db, leaf).end_pos for leaf in pair.leaves)
+        median(node_rows.get_node(db, leaf).end_pos for leaf in pair.leaves)
     )
     suffix_tokens -= fork.end_pos
     row = SiblingSwitchRow(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from app.bench.measure import ratio
 from app.bench.results import StorageRow
-from storage import repository
+from storage import checkpoint_rows, node_rows, tree_reads
 from storage.db import Database
 
 
@@ -39,8 +39,8 @@ def linear_storage(
     db: Database, profile_id: int, leaf_id: int, kv_bytes_per_token: int
 ) -> StorageRow:
     """Storage of the path from the root to ``leaf_id`` (a linear chat)."""
-    path = repository.get_path(db, leaf_id)
-    sizes = repository.checkpointed_nodes(db, [n.id for n in path], profile_id)
+    path = node_rows.get_path(db, leaf_id)
+    sizes = checkpoint_rows.checkpointed_nodes(db, [n.id for n in path], profile_id)
     return _row(
         f"linear chat, {len(path) // 2} turns",
         [(len(n.tokens), n.end_pos) for n in path],
@@ -58,17 +58,17 @@ def _shared_start_bytes(db: Database, profile_id: int, root_id: int) -> int:
     """The checkpoint bytes of the start whose checkpoint ``root_id`` restores
     from (one system prompt, several conversations; 0 if none): what the
     conversation costs on its own."""
-    twin = repository.twin_root(db, root_id, profile_id)
+    twin = checkpoint_rows.twin_root(db, root_id, profile_id)
     if twin is None:
         return 0
-    return repository.checkpointed_nodes(db, [twin], profile_id).get(twin, 0)
+    return checkpoint_rows.checkpointed_nodes(db, [twin], profile_id).get(twin, 0)
 
 
 def tree_storage(
     db: Database, profile_id: int, conversation_id: int, kv_bytes_per_token: int
 ) -> StorageRow:
     """Storage of a whole conversation tree, each span counted once."""
-    nodes = repository.tree(db, conversation_id, profile_id)
+    nodes = tree_reads.tree(db, conversation_id, profile_id)
     ends: dict[int, int] = {}
     for node in nodes:  # parents come before their children
         start = ends[node.parent_id] if node.parent_id is not None else 0
@@ -94,5 +94,5 @@ def sqlite_footprint(db: Database) -> dict[str, int]:
     files = [db.path, db.path.with_name(db.path.name + "-wal")]
     return {
         "file_bytes": sum(f.stat().st_size for f in files if f.exists()),
-        "checkpoint_bytes": repository.total_checkpoint_bytes(db),
+        "checkpoint_bytes": checkpoint_rows.total_checkpoint_bytes(db),
     }

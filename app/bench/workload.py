@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from app.backend.engine import LlamaEngine
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from storage import repository
+from storage import node_rows
 
 Progress = Callable[[str], None]
 
@@ -83,7 +83,7 @@ def build_linear_chat(
     engine = service.engine
     assert engine is not None
     conversation, root = service.new_conversation(SYSTEM_PROMPT, "bench: linear chat")
-    node, end = root, repository.get_node(service.db, root).end_pos
+    node, end = root, node_rows.get_node(service.db, root).end_pos
     milestones: dict[int, int] = {}
     turn = 0
     for target in sorted(targets):

@@ -133,11 +133,11 @@ def _open_database(args: argparse.Namespace) -> Database:
     A reply left "generating" by a process that died is closed first, as the
     service would, so that what is shown is what the next session sees.
     """
-    from storage import repository
+    from storage import node_rows
     from storage.db import open_database
 
     db = open_database(paths.database_path(args.data_dir))
-    repository.mark_interrupted_generations(db)
+    node_rows.mark_interrupted_generations(db)
     return db
 
 
@@ -261,9 +261,9 @@ def _cmd_edit(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from storage import repository
+    from storage import node_rows
 
-    path = repository.get_path(_open_database(args), args.node)
+    path = node_rows.get_path(_open_database(args), args.node)
     return emit(
         {
             "conversation": path[0].conversation_id,
@@ -285,9 +285,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_tree(args: argparse.Namespace) -> int:
-    from storage import repository
+    from storage import tree_reads
 
-    nodes = repository.tree(_open_database(args), args.conversation)
+    nodes = tree_reads.tree(_open_database(args), args.conversation)
     return emit(
         {
             "conversation": args.conversation,
@@ -312,9 +312,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     # list is what a script or a shell prompt asks for most, and should be quick.
     records = catalog.read_listing(paths.database_path(args.data_dir))
     if records is None:
-        from storage import repository
+        from storage import conversation_rows
 
-        records = repository.list_conversations(_open_database(args))
+        records = conversation_rows.list_conversations(_open_database(args))
     return emit(
         {
             "conversations": [
@@ -368,9 +368,9 @@ def _cmd_reasoning(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from storage import repository
+    from storage import text_search
 
-    hits = repository.search(_open_database(args), args.text, args.limit)
+    hits = text_search.search(_open_database(args), args.text, args.limit)
     return emit(
         {
             "hits": [
@@ -380,9 +380,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
                     "node": hit.node_id,
                     "role": hit.role,
                     # Plain text for a terminal: the matches between [ and ].
-                    "snippet": hit.snippet.replace(repository.MATCH_START, "[").replace(
-                        repository.MATCH_END, "]"
-                    ),
+                    "snippet": hit.snippet.replace(
+                        text_search.MATCH_START, "["
+                    ).replace(text_search.MATCH_END, "]"),
                 }
                 for hit in hits
             ]

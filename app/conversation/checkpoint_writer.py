@@ -45,10 +45,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from storage import repository
+from storage import checkpoint_rows
 from storage.db import Database
 from storage.errors import NotFound
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _write(
     # Named, so that the service's tree cache reads only this node's
     # checkpoint again, not the whole tree (``Database.changing``).
     with db.changing([node.id]):
-        return repository.save_checkpoint(
+        return checkpoint_rows.save_checkpoint(
             db,
             node.id,
             profile_id,

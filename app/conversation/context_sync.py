@@ -35,16 +35,13 @@ from app.backend.values import StateKind
 from app.conversation import folding, profile_difference
 from app.conversation.results import SyncStats
 from app.conversation.tree_cache import TreeCache
-from storage import repository
+from storage import checkpoint_rows, node_rows
 from storage.checkpoint_reader import CheckpointReader
 from storage.checkpoint_refs import checkpoint_refs
+from storage.checkpoint_rows import CapturedCheckpoint
 from storage.db import Database
-from storage.repository import (
-    CapturedCheckpoint,
-    CheckpointRef,
-    NodeRecord,
-    StoredCheckpoint,
-)
+from storage.records import NodeRecord, StoredCheckpoint
+from storage.tree_reads import CheckpointRef
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
@@ -67,7 +64,7 @@ def write_batches(
 
     def save(captured: Captured) -> int:
         return sum(
-            repository.save_checkpoints(
+            checkpoint_rows.save_checkpoints(
                 db,
                 profile_id,
                 [
@@ -162,7 +159,7 @@ class ContextSync:
         below = path[shared:]
         restored = self._restore_deltas(below, stats)
         self._reprocess_all(below[len(restored) :], stats)
-        repository.defer_touch(
+        checkpoint_rows.defer_touch(
             self._db, [n.id for n in restored if n.tokens], self._profile_id
         )
         return stats
@@ -250,7 +247,7 @@ class ContextSync:
         system prompt, decoded in another conversation), which serves this
         one as it is: a start's cells depend on its tokens alone, and its
         checksum binds the twin's id and these same tokens."""
-        twin = repository.twin_root(self._db, root.id, self._profile_id)
+        twin = checkpoint_rows.twin_root(self._db, root.id, self._profile_id)
         if twin is None:
             return None
         refs, _profile = checkpoint_refs(self._db, [twin], self._profile_id)
@@ -264,7 +261,7 @@ class ContextSync:
     def _missing_reason(self, node: NodeRecord) -> str:
         """Why ``node`` has no checkpoint here: "missing", or what differs in
         the profile that made the one it has (another device, another model)."""
-        for details in repository.other_checkpoint_profiles(
+        for details in checkpoint_rows.other_checkpoint_profiles(
             self._db, node.id, self._profile_id
         ):
             why = profile_difference.difference(self._engine.profile_details, details)
@@ -286,18 +283,18 @@ class ContextSync:
             shared = 0
         stats.kept_tokens = path[shared - 1].end_pos if shared else 0
         self._settle([n.id for n in path[shared:]])
-        sizes = repository.checkpointed_nodes(
+        sizes = checkpoint_rows.checkpointed_nodes(
             self._db, [n.id for n in path[shared:]], self._profile_id
         )
         for index in reversed(range(shared, len(path))):
             if path[index].id not in sizes:
                 continue
             node = path[index]
-            stored = repository.load_checkpoints(
+            stored = checkpoint_rows.load_checkpoints(
                 self._db, [node.id], self._profile_id
             ).get(node.id)
             if self._try_restore(node, stored, stats):
-                repository.defer_touch(self._db, [node.id], self._profile_id)
+                checkpoint_rows.defer_touch(self._db, [node.id], self._profile_id)
                 self.loaded = list(path[: index + 1])
                 shared = index + 1
                 stats.kept_tokens = 0
@@ -372,7 +369,7 @@ class ContextSync:
         if rebatched:
             # One statement's worth of reading for all of them (an imported
             # path records the batches of every node).
-            repository.update_nodes(
+            node_rows.update_nodes(
                 self._db,
                 {node_id: {"chunks": used} for node_id, used in rebatched.items()},
             )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 
 
 def effective(path: Sequence[NodeRecord]) -> list[NodeRecord]:

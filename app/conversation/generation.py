@@ -26,9 +26,9 @@ from app.conversation.results import Reply, ReplyStats, StopReason
 from app.conversation.spans import Placement
 from app.conversation.streams import Streams
 from app.conversation.turn_markers import ReplyText
-from storage import repository
+from storage import node_rows
 from storage.db import Database
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 from storage.values import Status
 
 if TYPE_CHECKING:
@@ -357,7 +357,7 @@ class ReplyPipeline:
             else engine.batch_sizes(len(span))
         )
         with self._db.changing([stream.node.id]):
-            stream.node = repository.update_node(
+            stream.node = node_rows.update_node(
                 self._db,
                 stream.node.id,
                 text=stream.answer,
@@ -379,7 +379,7 @@ class ReplyPipeline:
         node = stream.node
         assert node.generation is not None
         with self._db.changing([node.id]):
-            node = repository.update_node(
+            node = node_rows.update_node(
                 self._db,
                 node.id,
                 text=stream.answer,

@@ -41,11 +41,18 @@ from app.conversation.streams import (
 )
 from app.conversation.titles import title_from
 from app.conversation.tree_cache import TreeCache
-from storage import exchange, repository
+from storage import (
+    checkpoint_rows,
+    conversation_rows,
+    exchange,
+    node_rows,
+    setting_rows,
+    tree_reads,
+)
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
-from storage.repository import NodeRecord, NodeSummary
+from storage.records import NodeRecord, NodeSummary
 from storage.values import Role, Status
 
 if TYPE_CHECKING:
@@ -114,7 +121,7 @@ class ConversationService:
         self._sync: ContextSync | None = None
         self.profile_id: int | None = None
         if engine is not None:
-            self.profile_id = repository.ensure_profile(
+            self.profile_id = checkpoint_rows.ensure_profile(
                 db, engine.profile_fingerprint, engine.profile_details
             )
         # The open conversation's tree, so that a move reads only checkpoints.
@@ -142,11 +149,11 @@ class ConversationService:
         the model file, so one hash per model serves every later start.
         """
         key = f"vocab_id:{engine.vocab_key}"
-        known = repository.get_setting(self.db, key)
+        known = setting_rows.get_setting(self.db, key)
         if isinstance(known, str):
             engine.adopt_vocab_id(known)
         elif not (self.db.read_only or self.db.space_low):
-            repository.set_setting(self.db, key, engine.vocab_id)
+            setting_rows.set_setting(self.db, key, engine.vocab_id)
 
     def __enter__(self) -> ConversationService:
         """Use the service in a ``with`` block that closes it."""
@@ -187,7 +194,7 @@ class ConversationService:
         self, text_filter: str | None = None
     ) -> list[ConversationRecord]:
         """Conversations, most recent first."""
-        return repository.list_conversations(self.db, text_filter)
+        return conversation_rows.list_conversations(self.db, text_filter)
 
     def path(self, node_id: int) -> list[NodeRecord]:
         """Nodes from the root to ``node_id`` (from the tree cache when fresh)."""
@@ -195,7 +202,7 @@ class ConversationService:
 
     def tree(self, conversation_id: int) -> list[NodeSummary]:
         """All nodes of a conversation, parents first."""
-        return repository.tree(self.db, conversation_id, self.profile_id)
+        return tree_reads.tree(self.db, conversation_id, self.profile_id)
 
     # --- changing the tree --------------------------------------------------------
 
@@ -213,7 +220,7 @@ class ConversationService:
         """
         _check_text(system_prompt, "system prompt")
         _check_text(title, "title")
-        conversation, root = repository.create_conversation(
+        conversation, root = conversation_rows.create_conversation(
             self.db, title, system_prompt, stored_sampling(sampling, preset)
         )
         self._render_root(conversation.id, root)
@@ -224,7 +231,9 @@ class ConversationService:
         ``system_prompt``; return the root's id. Nothing is erased: the earlier
         system prompts keep their branches."""
         _check_text(system_prompt, "system prompt")
-        root = repository.add_root(self.db, conversation_id, system_prompt.strip())
+        root = conversation_rows.add_root(
+            self.db, conversation_id, system_prompt.strip()
+        )
         self._render_root(conversation_id, root)
         return root.id
 
@@ -236,7 +245,7 @@ class ConversationService:
         Its span is rendered and decoded on the way to a node below it, and
         checkpointed then, like an imported message's.
         """
-        parent = repository.get_node(self.db, parent_id)
+        parent = node_rows.get_node(self.db, parent_id)
         expected = (
             (Role.USER,) if role == Role.ASSISTANT else (Role.ROOT, Role.ASSISTANT)
         )
@@ -244,16 +253,20 @@ class ConversationService:
             raise ServiceError(f"A {role} message cannot follow a {parent.role} node.")
         _check_text(text, "message")
         with self.db.adding() as added:
-            node = repository.add_node(self.db, parent_id, role, text)
+            node = node_rows.add_node(self.db, parent_id, role, text)
             added.add(node.id)
         if role == Role.USER and parent.parent_id is None:
-            repository.title_if_unnamed(self.db, node.conversation_id, title_from(text))
+            conversation_rows.title_if_unnamed(
+                self.db, node.conversation_id, title_from(text)
+            )
         return node.id
 
     def stored_sampling(self, node_id: int) -> dict[str, Any] | None:
         """The sampling stored with ``node_id``'s conversation (None: none)."""
-        node = repository.get_node(self.db, node_id)
-        return repository.get_conversation(self.db, node.conversation_id).sampling
+        node = node_rows.get_node(self.db, node_id)
+        return conversation_rows.get_conversation(
+            self.db, node.conversation_id
+        ).sampling
 
     def set_sampling(
         self,
@@ -263,7 +276,7 @@ class ConversationService:
     ) -> None:
         """Store the sampling the conversation's replies use (None: the
         Settings'), from the preset named ``preset`` if any."""
-        repository.set_conversation_sampling(
+        conversation_rows.set_conversation_sampling(
             self.db, conversation_id, stored_sampling(sampling, preset)
         )
 
@@ -288,14 +301,14 @@ class ConversationService:
                 + ", ".join(switch.choices)
                 + "."
             )
-        repository.set_reasoning(self.db, conversation_id, choice)
+        conversation_rows.set_reasoning(self.db, conversation_id, choice)
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         """Give a conversation a new title."""
         _check_text(title, "title")
         if not title.strip():
             raise ServiceError("A conversation's title cannot be empty.")
-        repository.rename_conversation(self.db, conversation_id, title)
+        conversation_rows.rename_conversation(self.db, conversation_id, title)
 
     def import_conversation(self, data: Any) -> exchange.ImportResult:
         """Create a conversation from an exported file's JSON; say what was made.
@@ -308,7 +321,7 @@ class ConversationService:
     def set_active_node(self, node_id: int) -> None:
         """Remember ``node_id`` as where its conversation continues (the engine
         stays where it is; ``restore`` moves it)."""
-        repository.set_active_node(self.db, node_id)
+        conversation_rows.set_active_node(self.db, node_id)
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete a conversation with every message and checkpoint in it."""
@@ -318,7 +331,7 @@ class ConversationService:
         sync = self._sync
         if sync and sync.loaded and sync.loaded[0].conversation_id == conversation_id:
             sync.forget()  # the context holds what is about to go
-        repository.delete_conversation(self.db, conversation_id)
+        conversation_rows.delete_conversation(self.db, conversation_id)
 
     def clear_checkpoints(self, conversation_id: int | None = None) -> int:
         """Delete the checkpoints of one conversation (or all); return bytes freed.
@@ -328,8 +341,10 @@ class ConversationService:
         # A queued write landing after the clearing would bring one back.
         self._checkpoints.flush()
         if conversation_id is not None:
-            repository.get_conversation(self.db, conversation_id)  # NotFound
-        return repository.delete_checkpoints(self.db, conversation_id=conversation_id)
+            conversation_rows.get_conversation(self.db, conversation_id)  # NotFound
+        return checkpoint_rows.delete_checkpoints(
+            self.db, conversation_id=conversation_id
+        )
 
     def evict_checkpoints(
         self,
@@ -342,15 +357,15 @@ class ConversationService:
         bytes freed; ``progress(done, total)`` is told them as they go.
         """
         self._checkpoints.flush()
-        return repository.evict_checkpoints(self.db, budget_bytes, progress)
+        return checkpoint_rows.evict_checkpoints(self.db, budget_bytes, progress)
 
     def delete_branch(self, node_id: int) -> int:
         """Delete a node and everything under it; return the parent's id (for
         a start of several, the first other start's)."""
         self._checkpoints.flush()  # a queued write would bring one back
         try:
-            parent = repository.delete_subtree(self.db, node_id)
-        except ValueError as exc:  # the only start (the repository decides)
+            parent = node_rows.delete_subtree(self.db, node_id)
+        except ValueError as exc:  # the only start (storage decides)
             raise ServiceError(
                 "The start of a conversation cannot be deleted (delete the "
                 "conversation instead)."
@@ -366,13 +381,13 @@ class ConversationService:
 
         Nothing is written on the way: ``node_id`` becomes the conversation's
         active node, and the checkpoints used count as used, a moment later
-        (``repository.defer_active_node``; a process killed right then
+        (``conversation_rows.defer_active_node``; a process killed right then
         reopens where it was before this restore).
         """
         self._raise_write_failure()
         path, _variables = self._ensured_path(node_id)
         stats = self._move_to(path)
-        repository.defer_active_node(self.db, path[0].conversation_id, node_id)
+        conversation_rows.defer_active_node(self.db, path[0].conversation_id, node_id)
         return stats
 
     def send(
@@ -390,7 +405,7 @@ class ConversationService:
         earlier attempt whose reply failed), that message is answered instead
         of adding a copy; ``Reply.user_node`` is then its id.
         """
-        parent = repository.get_node(self.db, parent_id)
+        parent = node_rows.get_node(self.db, parent_id)
         if parent.role == Role.USER:
             raise ServiceError(
                 f"Node {parent_id} is a user message; send continues from an "
@@ -407,7 +422,7 @@ class ConversationService:
         streams: Streams = NO_STREAMS,
     ) -> Reply:
         """Add an edited copy of a user message as its sibling, and reply to it."""
-        node = repository.get_node(self.db, user_node_id)
+        node = node_rows.get_node(self.db, user_node_id)
         if node.role != Role.USER or node.parent_id is None:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
         return self._add_user_and_reply(node.parent_id, text, params, streams)
@@ -419,7 +434,7 @@ class ConversationService:
         streams: Streams = NO_STREAMS,
     ) -> Reply:
         """Generate a new reply beside an existing one (a sibling)."""
-        node = repository.get_node(self.db, assistant_node_id)
+        node = node_rows.get_node(self.db, assistant_node_id)
         if node.role != Role.ASSISTANT or node.parent_id is None:
             raise ServiceError(f"Node {assistant_node_id} is not an assistant reply.")
         return self.reply(node.parent_id, params, streams)
@@ -442,7 +457,7 @@ class ConversationService:
         """A longer version of a reply that ended at the length limit: a new
         sibling that starts with that reply's tokens, as decoded, and goes on
         (the reply itself stays, as branching always keeps what was)."""
-        node = repository.get_node(self.db, assistant_node_id)
+        node = node_rows.get_node(self.db, assistant_node_id)
         generation = node.generation or {}
         if (
             node.role != Role.ASSISTANT
@@ -501,7 +516,7 @@ class ConversationService:
         self._raise_write_failure()
         if not 1 <= n <= MAX_FORKS:
             raise ServiceError(f"Between 1 and {MAX_FORKS} alternatives, not {n}.")
-        node = repository.get_node(self.db, node_id)
+        node = node_rows.get_node(self.db, node_id)
         if node.role == Role.ASSISTANT and node.parent_id is not None:
             user_id = node.parent_id
         elif node.role == Role.USER:
@@ -539,7 +554,7 @@ class ConversationService:
         Each reply became the active node as it was added, which left the
         last one there. The record is deferred bookkeeping, written at the
         job's end as a restore's is."""
-        repository.defer_active_node(
+        conversation_rows.defer_active_node(
             self.db, conversation_id, replies[0].assistant_node
         )
         return replies
@@ -616,7 +631,7 @@ class ConversationService:
         # The user's words are committed before any model work, so nothing they
         # typed is lost if generation fails or the process dies.
         with self.db.adding() as added:
-            user = repository.add_node(
+            user = node_rows.add_node(
                 self.db,
                 parent_id,
                 Role.USER,
@@ -628,7 +643,9 @@ class ConversationService:
             )
             added.add(user.id)
         if parent_id == path[0].id:
-            repository.title_if_unnamed(self.db, user.conversation_id, title_from(text))
+            conversation_rows.title_if_unnamed(
+                self.db, user.conversation_id, title_from(text)
+            )
         stats = ReplyStats.after(self._move_to(placement.base))
         # The template's generation prompt follows the user's turn directly.
         opening = Placement([*placement.base, user], prompt_text, prompt_tokens)
@@ -637,11 +654,11 @@ class ConversationService:
 
     def _unanswered_user(self, parent_id: int, text: str) -> NodeRecord | None:
         """A user message ``text`` under ``parent_id`` that has no reply, if any."""
-        for child in repository.get_children(self.db, parent_id):
+        for child in node_rows.get_children(self.db, parent_id):
             if (
                 child.role == Role.USER
                 and child.text == text
-                and not repository.get_children(self.db, child.id)
+                and not node_rows.get_children(self.db, child.id)
             ):
                 return child
         return None
@@ -739,7 +756,7 @@ class ConversationService:
         conversation now goes on with the loaded model: it is recorded.
         """
         with self.db.adding() as added:
-            reply = repository.add_node(
+            reply = node_rows.add_node(
                 self.db,
                 parent_id,
                 Role.ASSISTANT,
@@ -760,7 +777,7 @@ class ConversationService:
         engine = self._require_engine()
         identity = str(engine.profile_details["model_identity"])
         if self.conversation_model(conversation_id) != (str(engine.path), identity):
-            repository.set_conversation_model(
+            conversation_rows.set_conversation_model(
                 self.db, conversation_id, str(engine.path), identity
             )
 
@@ -769,7 +786,7 @@ class ConversationService:
         continued with, or None (no reply yet, or made before Arbor kept it)."""
         conversation = self._tree.conversation(
             conversation_id
-        ) or repository.get_conversation(self.db, conversation_id)
+        ) or conversation_rows.get_conversation(self.db, conversation_id)
         if conversation.model_path is None or conversation.model_identity is None:
             return None
         return conversation.model_path, conversation.model_identity
@@ -791,7 +808,7 @@ class ConversationService:
         assert self._sync is not None
         chunks = engine.decode(user.tokens)
         with self.db.changing([user.id]):
-            user = repository.update_node(self.db, user.id, chunks=chunks)
+            user = node_rows.update_node(self.db, user.id, chunks=chunks)
         self._sync.append(user)
         stats.prompt_tokens += len(user.tokens)
         stats.checkpoint_bytes_written += self._store_checkpoint(
@@ -808,13 +825,13 @@ class ConversationService:
         has its final status stays as it is.
         """
         try:
-            reply = repository.get_node(self.db, reply_id)
+            reply = node_rows.get_node(self.db, reply_id)
             if reply.status != Status.GENERATING:
                 return
             if reply.text or reply.thinking:
-                repository.update_node(self.db, reply_id, status=Status.INTERRUPTED)
+                node_rows.update_node(self.db, reply_id, status=Status.INTERRUPTED)
             else:
-                repository.delete_subtree(self.db, reply_id)
+                node_rows.delete_subtree(self.db, reply_id)
         except (StorageUnavailable, NotFound):
             # The database itself is failing: the reply stays "generating",
             # which the next start marks "interrupted". The first error is
@@ -830,7 +847,7 @@ class ConversationService:
             return {}
         conversation = self._tree.conversation(
             conversation_id
-        ) or repository.get_conversation(self.db, conversation_id)
+        ) or conversation_rows.get_conversation(self.db, conversation_id)
         choice = conversation.reasoning
         return switch.variables(choice if choice in switch.choices else None)
 
@@ -860,8 +877,10 @@ class ConversationService:
         """
         engine = self._require_engine()
         assert self._sync is not None
-        path = repository.get_path(self.db, node_id)
-        conversation = repository.get_conversation(self.db, path[0].conversation_id)
+        path = node_rows.get_path(self.db, node_id)
+        conversation = conversation_rows.get_conversation(
+            self.db, path[0].conversation_id
+        )
         try:
             text = summary.summarize(engine, path, params, should_stop)
         finally:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from app.backend.chat_format import Message, TemplateError
 from app.backend.errors import ContextFullError
 from app.conversation import folding, path_texts
-from storage import repository
+from storage import node_rows
 from storage.db import Database
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 from storage.values import Role, Status
 
 if TYPE_CHECKING:
@@ -334,7 +334,7 @@ def _write(
 ) -> dict[int, NodeRecord]:
     if not changes:
         return {}
-    return repository.update_nodes(db, changes, drop_checkpoints=dropped)
+    return node_rows.update_nodes(db, changes, drop_checkpoints=dropped)
 
 
 def check_fits(

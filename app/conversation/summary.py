@@ -16,7 +16,7 @@ from app.backend.errors import ContextFullError
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.text_stream import Utf8Stream
 from app.backend.values import SamplingParams
-from storage.repository import NodeRecord
+from storage.records import NodeRecord
 from storage.values import Role
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 A move needs the path to a node (each node with its span) and where the
 checkpoints below the fork are. Asked of SQLite on every move, that is a
 recursive query and a join: most of a sibling switch's time. This cache
-holds one conversation: its index (``repository.tree_index``: every node's
+holds one conversation: its index (``tree_reads.tree_index``: every node's
 parent and every checkpoint's location and checksum) and the records of the
 nodes that paths went through, read with the index or when first needed.
 
@@ -38,16 +38,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from storage import repository
+from storage import tree_reads
 from storage.catalog import ConversationRecord
 from storage.checkpoint_refs import checkpoint_refs
 from storage.db import Database
 from storage.errors import NotFound
-from storage.repository import (
-    CheckpointRef,
-    NodeRecord,
-    pack_tokens,
-)
+from storage.records import NodeRecord, pack_tokens
+from storage.tree_reads import CheckpointRef
 
 
 class TreeCache:
@@ -86,7 +83,7 @@ class TreeCache:
             ids.append(parent)
         missing = [i for i in ids if i not in self._records]
         if missing:
-            self._records.update(repository.get_nodes(self._db, missing))
+            self._records.update(tree_reads.get_nodes(self._db, missing))
             if any(i not in self._records for i in missing):
                 # Deleted since the index was read: the next call reloads.
                 self.forget()
@@ -160,7 +157,7 @@ class TreeCache:
         # the next call read again (or follow it), never the reverse.
         self.forget()
         generation = self._db.generation()
-        index = repository.tree_index(self._db, node_id, self._profile_id)
+        index = tree_reads.tree_index(self._db, node_id, self._profile_id)
         self._conversation = index.conversation
         self._parents = index.parents
         self._checkpoints = index.checkpoints
@@ -191,7 +188,7 @@ class TreeCache:
         conversation_id = self._conversation.id
         # Ascending: a parent (older) before the children added with it.
         ids = sorted(changed)
-        records = repository.get_nodes(self._db, ids)
+        records = tree_reads.get_nodes(self._db, ids)
         refs: dict[int, CheckpointRef] = {}
         if self._profile_id is not None:
             refs, profile = checkpoint_refs(self._db, ids, self._profile_id)

@@ -1,14 +1,15 @@
 """A conversation tree held in memory for the views (Qt-free).
 
-Built from the repository's ``NodeSummary`` list; answers what the transcript
-and the tree panel ask: a node's path, its siblings, where a branch leads.
+Built from the ``NodeSummary`` list of ``storage.tree_reads``; answers what
+the transcript and the tree panel ask: a node's path, its siblings, where a
+branch leads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storage.repository import NodeSummary
+from storage.records import NodeSummary
 
 
 @dataclass(frozen=True)

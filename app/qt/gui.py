@@ -35,7 +35,7 @@ from app.qt.views.main_window import MainWindow
 from app.qt.views.theme import ThemeManager, app_icon
 from app.qt.workers.engine_thread import EngineController
 from app.qt.workers.library_worker import ModelServices
-from storage import repository
+from storage import node_rows
 from storage.db import Database, open_database
 from storage.errors import StorageUnavailable
 
@@ -112,7 +112,7 @@ def build_window(
     asks llama.cpp (tests say it). ``hub_endpoint`` is the Hub's address for
     tests; None uses ``HF_ENDPOINT`` or the Hub (``huggingface_hub`` reads it).
     """
-    repository.mark_interrupted_generations(db)
+    node_rows.mark_interrupted_generations(db)
     prefs = load_preferences(db)
     engine = EngineController(db)
     # The models go where ``arbor models`` puts them (ARBOR_MODELS_DIR, the

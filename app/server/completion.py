@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from app.conversation.results import StopReason
 from app.conversation.streams import Streams
 from app.server.requests import ChatRequest, Turn
-from storage import repository
+from storage import conversation_rows, node_rows, setting_rows
 from storage.errors import NotFound
 from storage.values import Role
 
@@ -115,15 +115,17 @@ def _start(
     if conversation_id is None:
         conversation_id = _client_conversation(service, request)
     else:
-        repository.get_conversation(db, conversation_id)  # NotFound if unknown
+        conversation_rows.get_conversation(db, conversation_id)  # NotFound if unknown
     if conversation_id is None:
         conversation_id, root = service.new_conversation(
             request.system or None, _client_title(request.user)
         )
-        repository.set_setting(db, _CLIENT_KEY + (request.user or ""), conversation_id)
+        setting_rows.set_setting(
+            db, _CLIENT_KEY + (request.user or ""), conversation_id
+        )
         return conversation_id, root
     wanted = request.system.strip()
-    for root_id, text in repository.root_texts(db, conversation_id):
+    for root_id, text in node_rows.root_texts(db, conversation_id):
         if text.strip() == wanted:
             return conversation_id, root_id
     return conversation_id, service.new_system_prompt(conversation_id, request.system)
@@ -132,11 +134,11 @@ def _start(
 def _client_conversation(
     service: ConversationService, request: ChatRequest
 ) -> int | None:
-    known = repository.get_setting(service.db, _CLIENT_KEY + (request.user or ""))
+    known = setting_rows.get_setting(service.db, _CLIENT_KEY + (request.user or ""))
     if not isinstance(known, int):
         return None
     try:
-        repository.get_conversation(service.db, known)
+        conversation_rows.get_conversation(service.db, known)
     except NotFound:
         return None  # deleted in the window since: a new one is made
     return known
@@ -166,9 +168,7 @@ def _matching_child(service: ConversationService, node: int, turn: Turn) -> int 
     # Arbor's own reply text) trim it. A user message must match exactly,
     # because its span was rendered from exactly that text.
     wanted = turn.text.strip() if role == Role.ASSISTANT else turn.text
-    for child_id, child_role, text in reversed(
-        repository.child_texts(service.db, node)
-    ):
+    for child_id, child_role, text in reversed(node_rows.child_texts(service.db, node)):
         if child_role != role:
             continue
         if (text.strip() if role == Role.ASSISTANT else text) == wanted:

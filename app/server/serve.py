@@ -153,12 +153,12 @@ def _open_service(options: ServeOptions) -> ConversationService:
     from app.backend.engine import LlamaEngine
     from app.conversation.checkpoint_writer import CheckpointWriter
     from app.conversation.service import ConversationService
-    from storage import repository
+    from storage import node_rows
     from storage.db import open_database
 
     db = open_database(options.database)
     try:
-        repository.mark_interrupted_generations(db)
+        node_rows.mark_interrupted_generations(db)
         engine = LlamaEngine(options.model, options.settings)
     except BaseException:
         db.close()

@@ -32,7 +32,7 @@ from app.window import jobs
 from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.window.jobs import JobResult
 from app.window.reply_stream import ReplyStream
-from storage import repository
+from storage import conversation_rows, tree_reads
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
@@ -407,7 +407,7 @@ class WindowPresenter:
     ) -> None:
         """Show a conversation at ``node_id`` (by default, its active node)."""
         try:
-            record = repository.get_conversation(self.db, conversation_id)
+            record = conversation_rows.get_conversation(self.db, conversation_id)
         except (StorageUnavailable, NotFound) as exc:
             self.view.show_error("Could not open the conversation", str(exc))
             return
@@ -488,7 +488,7 @@ class WindowPresenter:
             self._set_snapshot(TreeSnapshot.empty())
             return
         try:
-            nodes = repository.tree(self.db, self.conversation_id, self.profile_id)
+            nodes = tree_reads.tree(self.db, self.conversation_id, self.profile_id)
         except (StorageUnavailable, NotFound) as exc:
             self.view.show_error("Could not read the conversation", str(exc))
             return
@@ -1003,7 +1003,7 @@ class WindowPresenter:
     def _most_recent(self, besides: int | None = None) -> int | None:
         """The most recently used conversation (other than ``besides``)."""
         try:
-            listed = repository.list_conversations(self.db)
+            listed = conversation_rows.list_conversations(self.db)
         except StorageUnavailable as exc:
             self.view.show_error("Cannot read the database", str(exc))
             return None
@@ -1202,7 +1202,7 @@ class WindowPresenter:
         if conversation_id is None:
             return None
         try:
-            return repository.get_conversation(self.db, conversation_id)
+            return conversation_rows.get_conversation(self.db, conversation_id)
         except (StorageUnavailable, NotFound):
             return None
 

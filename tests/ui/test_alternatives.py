@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from app.qt.views.alternatives import AlternativesRow
 from app.window import jobs
 from app.window.actions import TIMES
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import send, wait_idle
 
 
@@ -41,14 +41,14 @@ def test_regenerate_x3_streams_side_by_side_and_adds_three_siblings(qtbot, make_
     assert {count for count, _index in rows} == {3}
     assert {index for _count, index in rows} == {0, 1, 2}
     assert window.transcript.alternatives is None  # the row is gone
-    parent = repository.get_node(window.db, first).parent_id
-    siblings = repository.get_children(window.db, parent)
+    parent = node_rows.get_node(window.db, first).parent_id
+    siblings = node_rows.get_children(window.db, parent)
     assert len(siblings) == 4 and siblings[0].id == first
     new = [s.id for s in siblings[1:]]
     assert len({s.text for s in siblings[1:]}) == 3
     assert window.active_id == new[0]
     # Where the conversation reopens: the one shown, though the last was added last.
-    conversation = repository.get_conversation(window.db, window.conversation_id)
+    conversation = conversation_rows.get_conversation(window.db, window.conversation_id)
     assert conversation.active_node_id == new[0]
     # The three stay side by side, to keep one; going on keeps the first.
     choices = window.transcript.choices
@@ -75,7 +75,7 @@ def test_regenerate_x3_streams_side_by_side_and_adds_three_siblings(qtbot, make_
         assert window.active_id == node
         card = window.transcript.cards[-1]
         assert card.sibling_label.text() == f"{position}/4"
-        assert card.text == repository.get_node(window.db, node).text
+        assert card.text == node_rows.get_node(window.db, node).text
     restores = [r for r in results if isinstance(r.job, jobs.Restore)]
     assert len(restores) == 2
     assert all(r.sync.reprocessed_tokens == 0 for r in restores)
@@ -91,6 +91,6 @@ def test_conversation_menu_regenerates_the_last_reply_x3(qtbot, make_window):
     assert window.alternatives_action.shortcut().toString() == "Ctrl+Shift+R"
     window.alternatives_action.trigger()
     wait_idle(qtbot, window)
-    parent = repository.get_node(window.db, first).parent_id
-    assert len(repository.get_children(window.db, parent)) == 4
+    parent = node_rows.get_node(window.db, first).parent_id
+    assert len(node_rows.get_children(window.db, parent)) == 4
     assert window.transcript.cards[-1].sibling_label.text() == "2/4"

@@ -12,7 +12,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from storage import repository
+from storage import node_rows
 from tests.test_attachments import write_pdf
 from tests.ui.conftest import WAIT_MS, wait_idle
 
@@ -62,8 +62,8 @@ def test_a_dropped_file_goes_with_the_message(qtbot, make_window, tmp_path: Path
     wait_idle(qtbot, window)
     assert chips.files == [] and window.composer.text == ""
 
-    question = repository.get_node(window.db, window.active_id).parent_id
-    stored = repository.get_node(window.db, question)
+    question = node_rows.get_node(window.db, window.active_id).parent_id
+    stored = node_rows.get_node(window.db, question)
     # The model read the files: they are in the message's text and tokens.
     assert stored.text.startswith("What do these say?\n\nFile: notes.txt")
     assert "The pine is another." in stored.text

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 
 from app.qt.models.conversation_list import ProgressRole
 from app.qt.views import exchange_actions
-from storage import repository
+from storage import node_rows
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 
 
@@ -105,7 +105,7 @@ def test_other_conversations_can_be_read_searched_and_exported_mid_reply(
     undo()
     wait_idle(qtbot, window)
 
-    reply = repository.get_node(window.db, window.active_id)
+    reply = node_rows.get_node(window.db, window.active_id)
     assert reply.role == "assistant" and reply.text
     assert window.transcript.cards[-1].text == reply.text
     assert reply.text.startswith(shown_on_return)

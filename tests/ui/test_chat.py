@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QLabel
 
 from app.preferences import load_preferences, save_preferences
 from app.window import jobs
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 
 
@@ -33,7 +33,7 @@ def test_send_streams_the_reply_into_the_transcript(qtbot, make_window):
 
     send(qtbot, window, "Tell me about trees.")
 
-    path = repository.get_path(window.db, window.active_id)
+    path = node_rows.get_path(window.db, window.active_id)
     assert [n.role for n in path] == ["root", "user", "assistant"]
     assert path[1].text == "Tell me about trees."
     assert pieces, "no token was streamed"
@@ -61,7 +61,7 @@ def test_enter_inserts_a_newline_and_ctrl_enter_sends(qtbot, make_window):
     )
     wait_idle(qtbot, window)
     assert (
-        repository.get_path(window.db, window.active_id)[1].text == "line one\nline two"
+        node_rows.get_path(window.db, window.active_id)[1].text == "line one\nline two"
     )
 
 
@@ -82,7 +82,7 @@ def test_escape_stops_generation_and_keeps_the_partial_reply(qtbot, make_window)
 
     reply = next(r for r in results if isinstance(r.job, jobs.Send)).reply
     assert reply.stats.stop_reason == "stopped"
-    node = repository.get_node(window.db, window.active_id)
+    node = node_rows.get_node(window.db, window.active_id)
     assert node.status == "stopped" and node.text == reply.text and node.text
     assert reply.stats.generated_tokens < 200  # stopped long before it would have ended
     assert window.composer.send_button.text() == "Send"
@@ -101,7 +101,7 @@ def test_stop_button_stops_generation(qtbot, make_window):
         window.composer.send_button, Qt.MouseButton.LeftButton
     )  # now "Stop"
     wait_idle(qtbot, window)
-    assert repository.get_node(window.db, window.active_id).status == "stopped"
+    assert node_rows.get_node(window.db, window.active_id).status == "stopped"
 
 
 def test_gui_thread_keeps_running_while_a_reply_streams(qtbot, make_window):
@@ -120,7 +120,7 @@ def test_gui_thread_keeps_running_while_a_reply_streams(qtbot, make_window):
     )
     wait_idle(qtbot, window)
 
-    generated = repository.get_node(window.db, window.active_id).generation[
+    generated = node_rows.get_node(window.db, window.active_id).generation[
         "generated_tokens"
     ]
     assert generated > 100
@@ -148,9 +148,9 @@ def test_edit_creates_a_sibling_branch_and_erases_nothing(qtbot, make_window):
     wait_idle(qtbot, window)
 
     root = window.tree_model.snapshot.root_id
-    users = repository.get_children(window.db, root)
+    users = node_rows.get_children(window.db, root)
     assert [u.text for u in users] == ["first question", "edited question"]
-    assert repository.get_node(window.db, original_reply).id == original_reply  # kept
+    assert node_rows.get_node(window.db, original_reply).id == original_reply  # kept
     user_card = window.transcript.cards[0]
     assert user_card.text == "edited question"
     assert user_card.sibling_label.text() == "2/2"
@@ -185,8 +185,8 @@ def test_regenerate_adds_a_sibling_reply_and_the_navigator_switches(qtbot, make_
     second = window.active_id
     assert second != first
     assert (
-        repository.get_node(window.db, second).parent_id
-        == repository.get_node(window.db, first).parent_id
+        node_rows.get_node(window.db, second).parent_id
+        == node_rows.get_node(window.db, first).parent_id
     )
     card = window.transcript.cards[-1]
     assert card.sibling_label.text() == "2/2" and card.node_id == second
@@ -199,7 +199,9 @@ def test_regenerate_adds_a_sibling_reply_and_the_navigator_switches(qtbot, make_
     assert window.tree_panel.selected_node() == first
     wait_idle(qtbot, window)  # the background restore
     assert (
-        repository.get_conversation(window.db, window.conversation_id).active_node_id
+        conversation_rows.get_conversation(
+            window.db, window.conversation_id
+        ).active_node_id
         == first
     )
 
@@ -248,7 +250,7 @@ def test_a_reply_cut_off_by_the_context_says_so(qtbot, make_window):
 
     send(qtbot, window, "Hi")
 
-    reply = repository.get_node(window.db, window.active_id)
+    reply = node_rows.get_node(window.db, window.active_id)
     assert reply.status == "truncated"
     card = window.transcript.cards[-1]
     note = card.findChild(QLabel, "MessageNote")

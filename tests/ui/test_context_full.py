@@ -9,7 +9,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.qt.views.dialogs.context_full import raised_context_size
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import wait_idle
 
 LONG_MESSAGE = "word " * 400
@@ -94,11 +94,11 @@ def test_a_cut_off_reply_can_continue_from_a_summary(qtbot, make_window):
     qtbot.waitUntil(lambda: window.conversation_id != first, timeout=30_000)
     timer.stop()
 
-    cut = repository.get_path(
-        window.db, repository.get_conversation(window.db, first).active_node_id
+    cut = node_rows.get_path(
+        window.db, conversation_rows.get_conversation(window.db, first).active_node_id
     )[-1]
     assert cut.status == "truncated" and seen
-    new = repository.get_conversation(window.db, window.conversation_id)
+    new = conversation_rows.get_conversation(window.db, window.conversation_id)
     assert new.title.endswith("(continued)")
     assert "Summary of an earlier conversation:" in (new.system_prompt or "")
     summary = new.system_prompt.split("Summary of an earlier conversation:")[1]

@@ -11,7 +11,7 @@ from app.conversation.presets import STARTER_PRESETS
 from app.preferences import load_preferences
 from app.qt.views.dialogs.conversation_settings import ConversationSettingsDialog
 from app.qt.views.dialogs.new_conversation import NewConversationDialog
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import send, wait_idle
 
 CREATIVE = next(p for p in STARTER_PRESETS if p.name == "Creative")
@@ -63,20 +63,20 @@ def test_a_new_system_prompt_from_a_preset_is_a_new_start(
 
     # Saved presets are preferences; the conversation keeps its sampling.
     assert "Owls" in [p.name for p in load_preferences(window.db).presets]
-    stored = repository.get_conversation(window.db, presenter.conversation_id)
+    stored = conversation_rows.get_conversation(window.db, presenter.conversation_id)
     assert stored.sampling is not None and stored.sampling["preset"] == "Owls"
     assert stored.sampling["max_tokens"] == 40
 
     send(qtbot, window, "And about larks?")
-    reply = repository.get_node(window.db, presenter.active_id)
+    reply = node_rows.get_node(window.db, presenter.active_id)
     assert reply.generation is not None
     params = reply.generation["params"]
     assert params["temperature"] == pytest.approx(CREATIVE.sampling.temperature)
     assert params["max_tokens"] == 40
-    path = repository.get_path(window.db, reply.id)
+    path = node_rows.get_path(window.db, reply.id)
     assert path[0].id == roots[1]
     # The first branch is as it was, under the first start.
-    assert repository.get_node(window.db, first_reply).parent_id is not None
+    assert node_rows.get_node(window.db, first_reply).parent_id is not None
 
     # Back on it, its start (no system prompt) has a card, to switch from
     # one start to the other as between any siblings.
@@ -100,7 +100,9 @@ def test_a_new_conversation_can_start_from_a_preset(qtbot, make_window, monkeypa
     monkeypatch.setattr(NewConversationDialog, "exec", fill_in)
     window.new_with_prompt_action.trigger()
     wait_idle(qtbot, window)
-    stored = repository.get_conversation(window.db, window.presenter.conversation_id)
+    stored = conversation_rows.get_conversation(
+        window.db, window.presenter.conversation_id
+    )
     assert stored.system_prompt == CREATIVE.system_prompt
     assert stored.sampling is not None and stored.sampling["preset"] == "Creative"
     assert window.presenter.conversation_sampling() == (CREATIVE.sampling, "Creative")

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QMessageBox
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.qt.models.conversation_tree import ConversationTreeModel
 from app.qt.views.empty_state import EXAMPLE_PROMPTS
-from storage.repository import NodeSummary
+from storage.records import NodeSummary
 from tests.ui.conftest import send, wait_idle
 
 LEFT = Qt.MouseButton.LeftButton

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.qt.models.conversation_tree import SAVED_MARK
 from app.qt.views import exchange_actions
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows, tree_reads
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 
@@ -26,7 +26,7 @@ def _answer_import(monkeypatch, path: Path | None) -> None:
 
 def _tree(db, conversation_id: int) -> list[tuple[str, str, int | None]]:
     """(role, text, parent's index) of every node: the structure and the text."""
-    nodes = repository.tree(db, conversation_id)
+    nodes = tree_reads.tree(db, conversation_id)
     index = {node.id: i for i, node in enumerate(nodes)}
     return [
         (n.role, n.text, None if n.parent_id is None else index[n.parent_id])
@@ -70,19 +70,19 @@ def test_export_then_import_gives_an_equal_conversation(
     assert window.transcript.cards[0].text == "first question"
     # Visiting it renders and checkpoints its path; then it goes on.
     wait_idle(qtbot, window)
-    path = repository.get_path(window.db, window.active_id)
+    path = node_rows.get_path(window.db, window.active_id)
     assert all(node.tokens for node in path)
-    sizes = {n.id: n.checkpoint_bytes for n in repository.tree(window.db, imported)}
+    sizes = {n.id: n.checkpoint_bytes for n in tree_reads.tree(window.db, imported)}
     assert all(sizes[n.id] > 0 for n in path[1:])
     # Its start is the original's span: it restores from that start's
     # checkpoint, and stores none of its own.
     assert sizes[path[0].id] == 0
     profile = window.presenter.profile_id
-    twin = repository.twin_root(window.db, path[0].id, profile)
+    twin = checkpoint_rows.twin_root(window.db, path[0].id, profile)
     assert twin is not None
     # The tree says so: saved (✓), shared, the twin's size.
-    start = {n.id: n for n in repository.tree(window.db, imported)}[path[0].id]
-    own = {n.id: n for n in repository.tree(window.db, original)}[twin]
+    start = {n.id: n for n in tree_reads.tree(window.db, imported)}[path[0].id]
+    own = {n.id: n for n in tree_reads.tree(window.db, original)}[twin]
     assert start.shared_checkpoint_bytes == own.checkpoint_bytes > 0
     model = window.tree_model
     saved = model.index_of(path[0].id, 2)
@@ -116,7 +116,7 @@ def test_a_bad_file_shows_one_error_and_imports_nothing(
     boxes[0].close()
     assert window.list_model.rowCount() == before
     assert window.conversation_id == shown
-    assert len(repository.list_conversations(window.db)) == before
+    assert len(conversation_rows.list_conversations(window.db)) == before
 
     _answer_import(monkeypatch, None)  # cancelled: nothing happens
     window.import_action.trigger()

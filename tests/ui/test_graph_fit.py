@@ -12,7 +12,7 @@ from PySide6.QtCore import QRectF, Qt
 
 from app.qt.views import tree_graph
 from app.qt.views.tree_graph import TreeGraphView
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import wait_idle
 
 WINDOW_SIZE = (1280, 800)
@@ -32,11 +32,11 @@ def _grow(window, count: int, branches: int) -> list[int]:
         branch = len(ids) % branches
         parent = tips[branch]
         role = "assistant" if roles[parent] == "user" else "user"
-        node = repository.add_node(db, parent, role, f"{role} message {len(ids)}")
+        node = node_rows.add_node(db, parent, role, f"{role} message {len(ids)}")
         roles[node.id] = role
         tips[branch] = node.id
         ids.append(node.id)
-    repository.set_active_node(db, ids[-1])
+    conversation_rows.set_active_node(db, ids[-1])
     return ids
 
 
@@ -113,14 +113,14 @@ def test_opening_a_conversation_in_the_graph_fits_it(qtbot, make_window):
     # Active near the top: a short transcript beside the tall tree. (A long
     # one, under Arbor's style sheet, draws its cards' icons at a negative
     # height: Qt warns, and the warning would fail this test.)
-    repository.set_active_node(window.db, chain[1])
+    conversation_rows.set_active_node(window.db, chain[1])
     window.show_conversation(first)  # read again: it is not an unused one now
     wait_idle(qtbot, window)
-    other, root = repository.create_conversation(window.db, "Three", None)
-    question = repository.add_node(window.db, root.id, "user", "Hello?")
-    answer = repository.add_node(window.db, question.id, "assistant", "Hello.")
+    other, root = conversation_rows.create_conversation(window.db, "Three", None)
+    question = node_rows.add_node(window.db, root.id, "user", "Hello?")
+    answer = node_rows.add_node(window.db, question.id, "assistant", "Hello.")
     three = [root.id, question.id, answer.id]
-    repository.set_active_node(window.db, answer.id)
+    conversation_rows.set_active_node(window.db, answer.id)
 
     # Three nodes: in view, and not magnified beyond 100 %.
     graph.zoom(0.5)

@@ -10,7 +10,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.qt.views import exchange_actions
-from storage import repository
+from storage import conversation_rows
 from tests.ui.conftest import WAIT_MS, wait_idle
 
 # Words of Python's json module that must not reach the user.
@@ -61,7 +61,7 @@ def test_a_file_that_is_not_an_export_is_named_and_explained(
     qtbot, make_window, tmp_path: Path, monkeypatch
 ):
     window = make_window()
-    conversations = len(repository.list_conversations(window.db))
+    conversations = len(conversation_rows.list_conversations(window.db))
     shown = window.conversation_id
     for name, (content, words) in BAD_FILES.items():
         path = tmp_path / name
@@ -80,7 +80,7 @@ def test_a_file_that_is_not_an_export_is_named_and_explained(
         box.close()
         qtbot.waitUntil(lambda: not _error_boxes())
         # Nothing imported: no conversation, and the one shown is still shown.
-        assert len(repository.list_conversations(window.db)) == conversations
+        assert len(conversation_rows.list_conversations(window.db)) == conversations
         assert window.conversation_id == shown
 
 
@@ -89,7 +89,7 @@ def test_an_imported_copy_says_it_is_one(
 ):
     window = make_window()
     original = window.conversation_id
-    repository.rename_conversation(window.db, original, "Oak trees")
+    conversation_rows.rename_conversation(window.db, original, "Oak trees")
     exported = tmp_path / "oak.json"
     monkeypatch.setattr(
         exchange_actions, "ask_export_path", lambda _p, _s: (exported, "json")
@@ -100,7 +100,10 @@ def test_an_imported_copy_says_it_is_one(
     qtbot.waitUntil(lambda: window.conversation_id != original, timeout=WAIT_MS)
     copy = window.conversation_id
     wait_idle(qtbot, window)
-    assert repository.get_conversation(window.db, copy).title == "Oak trees (imported)"
+    assert (
+        conversation_rows.get_conversation(window.db, copy).title
+        == "Oak trees (imported)"
+    )
     assert window.windowTitle() == "Oak trees (imported) — Arbor"
     # The copy's own export comes back under the same title, not "(imported)" twice.
     again = tmp_path / "oak-copy.json"

@@ -13,7 +13,7 @@ import openai
 
 from app.preferences import LocalServerPrefs
 from app.window import jobs
-from storage import repository
+from storage import conversation_rows, node_rows, setting_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 
@@ -79,7 +79,7 @@ def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
     assert any(text.startswith("Serving a request") for text in busy_texts)
 
     conversation = reply.model_extra["arbor"]["conversation"]
-    titles = {c.id: c.title for c in repository.list_conversations(window.db)}
+    titles = {c.id: c.title for c in conversation_rows.list_conversations(window.db)}
     assert titles[conversation] == "Local server"
     assert any(" 200 " in line for line in dialog.log_view.toPlainText().splitlines())
 
@@ -110,7 +110,7 @@ def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
     window.composer.send_button.click()
     assert window.generating or window.engine.busy
     wait_idle(qtbot, window)
-    path = repository.get_path(window.db, window.active_id)
+    path = node_rows.get_path(window.db, window.active_id)
     assert [n.text for n in path if n.role == "user"][-1] == "Still here."
     assert window.local_server is not None and window.local_server.url == url
     window.local_server_action.trigger()
@@ -153,7 +153,7 @@ def test_the_address_is_remembered_and_the_server_starts_with_the_window(
     assert reopened is not None
     assert reopened.port_spin.value() == port and reopened.at_start_check.isChecked()
     assert reopened.key_edit.text() == ""
-    stored = repository.get_setting(again.db, "local_server")
+    stored = setting_rows.get_setting(again.db, "local_server")
     assert "a secret" not in str(stored)
     # The client's connection closed before the server stops: neither side
     # leaves a socket for the garbage collector.

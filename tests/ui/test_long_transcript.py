@@ -16,7 +16,8 @@ from app.qt.views import transcript as transcript_module
 from app.qt.views.message_body import MessageBody
 from app.qt.views.message_card import MessageCard
 from app.qt.views.transcript import TranscriptView
-from storage.repository import NewNode, NodeSummary, insert_conversation
+from storage.conversation_rows import NewNode, insert_conversation
+from storage.records import NodeSummary
 from storage.values import Role
 from tests.ui.conftest import wait_idle
 

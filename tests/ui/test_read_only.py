@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.platform.paths import database_path
 from app.qt.gui import build_window
-from storage import repository
+from storage import conversation_rows, node_rows
 from storage.db import open_database
 from tests.ui.conftest import wait_idle
 
@@ -32,9 +32,11 @@ def read_only_data(tmp_path: Path):
         pytest.skip("mounting a tmpfs needs root")
     try:
         db = open_database(database_path(mount))
-        _conversation, root = repository.create_conversation(db, "Trip notes", None)
-        user = repository.add_node(db, root.id, "user", "Where to go?")
-        repository.add_node(db, user.id, "assistant", "The mountains.")
+        _conversation, root = conversation_rows.create_conversation(
+            db, "Trip notes", None
+        )
+        user = node_rows.add_node(db, root.id, "user", "Where to go?")
+        node_rows.add_node(db, user.id, "assistant", "The mountains.")
         db.close()
         assert _mount(mount, "-o", "remount,ro")
         yield mount

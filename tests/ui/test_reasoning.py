@@ -19,7 +19,7 @@ from app.qt.views.message_card import MessageCard
 from app.qt.views.status_bar import CHATML_NOTE
 from app.qt.views.thinking import STREAMING_TITLE, thought_title
 from app.qt.views.transcript import TranscriptView
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.tiny_model import write_tiny_model
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 
@@ -127,7 +127,7 @@ def test_a_reply_that_thinks_shows_its_reasoning_folded(
     assert all(expanded and title == STREAMING_TITLE for expanded, title, _ in seen)
     assert 0 < len(seen[0][2]) <= len(seen[-1][2])
 
-    node = repository.get_node(window.db, window.active_id)
+    node = node_rows.get_node(window.db, window.active_id)
     assert node.thinking == reply.thinking and node.text == reply.text
     card = window.transcript.cards[-1]
     assert card.node_id == node.id
@@ -170,7 +170,7 @@ def test_a_reply_that_thinks_shows_its_reasoning_folded(
 def test_replies_without_thinking_show_no_section(qtbot, make_window):
     window = make_window()
     send(qtbot, window, "hello")
-    assert repository.get_node(window.db, window.active_id).thinking == ""
+    assert node_rows.get_node(window.db, window.active_id).thinking == ""
     assert all(card.thinking_section is None for card in window.transcript.cards)
     # The tiny ChatML model has no reasoning switch.
     assert window.model_info.reasoning_choices == ()
@@ -242,7 +242,9 @@ def test_the_reasoning_switch_is_stored_per_conversation_and_used(
 
     _choose_reasoning(qtbot, window, "off")
     conversation = window.conversation_id
-    assert repository.get_conversation(window.db, conversation).reasoning == "off"
+    assert (
+        conversation_rows.get_conversation(window.db, conversation).reasoning == "off"
+    )
     assert window.composer.reasoning == "off"
     send(qtbot, window, "second")
     reply = _last_reply(results)
@@ -266,7 +268,7 @@ def test_the_reasoning_switch_is_stored_per_conversation_and_used(
     assert again.composer.reasoning == "off"
     assert again.composer.reasoning_box.currentText() == "Off"
     _choose_reasoning(qtbot, again, None)
-    assert repository.get_conversation(again.db, conversation).reasoning is None
+    assert conversation_rows.get_conversation(again.db, conversation).reasoning is None
 
 
 def test_the_switch_is_disabled_while_a_reply_streams(qtbot, make_window, switch_model):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.qt.models.search_results import HtmlRole, NodeIdRole
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 CTRL_SHIFT = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
@@ -17,7 +17,7 @@ def test_typed_words_find_a_message_and_enter_jumps_to_it(
     window = make_window()
     send(qtbot, window, "Tell me about lighthouses")
     first_conversation = window.conversation_id
-    question = repository.get_node(window.db, window.active_id).parent_id
+    question = node_rows.get_node(window.db, window.active_id).parent_id
     window.new_action.trigger()
     wait_idle(qtbot, window)
     send(qtbot, window, "Something else entirely")
@@ -45,7 +45,7 @@ def test_typed_words_find_a_message_and_enter_jumps_to_it(
     # ...and the engine restores it in the background, as a click in the tree.
     wait_idle(qtbot, window)
     assert window.status.restore_label.detail().startswith("restored ")
-    stored = repository.get_conversation(window.db, first_conversation)
+    stored = conversation_rows.get_conversation(window.db, first_conversation)
     assert stored.active_node_id == question
 
 

@@ -7,7 +7,7 @@ from datetime import UTC
 from PySide6.QtCore import Qt
 
 from app.conversation.tree_snapshot import TreeSnapshot
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import send, wait_idle
 
 ALT = Qt.KeyboardModifier.AltModifier
@@ -23,12 +23,12 @@ def test_ctrl_r_regenerates_and_alt_arrows_walk_the_tree(qtbot, make_window):
     window = make_window()
     send(qtbot, window, "first question")
     first_reply = window.active_id
-    user = repository.get_node(window.db, first_reply).parent_id
+    user = node_rows.get_node(window.db, first_reply).parent_id
 
     _key(qtbot, window, Qt.Key.Key_R, CTRL)
     second_reply = window.active_id
     assert second_reply != first_reply
-    assert [c.id for c in repository.get_children(window.db, user)] == [
+    assert [c.id for c in node_rows.get_children(window.db, user)] == [
         first_reply,
         second_reply,
     ]
@@ -46,7 +46,9 @@ def test_ctrl_r_regenerates_and_alt_arrows_walk_the_tree(qtbot, make_window):
     _key(qtbot, window, Qt.Key.Key_Down, ALT)
     assert window.active_id == second_reply  # the newest child
     assert (
-        repository.get_conversation(window.db, window.conversation_id).active_node_id
+        conversation_rows.get_conversation(
+            window.db, window.conversation_id
+        ).active_node_id
         == second_reply
     )
 
@@ -58,7 +60,7 @@ def test_ctrl_e_edits_the_last_message(qtbot, make_window):
     _key(qtbot, window, Qt.Key.Key_E, CTRL)
     editing = window.composer.editing_node
     assert editing is not None
-    assert repository.get_node(window.db, editing).text == "question two"
+    assert node_rows.get_node(window.db, editing).text == "question two"
     assert window.composer.text == "question two"
 
 
@@ -83,7 +85,7 @@ def test_the_shortcuts_are_listed_in_help():
 def _summary(node_id, parent_id, role):
     from datetime import datetime
 
-    from storage.repository import NodeSummary
+    from storage.records import NodeSummary
 
     return NodeSummary(
         node_id, parent_id, role, "", 1, "complete", 0, datetime.now(UTC)

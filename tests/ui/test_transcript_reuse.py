@@ -13,7 +13,7 @@ from app.qt.views import transcript as transcript_module
 from app.qt.views.message_body import MessageBody
 from app.qt.views.message_card import MessageCard
 from app.qt.views.transcript import TranscriptView
-from storage.repository import NodeSummary
+from storage.records import NodeSummary
 from tests.ui.conftest import send, wait_idle
 
 

@@ -14,8 +14,8 @@ from app.qt.models.conversation_tree import (
     NodeIdRole,
     OnActivePathRole,
 )
-from storage import repository
-from storage.repository import NodeSummary
+from storage import conversation_rows, node_rows
+from storage.records import NodeSummary
 from tests.ui.conftest import send, wait_idle
 
 
@@ -48,7 +48,7 @@ def test_clicking_an_earlier_node_restores_from_checkpoints_and_sending_branches
     _edit_first_message(
         qtbot, window, "first, edited"
     )  # the engine now holds the other branch
-    assert window.active_id not in repository.get_path(window.db, first_reply)
+    assert window.active_id not in node_rows.get_path(window.db, first_reply)
 
     _click_node(qtbot, window, first_reply)
     # The transcript follows at once, before the background restore is done.
@@ -63,7 +63,7 @@ def test_clicking_an_earlier_node_restores_from_checkpoints_and_sending_branches
     assert window.status.restore_label.text().startswith("Resumed instantly · ")
 
     send(qtbot, window, "a new branch")
-    children = repository.get_children(window.db, first_reply)
+    children = node_rows.get_children(window.db, first_reply)
     assert [c.text for c in children] == ["second", "a new branch"]
     # Two children: the reply is a fork, both branches are rows under it.
     fork = window.tree_model.index_of(first_reply)
@@ -88,7 +88,7 @@ def test_delete_a_branch_from_the_tree_after_confirmation(
     send(qtbot, window, "keep me")
     kept_reply = window.active_id
     send(qtbot, window, "delete me")
-    doomed_user = repository.get_children(window.db, kept_reply)[0].id
+    doomed_user = node_rows.get_children(window.db, kept_reply)[0].id
 
     asked: list[str] = []
     monkeypatch.setattr(
@@ -106,7 +106,7 @@ def test_delete_a_branch_from_the_tree_after_confirmation(
     qtbot.mouseClick(window.tree_panel.delete_button, Qt.MouseButton.LeftButton)
     wait_idle(qtbot, window)
     assert doomed_user not in window.tree_model.snapshot
-    assert repository.get_children(window.db, kept_reply) == []
+    assert node_rows.get_children(window.db, kept_reply) == []
     assert window.active_id == kept_reply
     assert window.transcript.cards[-1].node_id == kept_reply
 
@@ -126,7 +126,7 @@ def test_close_and_reopen_continues_where_it_was(qtbot, make_window):
     assert restore.startswith("restored ") and "0 reprocessed" in restore
 
     send(qtbot, again, "and continue")
-    path = repository.get_path(again.db, again.active_id)
+    path = node_rows.get_path(again.db, again.active_id)
     assert [n.id for n in path][:3] == [path[0].id, path[1].id, reply]
     assert path[3].text == "and continue"
 
@@ -151,8 +151,8 @@ def test_closing_during_generation_stops_cleanly_and_keeps_the_partial_reply(
     conversation = window.conversation_id
     window.close()
 
-    active = repository.get_conversation(window.db, conversation).active_node_id
-    node = repository.get_node(window.db, active)
+    active = conversation_rows.get_conversation(window.db, conversation).active_node_id
+    node = node_rows.get_node(window.db, active)
     assert node.role == "assistant" and node.status == "stopped" and node.text
 
 

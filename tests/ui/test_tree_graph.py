@@ -9,7 +9,7 @@ import time
 from PySide6.QtCore import Qt
 
 from app.qt.views.tree_graph import TreeGraphView, node_tooltip
-from storage import repository
+from storage import node_rows
 from tests.ui.conftest import send, wait_idle
 
 
@@ -128,7 +128,7 @@ def _grow_tree(window, count: int, seed: int = 5) -> list[int]:
                 break
             role = "assistant" if roles[parent] == "user" else "user"
             text = f"**{role}** message {len(ids)}: " + "words " * rng.randint(1, 12)
-            node = repository.add_node(window.db, parent, role, text)
+            node = node_rows.add_node(window.db, parent, role, text)
             roles[node.id], depth[node.id] = role, depth[parent] + 1
             ids.append(node.id)
             parent = node.id

@@ -10,7 +10,7 @@ from PySide6.QtCore import QModelIndex
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.qt.models.conversation_tree import ConversationTreeModel, NodeIdRole
 from app.qt.views.tree_panel import TreePanel
-from storage.repository import NodeSummary
+from storage.records import NodeSummary
 
 ROLES = ("user", "assistant")
 

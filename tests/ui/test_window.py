@@ -13,7 +13,7 @@ from app.preferences import load_preferences
 from app.qt.models.conversation_list import ConversationIdRole
 from app.qt.views.dialogs.settings import NO_GPU_EXPLANATION, SettingsDialog
 from app.qt.views.dialogs.storage import StorageDialog
-from storage import repository
+from storage import checkpoint_rows, conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 
@@ -102,7 +102,8 @@ def test_new_conversation_with_a_system_prompt_uses_it(qtbot, make_window):
     assert window.transcript.cards[0].text == "Answer like a pirate."
     send(qtbot, window, "hello")
     assert (
-        repository.get_conversation(window.db, window.conversation_id).title == "Pirate"
+        conversation_rows.get_conversation(window.db, window.conversation_id).title
+        == "Pirate"
     )
 
 
@@ -274,7 +275,7 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     assert str(window.db.path) in [
         label.text() for label in dialog.findChildren(type(dialog.total_label))
     ]
-    total = repository.total_checkpoint_bytes(window.db)
+    total = checkpoint_rows.total_checkpoint_bytes(window.db)
     assert total > 0 and dialog.table.rowCount() == 1
 
     # The worker evicts and clears; the buttons wait for it.
@@ -282,12 +283,12 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
     qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
     assert dialog.working and not dialog.clear_button.isEnabled()
     qtbot.waitUntil(lambda: not dialog.working, timeout=WAIT_MS)
-    assert repository.total_checkpoint_bytes(window.db) == total
+    assert checkpoint_rows.total_checkpoint_bytes(window.db) == total
 
     monkeypatch.setattr("app.qt.views.dialogs.storage.confirm", lambda *_: True)
     qtbot.mouseClick(dialog.clear_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not dialog.working, timeout=WAIT_MS)
-    assert repository.total_checkpoint_bytes(window.db) == 0
+    assert checkpoint_rows.total_checkpoint_bytes(window.db) == 0
     assert dialog.total_label.text() == "0 B" and dialog.clear_button.isEnabled()
     # The window's tree shows it too, read again when the job was done.
     snapshot = window.presenter.snapshot
@@ -334,7 +335,7 @@ def test_a_reply_evicts_checkpoints_beyond_the_budget_and_keeps_every_message(
 
     window = make_window()
     send(qtbot, window, "one")
-    assert repository.total_checkpoint_bytes(window.db) > 0
+    assert checkpoint_rows.total_checkpoint_bytes(window.db) > 0
     results = []
     window.engine.finished.connect(results.append)
     window.engine.submit(
@@ -343,8 +344,8 @@ def test_a_reply_evicts_checkpoints_beyond_the_budget_and_keeps_every_message(
     wait_idle(qtbot, window)
     replied = next(r for r in results if isinstance(r.job, jobs.Send))
     assert replied.evicted_bytes > 0
-    assert repository.total_checkpoint_bytes(window.db) <= 1
-    path = repository.get_path(window.db, replied.node_id)
+    assert checkpoint_rows.total_checkpoint_bytes(window.db) <= 1
+    path = node_rows.get_path(window.db, replied.node_id)
     assert [n.text for n in path][1:4:2] == ["one", "two"]
 
 

@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.window import jobs
-from storage import repository
+from storage import conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 
@@ -45,11 +45,11 @@ def test_text_typed_on_your_message_is_sent_not_ignored(qtbot, make_window):
     assert window.composer.text == ""  # taken
     siblings = window.presenter.snapshot.siblings(question)
     assert len(siblings) == 2
-    sent = repository.get_node(window.db, siblings[1])
+    sent = node_rows.get_node(window.db, siblings[1])
     assert sent.text == "second question"
-    assert repository.get_node(window.db, window.active_id).parent_id == sent.id
+    assert node_rows.get_node(window.db, window.active_id).parent_id == sent.id
     # And the first question is still there, with its reply.
-    assert repository.get_children(window.db, question)
+    assert node_rows.get_children(window.db, question)
 
 
 class _BatchDelay(QObject):
@@ -99,7 +99,7 @@ def test_stop_while_a_long_prompt_is_read_returns_within_a_batch(qtbot, make_win
     sent = next(r for r in results if isinstance(r.job, jobs.Send))
     assert sent.stopped and sent.reply is None
     # The message is kept, no error dialog, and the window says how to go on.
-    node = repository.get_node(window.db, window.active_id)
+    node = node_rows.get_node(window.db, window.active_id)
     assert node.role == "user" and node.text == text
     assert "Your message is kept" in window.status.currentMessage()
     assert not [
@@ -116,9 +116,9 @@ def test_a_conversation_too_long_for_the_context_says_so_when_opened(
     window = make_window()
     send(qtbot, window, "a short one")
     short = window.conversation_id
-    conversation, root = repository.create_conversation(window.db, "Long", None)
-    asked = repository.add_node(window.db, root.id, "user", "tell me everything")
-    repository.add_node(window.db, asked.id, "assistant", "many words here " * 200)
+    conversation, root = conversation_rows.create_conversation(window.db, "Long", None)
+    asked = node_rows.add_node(window.db, root.id, "user", "tell me everything")
+    node_rows.add_node(window.db, asked.id, "assistant", "many words here " * 200)
     _reload_with(qtbot, window, n_ctx=256)
     window.presenter.show_conversation(short)
     wait_idle(qtbot, window)
@@ -189,7 +189,7 @@ def test_a_reply_at_the_length_limit_says_so_and_shows_its_figures(qtbot, make_w
     )
     send(qtbot, window, "hi")  # greedy "hi" talks for far longer than 3 tokens
     card = window.transcript.cards[-1]
-    reply = repository.get_node(window.db, window.active_id)
+    reply = node_rows.get_node(window.db, window.active_id)
     assert reply.generation["stop_reason"] == "max_tokens"
     assert card.length_badge is not None and card.length_badge.isVisibleTo(card)
     figures = card.toolTip()
@@ -226,12 +226,12 @@ def test_continue_goes_on_from_a_reply_at_the_length_limit(qtbot, make_window):
     qtbot.mouseClick(cut_card.continue_button, Qt.MouseButton.LeftButton)
     assert window.generating
     wait_idle(qtbot, window)
-    longer = repository.get_node(window.db, window.active_id)
+    longer = node_rows.get_node(window.db, window.active_id)
     assert (
         longer.id != cut
-        and longer.parent_id == repository.get_node(window.db, cut).parent_id
+        and longer.parent_id == node_rows.get_node(window.db, cut).parent_id
     )
-    assert longer.text.startswith(repository.get_node(window.db, cut).text)
+    assert longer.text.startswith(node_rows.get_node(window.db, cut).text)
     card = window.transcript.cards[-1]
     assert card.node_id == longer.id and card.text == longer.text
     assert card.sibling_position == (2, 2)  # beside the cut one, which stays

@@ -16,7 +16,7 @@ from app.preferences import TEXT_SCALES, load_preferences, step_text_scale
 from app.qt.views.dialogs.settings import SettingsDialog
 from app.qt.views.markdown import render_markdown
 from app.qt.views.message_body import MessageBody, scale_html
-from storage import repository
+from storage import setting_rows
 from tests.ui.conftest import send, wait_idle
 
 CTRL = Qt.KeyboardModifier.ControlModifier
@@ -228,9 +228,9 @@ def test_stored_sizes_and_steps(qtbot, make_window):
     assert step_text_scale(130, 1) == 150  # between steps: from the nearest
     db = make_window.open_db()
     for stored in (130, "big", True, None):
-        repository.set_setting(db, "text_scale", stored)
+        setting_rows.set_setting(db, "text_scale", stored)
         assert load_preferences(db).text_scale == 100
-    repository.set_setting(db, "text_scale", 175)
+    setting_rows.set_setting(db, "text_scale", 175)
     assert load_preferences(db).text_scale == 175
     db.close()
 

@@ -14,7 +14,7 @@ from PySide6.QtCore import (
 )
 
 from app.qt.models.conversation_tree import format_bytes
-from storage import repository
+from storage import conversation_rows
 from storage.catalog import ConversationRecord
 from storage.db import Database
 
@@ -50,7 +50,7 @@ class ConversationListModel(QAbstractListModel):
         """Reload from the database, optionally with a new text filter."""
         if text_filter is not None:
             self._filter = text_filter.strip()
-        records = repository.list_conversations(self._db, self._filter or None)
+        records = conversation_rows.list_conversations(self._db, self._filter or None)
         self.beginResetModel()
         self._records = records
         self.endResetModel()

@@ -42,7 +42,7 @@ from PySide6.QtGui import QColor, QFont
 
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.text.plain_text import snippet as plain_snippet
-from storage.repository import NodeSummary
+from storage.records import NodeSummary
 
 NodeIdRole = Qt.ItemDataRole.UserRole + 1
 MessageRoleRole = Qt.ItemDataRole.UserRole + 2  # "root", "user" or "assistant"

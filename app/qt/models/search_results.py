@@ -13,7 +13,7 @@ from PySide6.QtCore import (
     Qt,
 )
 
-from storage.repository import MATCH_END, MATCH_START, SearchHit
+from storage.text_search import MATCH_END, MATCH_START, SearchHit
 
 NodeIdRole = Qt.ItemDataRole.UserRole + 1
 ConversationIdRole = Qt.ItemDataRole.UserRole + 2

@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.qt.views.dialogs.errors import show_error
-from storage import exchange, repository
+from storage import conversation_rows, exchange
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 
@@ -111,7 +111,7 @@ def export_conversation(
     """Ask for a file and export to it: Markdown of the path to ``node_id``, or
     the whole tree as JSON. Returns the file written, or None."""
     try:
-        title = repository.get_conversation(db, conversation_id).title
+        title = conversation_rows.get_conversation(db, conversation_id).title
     except (StorageUnavailable, NotFound) as exc:
         show_error(parent, "Could not export the conversation", str(exc))
         return None

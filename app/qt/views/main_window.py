@@ -59,8 +59,8 @@ from app.qt.workers.library_worker import ModelServices
 from app.text.attachments import AttachmentError, read_attachment, split
 from app.window.actions import SHORTCUTS_HELP
 from app.window.presenter import WindowPresenter
+from storage.catalog import ConversationRecord
 from storage.db import Database
-from storage.repository import ConversationRecord
 
 if TYPE_CHECKING:
     # Imported when the dialog first opens: the window starts without aiohttp.

@@ -83,7 +83,7 @@ from app.qt.views.transcript_layout import (
     text_shape,
     tops,
 )
-from storage.repository import NodeSummary
+from storage.records import NodeSummary
 
 STREAM_REPAINT_MS = 40
 # The most of the GUI thread's time that drawing a streaming reply may take.

@@ -74,7 +74,7 @@ from app.qt.views.tree_layout import (
     tidy_layout,
 )
 from app.text.plain_text import shorten
-from storage.repository import NodeSummary
+from storage.records import NodeSummary
 
 # Geometry, in scene units (pixels at 100 %).
 NODE_WIDTH = 196.0

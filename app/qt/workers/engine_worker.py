@@ -29,7 +29,7 @@ from app.preferences import save_preferences
 from app.qt.workers.threads import quit_current_thread
 from app.window import jobs
 from app.window.jobs import JobResult
-from storage import repository
+from storage import conversation_rows, node_rows
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 
@@ -213,8 +213,8 @@ class EngineWorker(QObject):
                 return JobResult(job, node_id=node_id)
             case jobs.DeleteBranch(node_id=node_id):
                 parent = service.delete_branch(node_id)
-                active = repository.get_conversation(
-                    self._db, repository.get_node(self._db, parent).conversation_id
+                active = conversation_rows.get_conversation(
+                    self._db, node_rows.get_node(self._db, parent).conversation_id
                 ).active_node_id
                 return JobResult(job, node_id=active or parent)
             case jobs.SetReasoning(conversation_id=conversation, choice=choice):
@@ -422,7 +422,7 @@ class EngineWorker(QObject):
         tokens, n_ctx = self._context()
         return JobResult(
             job,
-            conversation_id=repository.get_node(self._db, node_id).conversation_id,
+            conversation_id=node_rows.get_node(self._db, node_id).conversation_id,
             node_id=node_id,
             sync=sync,
             context_tokens=tokens,

@@ -48,7 +48,7 @@ from app.qt.models.search_results import (
     NodeIdRole,
     SearchResultsModel,
 )
-from storage import repository
+from storage import text_search
 from storage.db import Database
 from storage.errors import StorageUnavailable
 
@@ -178,7 +178,7 @@ class SearchDialog(QDialog):
         self._timer.stop()
         query = self.query_edit.text()
         try:
-            hits = repository.search(self._db, query)
+            hits = text_search.search(self._db, query)
         except StorageUnavailable as exc:
             self.model.set_hits([])
             self._set_status(str(exc))
@@ -186,12 +186,12 @@ class SearchDialog(QDialog):
         self.model.set_hits(hits)
         if hits:
             self.results.setCurrentIndex(self.model.index(0, 0))
-            more = " (the best shown)" if len(hits) >= repository.SEARCH_LIMIT else ""
+            more = " (the best shown)" if len(hits) >= text_search.SEARCH_LIMIT else ""
             self._set_status(
                 f"{len(hits)} message{'s' if len(hits) != 1 else ''}{more}. "
                 "Enter opens the selected one."
             )
-        elif repository.search_terms(query):
+        elif text_search.search_terms(query):
             self._set_status("No message contains these words.")
         else:
             self._set_status("Type words from any message; the last may be unfinished.")

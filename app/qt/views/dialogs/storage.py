@@ -31,7 +31,7 @@ from app.qt.views.dialogs.errors import confirm, show_error
 from app.qt.workers.engine_thread import EngineController
 from app.window import jobs
 from app.window.jobs import JobResult
-from storage import repository
+from storage import checkpoint_rows, conversation_rows
 from storage.db import Database
 from storage.errors import StorageUnavailable
 
@@ -126,8 +126,8 @@ class StorageDialog(QDialog):
     def refresh(self) -> None:
         """Re-read the sizes from the database."""
         try:
-            total = repository.total_checkpoint_bytes(self._db)
-            conversations = repository.list_conversations(self._db)
+            total = checkpoint_rows.total_checkpoint_bytes(self._db)
+            conversations = conversation_rows.list_conversations(self._db)
         except StorageUnavailable as exc:
             show_error(self, "Cannot read the database", str(exc))
             return
