@@ -54,8 +54,8 @@ test: setup
 	$(BIN)/pip install -q -e ".[test]"
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
 
-# Style and types: ruff on everything, mypy --strict on storage/ and on app/
-# but its Qt side, app/qt/ (pyproject.toml). CI runs it beside the tests.
+# Style and types: ruff on everything, mypy --strict on all of storage/ and
+# app/ (pyproject.toml). CI runs it beside the tests.
 lint: setup
 	$(BIN)/pip install -q -e ".[test,lint]"
 	$(BIN)/ruff check .

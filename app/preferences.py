@@ -6,7 +6,9 @@ JSON value, so a database carries its user's choices with it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+import contextlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from app.backend.settings import BackendSettings
@@ -22,27 +24,6 @@ if TYPE_CHECKING:
 # How many model files the recent-models list remembers.
 RECENT_MODELS_LIMIT = 8
 
-# key -> default (JSON-compatible). The single source of truth for defaults.
-DEFAULTS: dict[str, Any] = {
-    "model_path": None,
-    "recent_models": [],
-    "backend": BackendSettings().as_dict(),
-    "sampling": SamplingParams().as_dict(),
-    "system_prompt": "",
-    # Checkpoints beyond this are evicted, least recently used first; 0: no limit.
-    "checkpoint_budget_mb": 2048,
-    # How the tree panel shows the conversation: "list" or "graph".
-    "tree_view": "list",
-    # Where downloaded models go; None: the models folder of the data folder.
-    "models_dir": None,
-    # The window's text size, in percent of the system's (one of TEXT_SCALES).
-    "text_scale": 100,
-    # Named system prompts with their sampling, to pick per conversation.
-    "presets": [preset.as_dict() for preset in STARTER_PRESETS],
-    # Tools -> Local server: where it listens, and whether the window starts
-    # it. Its API key is not stored (a secret, in plain text).
-    "local_server": {"host": "127.0.0.1", "port": DEFAULT_PORT, "at_start": False},
-}
 TREE_VIEWS = ("list", "graph")
 # The text sizes zooming steps through, in percent, as a browser's zoom does:
 # finer steps near 100 %, where a step is a larger share of what is read.
@@ -83,18 +64,31 @@ class LocalServerPrefs:
 
 @dataclass(frozen=True)
 class Preferences:
-    """Everything a user sets in the settings and storage dialogs."""
+    """Everything a user sets in the settings and storage dialogs.
 
-    model_path: str | None
-    recent_models: tuple[str, ...]
-    backend: BackendSettings
-    sampling: SamplingParams
-    system_prompt: str
-    checkpoint_budget_mb: int
+    Each field is one key of the settings table, under the field's name, and
+    its default is the field's: a new preference is one field. One whose
+    value is not plain JSON also says in ``_STORED`` how it is stored and
+    read back.
+    """
+
+    model_path: str | None = None
+    recent_models: tuple[str, ...] = ()
+    backend: BackendSettings = field(default_factory=BackendSettings)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    system_prompt: str = ""
+    # Checkpoints beyond this are evicted, least recently used first; 0: no limit.
+    checkpoint_budget_mb: int = 2048
+    # How the tree panel shows the conversation: "list" or "graph".
     tree_view: str = "list"
+    # Where downloaded models go; None: the models folder of the data folder.
     models_dir: str | None = None
+    # The window's text size, in percent of the system's (one of TEXT_SCALES).
     text_scale: int = 100
+    # Named system prompts with their sampling, to pick per conversation.
     presets: tuple[Preset, ...] = STARTER_PRESETS
+    # Tools -> Local server: where it listens, and whether the window starts
+    # it. Its API key is not stored (a secret, in plain text).
     local_server: LocalServerPrefs = field(default_factory=LocalServerPrefs)
 
     @property
@@ -114,58 +108,80 @@ class Preferences:
         )
 
 
+_DEFAULT = Preferences()
+_NAMES = tuple(f.name for f in fields(Preferences))
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """How a preference is stored as JSON and read back. ``read`` raises
+    ``TypeError`` or ``ValueError`` for a value it cannot take (a database
+    edited by hand, or by a later version): the default is used then."""
+
+    write: Callable[[Any], Any]
+    read: Callable[[Any], Any]
+
+
+def _one_of(choices: tuple[Any, ...]) -> Callable[[Any], Any]:
+    """A reader that takes only one of ``choices`` (of their type: 100.0 is
+    no text size)."""
+
+    def read(value: Any) -> Any:
+        if not isinstance(value, type(choices[0])) or value not in choices:
+            raise ValueError(f"not one of {choices}")
+        return value
+
+    return read
+
+
+def _same(value: Any) -> Any:
+    """The value as it is (plain JSON)."""
+    return value
+
+
+_STORED: dict[str, _Stored] = {
+    "recent_models": _Stored(list, lambda v: tuple(str(p) for p in v)),
+    "backend": _Stored(
+        BackendSettings.as_dict,
+        lambda v: BackendSettings.from_dict({**_DEFAULT.backend.as_dict(), **v}),
+    ),
+    "sampling": _Stored(
+        SamplingParams.as_dict,
+        lambda v: SamplingParams.from_dict({**_DEFAULT.sampling.as_dict(), **v}),
+    ),
+    "system_prompt": _Stored(_same, lambda v: str(v or "")),
+    "checkpoint_budget_mb": _Stored(_same, lambda v: max(0, int(v or 0))),
+    "tree_view": _Stored(_same, _one_of(TREE_VIEWS)),
+    "models_dir": _Stored(_same, lambda v: str(v) if v else None),
+    "text_scale": _Stored(_same, _one_of(TEXT_SCALES)),
+    "presets": _Stored(lambda ps: [p.as_dict() for p in ps], presets_from_stored),
+    "local_server": _Stored(asdict, LocalServerPrefs.from_stored),
+}
+_PLAIN = _Stored(_same, _same)
+
+
 def load_preferences(db: Database) -> Preferences:
-    """Read the preferences; unset or invalid ones fall back to the defaults."""
-    values = {
-        key: setting_rows.get_setting(db, key, default)
-        for key, default in DEFAULTS.items()
-    }
-    try:
-        backend = BackendSettings.from_dict(
-            {**DEFAULTS["backend"], **values["backend"]}
-        )
-    except (TypeError, ValueError):
-        backend = BackendSettings()
-    try:
-        sampling = SamplingParams.from_dict(
-            {**DEFAULTS["sampling"], **values["sampling"]}
-        )
-    except (TypeError, ValueError):
-        sampling = SamplingParams()
-    return Preferences(
-        model_path=values["model_path"],
-        recent_models=tuple(str(p) for p in values["recent_models"] or ()),
-        backend=backend,
-        sampling=sampling,
-        system_prompt=str(values["system_prompt"] or ""),
-        checkpoint_budget_mb=max(0, int(values["checkpoint_budget_mb"] or 0)),
-        tree_view=values["tree_view"] if values["tree_view"] in TREE_VIEWS else "list",
-        models_dir=str(values["models_dir"]) if values["models_dir"] else None,
-        text_scale=_text_scale(values["text_scale"]),
-        presets=presets_from_stored(values["presets"]),
-        local_server=LocalServerPrefs.from_stored(values["local_server"]),
-    )
-
-
-def _text_scale(value: Any) -> int:
-    """A stored text size, or 100 where it is not one of ``TEXT_SCALES``
-    (a database edited by hand, or by a later version with other steps)."""
-    return value if isinstance(value, int) and value in TEXT_SCALES else 100
+    """Read the preferences, in one transaction; unset or invalid ones fall
+    back to the defaults."""
+    stored = setting_rows.get_settings(db, _NAMES)
+    values: dict[str, Any] = {}
+    for name in _NAMES:
+        if name not in stored:
+            continue
+        with contextlib.suppress(TypeError, ValueError):  # else the default
+            values[name] = _STORED.get(name, _PLAIN).read(stored[name])
+    return replace(_DEFAULT, **values)
 
 
 def save_preferences(db: Database, prefs: Preferences) -> None:
-    """Write every preference."""
-    setting_rows.set_setting(db, "model_path", prefs.model_path)
-    setting_rows.set_setting(db, "recent_models", list(prefs.recent_models))
-    setting_rows.set_setting(db, "backend", prefs.backend.as_dict())
-    setting_rows.set_setting(db, "sampling", prefs.sampling.as_dict())
-    setting_rows.set_setting(db, "system_prompt", prefs.system_prompt)
-    setting_rows.set_setting(db, "checkpoint_budget_mb", prefs.checkpoint_budget_mb)
-    setting_rows.set_setting(db, "tree_view", prefs.tree_view)
-    setting_rows.set_setting(db, "models_dir", prefs.models_dir)
-    setting_rows.set_setting(db, "text_scale", prefs.text_scale)
-    setting_rows.set_setting(db, "presets", [p.as_dict() for p in prefs.presets])
-    setting_rows.set_setting(db, "local_server", asdict(prefs.local_server))
+    """Write every preference, in one transaction."""
+    setting_rows.set_settings(
+        db,
+        {
+            name: _STORED.get(name, _PLAIN).write(getattr(prefs, name))
+            for name in _NAMES
+        },
+    )
 
 
 def keep_checkpoints_within_budget(service: ConversationService) -> dict[str, int]:

@@ -26,9 +26,10 @@ reads barely faster. Files made before keep their 4 KiB pages (the page size
 of a WAL database cannot change in place); docs/benchmarks.md says how to
 convert one with ``VACUUM``.
 
-Bookkeeping that may wait (the active node, when checkpoints were last used)
-is recorded with ``Database.defer`` and written later, see
-``storage/deferred.py``. ``Database.generation()`` tells caches whether
+Each database has one background writer (``Database.write_behind``,
+``storage/write_behind.py``): the checkpoints queued behind a reply, and the
+bookkeeping that may wait (the active node, when checkpoints were last used),
+recorded with ``Database.defer``. ``Database.generation()`` tells caches whether
 anything else may have changed since they read it, and ``changes_since``
 what, where the writes said so (``Database.changing``).
 
@@ -65,8 +66,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
 from storage import migrations, probe, reserve
-from storage.deferred import FLUSHER, DeferredWrites, Write
 from storage.errors import StorageUnavailable
+from storage.write_behind import DeferredWrites, Write, WriteBehind
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,8 @@ class Database:
             **{_BEGIN_OPTION: "BEGIN IMMEDIATE"}
         )
         self.deferred = DeferredWrites()
+        # The one thread that writes behind callers, started by its first use.
+        self.write_behind = WriteBehind(self.flush_deferred)
         # Counts writes through this object; see generation().
         self._generation = 0
         # Generation -> the node ids its write changed, where it said so
@@ -273,7 +276,7 @@ class Database:
     # --- deferred bookkeeping --------------------------------------------------
 
     def defer(self, key: Hashable, make: Callable[[Write | None], Write]) -> None:
-        """Record a bookkeeping write to run later (see ``storage/deferred.py``).
+        """Record a bookkeeping write to run later (``storage/write_behind.py``).
 
         ``make`` gets the write still pending under ``key`` (or None) and
         returns the one to keep. Nothing is recorded on a read-only database
@@ -282,7 +285,7 @@ class Database:
         if self.read_only or self.space_low:
             return
         self.deferred.update(key, make)
-        FLUSHER.schedule(self, time.monotonic())
+        self.write_behind.bookkeeping_deferred(time.monotonic())
 
     def flush_deferred(self) -> None:
         """Write the pending bookkeeping now, in one transaction (best effort).
@@ -482,11 +485,12 @@ class Database:
         return not self.space_low
 
     def close(self) -> None:
-        """Write the pending bookkeeping, then release every connection."""
+        """Run the writes queued behind, write the pending bookkeeping, then
+        release every connection."""
         try:
+            self.write_behind.close()
             self.flush_deferred()
         finally:
-            FLUSHER.forget(self)
             with self._watch_lock:
                 if self._watch is not None:
                     self._watch.close()

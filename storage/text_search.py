@@ -24,6 +24,7 @@ from storage.models import (
     Conversation,
     Node,
 )
+from storage.values import Role
 
 # Snippets mark each matched word with these two characters (STX, ETX), which
 # no message contains: a view escapes the text, then turns them into markup.
@@ -66,7 +67,7 @@ class SearchHit:
     conversation_id: int
     conversation_title: str
     node_id: int
-    role: str
+    role: Role
     snippet: str
     rank: float
     created_at: datetime
@@ -149,7 +150,7 @@ def _search_index(session: Session, terms: list[str], limit: int) -> list[Search
             r.conversation_id,
             r.title,
             r.id,
-            r.role,
+            Role(r.role),
             words.snippet(r.text, r.thinking),
             r.score,
             r.created_at,
@@ -251,7 +252,7 @@ def _scan_messages(session: Session, terms: list[str], limit: int) -> list[Searc
             r.conversation_id,
             r.title,
             r.id,
-            r.role,
+            Role(r.role),
             _scanned_snippet(r.text if _contains(r.text, terms) else r.thinking, terms),
             0.0,
             r.created_at,

@@ -91,6 +91,7 @@ STORAGE_WRITES = frozenset(
         "evict_checkpoints",
         "insert_conversation",
         "set_setting",
+        "set_settings",
     }
 )
 # storage/exchange.py: importing a conversation writes it. (And

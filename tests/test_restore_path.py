@@ -25,7 +25,7 @@ from app.backend.kv_state import DeltaLayout
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
-from storage import checkpoint_reader, conversation_rows, deferred, node_rows
+from storage import checkpoint_reader, conversation_rows, node_rows, write_behind
 from storage import db as storage_db
 from storage.db import PAGE_SIZE, open_database
 from storage.errors import NotFound
@@ -201,7 +201,7 @@ def _data_version(path: Path) -> int:
 
 
 def test_the_place_is_written_after_the_restore(service, monkeypatch):
-    monkeypatch.setattr(deferred, "IDLE_SECONDS", 3600.0)  # no idle flush here
+    monkeypatch.setattr(write_behind, "IDLE_SECONDS", 3600.0)  # no idle flush here
     _fork, second, other = _two_branches(service)
     conversation = node_rows.get_node(service.db, other).conversation_id
     service.restore(second)
@@ -222,7 +222,7 @@ def _active(service: ConversationService, conversation: int) -> int | None:
 
 
 def test_a_later_write_wins_over_the_deferred_place(service, monkeypatch):
-    monkeypatch.setattr(deferred, "IDLE_SECONDS", 3600.0)
+    monkeypatch.setattr(write_behind, "IDLE_SECONDS", 3600.0)
     fork, second, _other = _two_branches(service)
     service.restore(second)
     reply = service.send(fork, "And lakes?", GREEDY)  # its write runs the place first
@@ -233,7 +233,7 @@ def test_a_later_write_wins_over_the_deferred_place(service, monkeypatch):
 
 
 def test_the_place_is_written_at_an_idle_moment(service, monkeypatch):
-    monkeypatch.setattr(deferred, "IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(write_behind, "IDLE_SECONDS", 0.05)
     _fork, second, _other = _two_branches(service)
     service.restore(second)
     conversation = node_rows.get_node(service.db, second).conversation_id
@@ -247,7 +247,7 @@ def test_the_place_is_written_at_an_idle_moment(service, monkeypatch):
 
 
 def test_the_place_is_written_at_close(tmp_path, tiny_model, monkeypatch):
-    monkeypatch.setattr(deferred, "IDLE_SECONDS", 3600.0)
+    monkeypatch.setattr(write_behind, "IDLE_SECONDS", 3600.0)
     path = tmp_path / "close.sqlite3"
     db = open_database(path)
     with LlamaEngine(tiny_model, BackendSettings(n_ctx=1024, n_threads=1)) as engine:
@@ -265,7 +265,7 @@ def test_the_place_is_written_at_close(tmp_path, tiny_model, monkeypatch):
 
 
 def test_used_checkpoints_are_marked_later(service, monkeypatch):
-    monkeypatch.setattr(deferred, "IDLE_SECONDS", 3600.0)
+    monkeypatch.setattr(write_behind, "IDLE_SECONDS", 3600.0)
     _fork, second, other = _two_branches(service)
     service.restore(second)
     service.db.flush_deferred()

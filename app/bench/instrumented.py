@@ -18,14 +18,11 @@ from pathlib import Path
 
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
-from app.conversation.checkpoint_writer import (
-    CheckpointWriter,
-    DirectWriter,
-    WriteFailure,
-)
+from app.conversation.checkpoint_writer import CheckpointWriter, DirectWriter
 from app.conversation.service import ConversationService
 from storage.db import Database
 from storage.records import NodeRecord
+from storage.write_behind import WriteFailure
 
 # Checkpoint modes of BenchService.
 OFF = "off"  # no capture, no write: what an app without checkpoints does

@@ -4,7 +4,7 @@ The switch is measured on the engine that holds one sibling, through the
 service: it keeps the common prefix and applies the other sibling's deltas.
 The service holds the conversation's tree in memory, so after the first
 switch each one reads only the suffix's blobs; what it defers (active node,
-last use) is written between switches by the deferred-writes thread, or
+last use) is written between switches by the database's background writer, or
 with the next write.
 The alternatives run on a second, scratch engine: restoring the whole path
 with nothing kept, and decoding the divergent suffix on top of the prefix (a

@@ -10,6 +10,7 @@ dialog sets.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import logging
 import signal
@@ -58,7 +59,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
         _init_logging(args.verbose)
-        return _COMMANDS[args.command](args)
+        # The databases a command opens are closed when it ends, so that
+        # what their writers hold back (a restore's bookkeeping) is written.
+        with contextlib.ExitStack() as args.closing:
+            return _COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"arbor: usage error: {exc} (see arbor --help)", file=sys.stderr)
         return 2
@@ -137,6 +141,7 @@ def _open_database(args: argparse.Namespace) -> Database:
     from storage.db import open_database
 
     db = open_database(paths.database_path(args.data_dir))
+    args.closing.callback(db.close)
     node_rows.mark_interrupted_generations(db)
     return db
 

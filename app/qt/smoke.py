@@ -34,7 +34,7 @@ def run_smoke_test(window: MainWindow, text: str, timeout_ms: int = 120_000) -> 
         sent = True
         poller.stop()
         window.composer.edit.setPlainText(text)
-        window.send_action.trigger()
+        window.actions_by_name["send"].trigger()
 
     def on_finished(result: JobResult) -> None:
         if sent and is_generating(result.job):

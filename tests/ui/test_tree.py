@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 
 from PySide6.QtCore import Qt
@@ -14,7 +15,7 @@ from app.qt.models.conversation_tree import (
     NodeIdRole,
     OnActivePathRole,
 )
-from storage import conversation_rows, node_rows
+from storage import checkpoint_rows, conversation_rows, node_rows
 from storage.records import NodeSummary
 from tests.ui.conftest import send, wait_idle
 
@@ -221,3 +222,33 @@ def test_tree_model_turns_snapshots_into_row_changes(qtbot, qtmodeltester):
     assert model.index(0, 0).data(NodeIdRole) == 9
     assert model.index(0, 0).data() == "System prompt: Be brief."
     qtmodeltester.check(model)
+
+
+def test_the_window_writes_behind_its_database_on_one_thread(
+    qtbot, make_window, monkeypatch
+):
+    # Issue 24: one background writer per database, for the checkpoints of
+    # the replies and the bookkeeping of a restore alike.
+    writers: set[threading.Thread] = set()
+    real = checkpoint_rows.save_checkpoint
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        writers.add(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_rows, "save_checkpoint", recording)
+    window = make_window()
+    send(qtbot, window, "first")
+    first_reply = window.active_id
+    send(qtbot, window, "second")
+    _click_node(qtbot, window, first_reply)
+    wait_idle(qtbot, window)
+    assert (
+        conversation_rows.get_conversation(
+            window.db, window.conversation_id
+        ).active_node_id
+        == first_reply
+    )
+    assert [t.name for t in writers] == ["arbor-write-behind"]
+    names = {t.name for t in threading.enumerate()}
+    assert not names & {"arbor-checkpoint-writer", "arbor-deferred-writes"}

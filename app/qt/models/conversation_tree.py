@@ -220,7 +220,9 @@ class ConversationTreeModel(QAbstractItemModel):
     def set_active(self, node_id: int | None) -> None:
         """Mark ``node_id`` and its ancestors as the active path."""
         new_path = (
-            set(self._snapshot.path(node_id)) if node_id in self._snapshot else set()
+            set(self._snapshot.path(node_id))
+            if node_id is not None and node_id in self._snapshot
+            else set()
         )
         changed = (new_path ^ self._active_path) | {
             n for n in (self._active_id, node_id) if n is not None
@@ -556,17 +558,18 @@ class ConversationTreeModel(QAbstractItemModel):
         for siblings in runs.values():
             siblings.sort(key=lambda item: item.row)
             start = end = siblings[0]
-            for item in [*siblings[1:], None]:
-                if item is not None and item.row == end.row + 1:
-                    end = item
+            following: list[_Item | None] = [*siblings[1:], None]
+            for after in following:
+                if after is not None and after.row == end.row + 1:
+                    end = after
                     continue
                 self.dataChanged.emit(
                     self.createIndex(start.row, 0, start),
                     self.createIndex(end.row, last_column, end),
                     list(roles),
                 )
-                if item is not None:
-                    start = end = item
+                if after is not None:
+                    start = end = after
 
     def _emit_row_changed(self, node_id: int, roles: tuple[int, ...] = ()) -> None:
         first = self.index_of(node_id, 0)

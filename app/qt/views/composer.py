@@ -301,10 +301,12 @@ class Composer(QWidget):
         if self._footer.direction() != direction:
             self._footer.setDirection(direction)
             margin = NARROW_MARGIN if narrow else WIDE_MARGIN
-            margins = self.layout().contentsMargins()
+            layout = self.layout()
+            assert layout is not None  # set in __init__
+            margins = layout.contentsMargins()
             margins.setLeft(margin)
             margins.setRight(margin)
-            self.layout().setContentsMargins(margins)
+            layout.setContentsMargins(margins)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         # Files dropped on the editor are attached, not pasted as their paths

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from app.qt.views.dialogs.errors import show_error
 from storage import conversation_rows, exchange
 from storage.db import Database
-from storage.errors import NotFound, StorageUnavailable
+from storage.errors import ExchangeError, NotFound, StorageUnavailable
 
 MARKDOWN_FILTER = "Markdown (*.md)"
 JSON_FILTER = "Arbor conversation, whole tree (*.json)"
@@ -28,7 +28,7 @@ _FORMAT_BY_FILTER = {MARKDOWN_FILTER: "markdown", JSON_FILTER: "json"}
 _SUFFIX = {"markdown": ".md", "json": ".json"}
 
 # What an export or an import can fail with, short of a bug.
-_EXPECTED = (exchange.ExchangeError, StorageUnavailable, NotFound, OSError)
+_EXPECTED = (ExchangeError, StorageUnavailable, NotFound, OSError)
 
 # The folder a conversation file was last exported to or imported from, for
 # this session only. Remembering it across sessions would make it a

@@ -31,6 +31,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.lexers.special import TextLexer
 from pygments.style import StyleMeta
 from pygments.styles import get_style_by_name
+from pygments.token import _TokenType
 from pygments.util import ClassNotFound
 from PySide6.QtGui import (
     QColor,
@@ -287,7 +288,7 @@ def _highlight(lines: list[QTextBlock], language: str, style: StyleMeta) -> None
 
 
 @functools.lru_cache(maxsize=1024)
-def _token_format(style: StyleMeta, token_type: object) -> QTextCharFormat | None:
+def _token_format(style: StyleMeta, token_type: _TokenType) -> QTextCharFormat | None:
     spec = style.style_for_token(token_type)
     if not (spec["color"] or spec["bold"] or spec["italic"]):
         return None

@@ -55,6 +55,15 @@ LENGTH_TOOLTIP = (
 )
 
 
+# How a reply ended, where that is worth saying (stored as the reason's word).
+_ENDINGS: dict[str, str] = {
+    StopReason.MAX_TOKENS: "ended at the length limit",
+    StopReason.STOPPED: "stopped by you",
+    StopReason.CONTEXT_FULL: "cut off: the context is full",
+    StopReason.STOP_STRING: "ended at a stop string",
+}
+
+
 def reply_figures(generation: Mapping[str, Any] | None) -> str:
     """A reply's figures for people: tokens, speed, wait for the first token,
     why it ended ("" when it has none, e.g. a message of the user's)."""
@@ -67,12 +76,7 @@ def reply_figures(generation: Mapping[str, Any] | None) -> str:
     waited = generation.get("prompt_ms")
     if waited is not None:
         parts.append(f"first token after {float(waited) / 1000:,.2f} s")
-    ended = {
-        StopReason.MAX_TOKENS: "ended at the length limit",
-        StopReason.STOPPED: "stopped by you",
-        StopReason.CONTEXT_FULL: "cut off: the context is full",
-        StopReason.STOP_STRING: "ended at a stop string",
-    }.get(str(generation.get("stop_reason")))
+    ended = _ENDINGS.get(str(generation.get("stop_reason")))
     if ended:
         parts.append(ended)
     return " · ".join(parts)

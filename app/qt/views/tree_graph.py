@@ -39,6 +39,7 @@ from PySide6.QtGui import (
     QAction,
     QColor,
     QContextMenuEvent,
+    QFocusEvent,
     QFont,
     QFontMetricsF,
     QKeyEvent,
@@ -57,6 +58,7 @@ from PySide6.QtWidgets import (
     QGraphicsItem,
     QGraphicsPathItem,
     QGraphicsScene,
+    QGraphicsSceneHoverEvent,
     QGraphicsView,
     QMenu,
     QStyleOptionGraphicsItem,
@@ -190,7 +192,7 @@ class _NodeItem(QGraphicsItem):
         self._label: str | None = None
         self.on_path = False
         self.active = False
-        self.cursor = False
+        self.is_cursor = False
         self.hovered = False
         self.setCacheMode(CACHE_MODE)
         self.setAcceptHoverEvents(True)
@@ -230,14 +232,14 @@ class _NodeItem(QGraphicsItem):
         path.addRoundedRect(_BOX, RADIUS, RADIUS)
         return path
 
-    def hoverEnterEvent(self, event) -> None:
+    def hoverEnterEvent(self, event: QGraphicsSceneHoverEvent) -> None:
         if not self.hasCursor():
             # Set on first hover rather than for all nodes at build time.
             self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.hovered = True
         self.update()
 
-    def hoverLeaveEvent(self, event) -> None:
+    def hoverLeaveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
         self.hovered = False
         self.update()
 
@@ -270,7 +272,7 @@ class _NodeItem(QGraphicsItem):
         if lod < SHAPES_MIN_LOD:
             return  # a few pixels wide: the box and its colour say enough
 
-        if self.cursor and style.cursor_shown:
+        if self.is_cursor and style.cursor_shown:
             painter.setPen(colors.cursor_pen)
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRoundedRect(
@@ -614,12 +616,12 @@ class TreeGraphView(QGraphicsView):
     def _move_cursor(self, node_id: int | None, reveal: bool = True) -> None:
         old = self._items.get(self._cursor_id) if self._cursor_id is not None else None
         if old is not None:
-            old.cursor = False
+            old.is_cursor = False
             old.update()
         self._cursor_id = node_id
         item = self._items.get(node_id) if node_id is not None else None
         if item is not None:
-            item.cursor = True
+            item.is_cursor = True
             item.update()
             if reveal:
                 self.ensureVisible(item, 24, 24)
@@ -768,11 +770,11 @@ class TreeGraphView(QGraphicsView):
         self._fit_pending = True
         self._fit_timer.start()
 
-    def focusInEvent(self, event) -> None:
+    def focusInEvent(self, event: QFocusEvent) -> None:
         super().focusInEvent(event)
         self._show_cursor(True)
 
-    def focusOutEvent(self, event) -> None:
+    def focusOutEvent(self, event: QFocusEvent) -> None:
         super().focusOutEvent(event)
         self._show_cursor(False)
 

@@ -350,13 +350,15 @@ class TreePanel(QWidget):
         if not checked:
             return
         graph = button is self.graph_button
-        had_focus = self.stack.currentWidget().hasFocus()
-        self.stack.setCurrentWidget(self.graph if graph else self.view)
+        shown: QWidget = self.graph if graph else self.view
+        current = self.stack.currentWidget()
+        had_focus = current is not None and current.hasFocus()
+        self.stack.setCurrentWidget(shown)
         self.fit_button.setVisible(graph)
         self.hint.setText(GRAPH_HINT if graph else LIST_HINT)
         self._sync_graph()
         if had_focus:
-            self.stack.currentWidget().setFocus()
+            shown.setFocus()
         self.mode_changed.emit(self.mode)
 
     @Slot(QModelIndex)
@@ -367,7 +369,7 @@ class TreePanel(QWidget):
     def _on_delete_button_clicked(self) -> None:
         node_id = self.selected_node()
         snapshot = self.model.snapshot
-        if node_id in snapshot and snapshot.deletable(node_id):
+        if node_id is not None and node_id in snapshot and snapshot.deletable(node_id):
             self.delete_requested.emit(node_id)
 
     @Slot(QPoint)

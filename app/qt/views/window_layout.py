@@ -61,7 +61,9 @@ class PageStack(QStackedWidget):
 
     def pages(self) -> list[QWidget]:
         """The pages, in order."""
-        return [self.widget(i) for i in range(self.count())]
+        return [
+            page for i in range(self.count()) if (page := self.widget(i)) is not None
+        ]
 
     def sizeHint(self) -> QSize:
         page = self.currentWidget()

@@ -148,7 +148,8 @@ class DownloadWorker(QObject):
     """
 
     download_started = Signal(str)
-    download_progressed = Signal(str, "qint64", "qint64", float, str)
+    # Byte counts as "qint64": a Python int crosses threads as a 32-bit int.
+    download_progressed = Signal(str, "qint64", "qint64", float, str)  # type: ignore[arg-type]
     download_finished = Signal(str, str)
     download_failed = Signal(str, str)
     download_stopped = Signal(str, bool)
@@ -250,7 +251,8 @@ class DownloadController(QObject):
 
     download_queued = Signal(str)
     download_started = Signal(str)
-    download_progressed = Signal(str, "qint64", "qint64", float, str)
+    # Byte counts as "qint64": a Python int crosses threads as a 32-bit int.
+    download_progressed = Signal(str, "qint64", "qint64", float, str)  # type: ignore[arg-type]
     download_finished = Signal(str, str)
     download_failed = Signal(str, str)
     download_stopped = Signal(str, bool)

@@ -109,14 +109,13 @@ class EngineWorker(QObject):
             engine.decode_watch = self._watch_decode
         try:
             result = self._dispatch(job)
-            # A job ends with its checkpoints written: the window then reads
-            # them (tree marks, storage sizes), and a failed write fails the
-            # job that made it, as when checkpoints were written directly.
+            # A job is finished once everything it wrote behind is on disk:
+            # its checkpoints (the window then reads them: tree marks,
+            # storage sizes; a failed write fails the job that made it) and
+            # a restore's bookkeeping (the active node: what the window
+            # reads next, or a window opened next, agrees). The reply and the
+            # restore themselves never waited for them.
             self._service.flush_checkpoints()
-            # And with a restore's bookkeeping (the active node) written: the
-            # restore itself did not wait for it, the job's end does, so that
-            # what the window reads next, or a window opened next, agrees.
-            self._db.flush_deferred()
             if jobs.is_generating(job):
                 result = self._with_tree(result)
         except Interrupted as exc:

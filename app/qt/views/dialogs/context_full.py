@@ -43,7 +43,7 @@ def offer_ways_on(
         "conversation that starts from a summary of this one."
     )
     size = raised_context_size(n_ctx, n_ctx_train)
-    choices = {
+    choices: dict[QAbstractButton, WayOn] = {
         box.addButton(
             "Branch from earlier", QMessageBox.ButtonRole.ActionRole
         ): WayOn.BRANCH,

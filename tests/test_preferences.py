@@ -1,0 +1,68 @@
+"""Preferences: one field and one default each, read and written whole in one
+transaction, invalid stored values falling back to the defaults (issue 24)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.backend.settings import BackendSettings
+from app.preferences import (
+    LocalServerPrefs,
+    Preferences,
+    load_preferences,
+    save_preferences,
+)
+from storage import setting_rows
+from storage.db import Database, open_database
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = open_database(tmp_path / "arbor.sqlite3")
+    yield database
+    database.close()
+
+
+def test_a_new_database_reads_the_defaults(db):
+    assert load_preferences(db) == Preferences()
+
+
+def test_saving_is_one_write_transaction_and_reads_back_the_same(db):
+    changed = replace(
+        Preferences(),
+        model_path="/models/a.gguf",
+        recent_models=("/models/a.gguf", "/models/b.gguf"),
+        backend=BackendSettings(n_ctx=8192, n_threads=2),
+        system_prompt="Be brief.",
+        checkpoint_budget_mb=0,
+        tree_view="graph",
+        text_scale=125,
+        local_server=LocalServerPrefs("0.0.0.0", 9000, True),
+    )
+    before = db.generation()
+    save_preferences(db, changed)
+    assert db.generation() == before + 1
+    assert load_preferences(db) == changed
+    # Each preference is the key of its field's name.
+    assert setting_rows.get_setting(db, "tree_view") == "graph"
+    assert setting_rows.get_setting(db, "backend")["n_ctx"] == 8192
+
+
+def test_stored_values_that_do_not_read_back_fall_back_each_to_its_default(db):
+    setting_rows.set_settings(
+        db,
+        {
+            "tree_view": "cloud",
+            "text_scale": 100.0,
+            "checkpoint_budget_mb": "lots",
+            "backend": "not a dict",
+            "recent_models": 7,
+            "system_prompt": "Kept.",
+        },
+    )
+    prefs = load_preferences(db)
+    assert prefs == replace(Preferences(), system_prompt="Kept.")
