@@ -18,6 +18,7 @@ from sqlalchemy import (
     insert,
     null,
     select,
+    text,
     update,
 )
 from sqlalchemy.orm import Session
@@ -290,6 +291,25 @@ def load_checkpoints(
         return {row.node_id: StoredCheckpoint(*row) for row in rows}
 
 
+# What makes ``m`` (with its checkpoint ``c``) a twin of the start ``n``: a
+# start of its own, the same tokens, a checkpoint of the whole span (of the
+# profile ``:profile``, any profile where it is NULL). In raw SQL, so that
+# the tree's rows (tree_reads.tree) mark the starts that have one with the
+# very same test.
+TWIN_OF_START = """
+m.parent_id IS NULL AND m.id != n.id AND m.n_tokens = n.n_tokens
+AND m.start_pos = 0 AND m.tokens = n.tokens
+AND (:profile IS NULL OR c.profile_id = :profile)
+AND c.start_pos = 0 AND c.end_pos = n.n_tokens
+"""
+
+_TWIN_ROOT = f"""
+SELECT m.id FROM node AS n JOIN node AS m JOIN checkpoint AS c ON c.node_id = m.id
+WHERE n.id = :root AND n.parent_id IS NULL AND n.n_tokens > 0 AND {TWIN_OF_START}
+ORDER BY c.last_used_at DESC LIMIT 1
+"""
+
+
 def twin_root(db: Database, root_id: int, profile_id: int) -> int | None:
     """Another start, of any conversation, whose span is the same tokens as
     ``root_id``'s and which has a checkpoint for the profile; None if none.
@@ -302,24 +322,8 @@ def twin_root(db: Database, root_id: int, profile_id: int) -> int | None:
     if not valid_id(root_id) or not valid_id(profile_id):
         return None
     with db.read() as s:
-        root = s.get(Node, root_id)
-        if root is None or root.parent_id is not None or not root.n_tokens:
-            return None
         twin: int | None = s.scalar(
-            select(Node.id)
-            .join(Checkpoint, Checkpoint.node_id == Node.id)
-            .where(
-                Node.parent_id.is_(None),
-                Node.id != root_id,
-                Node.n_tokens == root.n_tokens,
-                Node.start_pos == 0,
-                Node.tokens == root.tokens,
-                Checkpoint.profile_id == profile_id,
-                Checkpoint.start_pos == 0,
-                Checkpoint.end_pos == root.n_tokens,
-            )
-            .order_by(Checkpoint.last_used_at.desc())
-            .limit(1)
+            text(_TWIN_ROOT), {"root": root_id, "profile": profile_id}
         )
         return twin
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from storage import catalog
 from storage.catalog import ConversationRecord
+from storage.checkpoint_rows import TWIN_OF_START
 from storage.db import Database
 from storage.errors import NotFound
 from storage.lookup import (
@@ -188,7 +189,7 @@ def get_nodes(db: Database, node_ids: Sequence[int]) -> dict[int, NodeRecord]:
 # Every node of a conversation with its checkpoints' bytes, on the raw
 # connection: the tree panel asks for it each time a conversation opens, and
 # through the ORM a 10,000-node tree took 0.41 s, most of it making rows.
-_TREE = """
+_TREE = f"""
 SELECT n.id, n.parent_id, n.role, n.text, n.n_tokens, n.status, n.created_at,
        n.generation, n.thinking,
        (SELECT sum(c.byte_size) FROM checkpoint AS c
@@ -196,11 +197,7 @@ SELECT n.id, n.parent_id, n.role, n.text, n.n_tokens, n.status, n.created_at,
        CASE WHEN n.parent_id IS NULL AND n.n_tokens > 0 THEN (
         -- A start's twin, as twin_root finds one: asked of starts only.
         SELECT c.byte_size FROM node AS m JOIN checkpoint AS c ON c.node_id = m.id
-        WHERE m.parent_id IS NULL AND m.id != n.id AND m.n_tokens = n.n_tokens
-          AND m.start_pos = 0 AND m.tokens = n.tokens
-          AND (:profile IS NULL OR c.profile_id = :profile)
-          AND c.start_pos = 0 AND c.end_pos = n.n_tokens
-        LIMIT 1) END
+        WHERE {TWIN_OF_START} LIMIT 1) END
 FROM node AS n WHERE n.conversation_id = :conversation ORDER BY n.id
 """
 
