@@ -389,14 +389,15 @@ def test_a_conversation_made_elsewhere_continues_through_the_api(
 
 def test_while_loading_the_server_answers_503(tiny_model: Path) -> None:
     """A ``LocalServer`` (the window's kind) before its model is there: 503
-    with Retry-After, an empty model list; then the model is, and it answers
+    with Retry-After, an empty model list; a window with no model at all says
+    so (another code, no Retry-After); then the model is, and it answers
     through the engine thread it was lent."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from app.server.http_api import ServedModel
+    from app.server.http_api import NotServed, ServedModel
     from app.server.serve import Listen, LocalServer
 
-    served: list[ServedModel] = []
+    served: list[ServedModel | NotServed] = [NotServed.NO_MODEL]
     lent = ThreadPoolExecutor(1)
     ran: list[str] = []
 
@@ -408,11 +409,19 @@ def test_while_loading_the_server_answers_503(tiny_model: Path) -> None:
         return lent.submit(run)
 
     lines: list[str] = []
-    server = LocalServer(submit, lambda: served[0] if served else None, lines.append)
+    server = LocalServer(submit, lambda: served[-1], lines.append)
     url = server.start(Listen(port=0))
     try:
         client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
         assert client.models.list().data == []
+        with pytest.raises(openai.InternalServerError) as none:
+            _ask(client, [{"role": "user", "content": "hi"}])
+        assert none.value.status_code == 503
+        assert "Retry-After" not in none.value.response.headers
+        assert none.value.body["code"] == "model_not_loaded"
+        assert "No model is loaded" in none.value.body["message"]
+
+        served.append(NotServed.LOADING)
         with pytest.raises(openai.InternalServerError) as refused:
             _ask(client, [{"role": "user", "content": "hi"}])
         assert refused.value.status_code == 503

@@ -16,7 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.server.http_api import ServedModel
+from app.server.http_api import NotServed, ServedModel
 from app.server.serve import Listen, LocalServer
 from app.window import jobs
 
@@ -40,11 +40,13 @@ class LocalServerController(QObject):
         self,
         submit_job: Callable[[jobs.Job], None],
         model_path: Callable[[], str | None],
+        loading: Callable[[], bool],
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self._submit_job = submit_job
         self._model_path = model_path
+        self._loading = loading
         # Emitted on the server's thread, delivered here on the GUI thread:
         # the engine controller's queue is the GUI thread's to touch.
         self._job_wanted.connect(self._queue_job)
@@ -79,12 +81,14 @@ class LocalServerController(QObject):
     def _queue_job(self, job: jobs.ServeRequest) -> None:
         self._submit_job(job)
 
-    def _served(self) -> ServedModel | None:
+    def _served(self) -> ServedModel | NotServed:
         # On the server's thread: the window's loaded model, if any.
+        if self._loading():
+            return NotServed.LOADING
         path = self._model_path()
         if path is None:
-            return None
+            return NotServed.NO_MODEL
         try:
             return ServedModel.of_file(Path(path))
         except OSError:
-            return None  # the file went away: as good as no model
+            return NotServed.NO_MODEL  # the file went away: as good as none

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +62,18 @@ class ServedModel:
         )
 
 
+class NotServed(Enum):
+    """Why no model is served now."""
+
+    LOADING = "loading"  # one is being loaded: ask again shortly
+    NO_MODEL = "no_model"  # none is loaded (the window has none open)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """The server's options, and where it learns the model being served."""
 
-    served: Callable[[], ServedModel | None]  # None: loading (or none loaded)
+    served: Callable[[], ServedModel | NotServed]
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
 
@@ -228,7 +236,7 @@ class _Api:
                 "created": served.created,
                 "owned_by": "arbor",
             }
-            for served in ([served] if served is not None else [])
+            for served in ([served] if isinstance(served, ServedModel) else [])
         ]
         return web.json_response({"object": "list", "data": models})
 
@@ -244,13 +252,21 @@ class _Api:
         except BadRequest as exc:
             return error_response(400, str(exc), param=exc.param)
         served = self._config.served()
-        if served is None:
+        if served is NotServed.LOADING:
             return error_response(
                 503,
-                "No model is loaded yet (it may be loading); try again shortly.",
+                "The model is still loading; try again shortly.",
                 "server_error",
                 code="model_loading",
                 headers={"Retry-After": str(_RETRY_LOADING_S)},
+            )
+        if served is NotServed.NO_MODEL:
+            return error_response(
+                503,
+                "No model is loaded in Arbor: open one in the window "
+                "(Model menu), then try again.",
+                "server_error",
+                code="model_not_loaded",
             )
         if chat.model not in served.names:
             return error_response(

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from app.server import DEFAULT_PORT
 from app.server.engine_owner import EngineOwner, EngineThread, Submit
-from app.server.http_api import ServedModel, ServerConfig, build_app
+from app.server.http_api import NotServed, ServedModel, ServerConfig, build_app
 
 if TYPE_CHECKING:
     from app.backend.settings import BackendSettings
@@ -123,7 +123,9 @@ async def _serve(
     engine = EngineThread(lambda: _open_service(options))
     served: list[ServedModel] = []  # set once the model has loaded
     config = ServerConfig(
-        lambda: served[0] if served else None, api_key, options.listen.cors_origins
+        lambda: served[0] if served else NotServed.LOADING,
+        api_key,
+        options.listen.cors_origins,
     )
     owner = EngineOwner(engine.submit, options.listen.queue_limit)
     runner = await _start_site(
@@ -174,14 +176,14 @@ class LocalServer:
     """The server on a thread of its own, its jobs run by someone else's
     engine thread (the window's): ``start`` binds and serves, ``stop`` ends.
 
-    ``served`` tells which model is loaded (None: none); ``log_request`` is
+    ``served`` tells which model is loaded (or why none is); ``log_request`` is
     called on the server's thread with one line per request.
     """
 
     def __init__(
         self,
         submit: Submit,
-        served: Callable[[], ServedModel | None],
+        served: Callable[[], ServedModel | NotServed],
         log_request: Callable[[str], None],
     ) -> None:
         self._submit = submit

@@ -748,6 +748,7 @@ class MainWindow(QMainWindow):
             self.local_server = LocalServerController(
                 self.engine.submit,
                 lambda: self.model_info.path if self.model_info else None,
+                lambda: self.presenter.loading_model is not None,
                 self,
             )
         return self.local_server
