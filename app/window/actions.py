@@ -3,15 +3,21 @@
 Qt-free, so the presenter can say which actions are enabled and a test can
 read the table without a window. ``app/qt/views/window_actions.py`` turns each
 row into a ``QAction`` named ``<name>_action`` on the window, whose
-``triggered`` signal calls ``handler``: an attribute path from the window
-(``"presenter.new_conversation"`` or a method of the window itself when the
-action first asks the user something).
+``triggered`` signal calls what ``handler`` finds on the window: one of the
+presenter's steps (``w.presenter.new_conversation``) or a method of the
+window itself when the action first asks the user something. The window is
+seen as an ``ActionTarget``, so mypy checks every handler.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from app.window.presenter import WindowPresenter
 
 # How many replies "Regenerate last reply N times" generates together (a reply's
 # own regenerate menu offers 2 to 4).
@@ -27,6 +33,100 @@ class When(Enum):
     WRITABLE = "writable"  # idle, and the database can be written
 
 
+class Zoom(Protocol):
+    """The window's text size steps."""
+
+    def zoom_in(self) -> None:
+        """One step larger."""
+
+    def zoom_out(self) -> None:
+        """One step smaller."""
+
+    def actual_size(self) -> None:
+        """Back to the system's size."""
+
+
+class ActionTarget(Protocol):
+    """What the handlers find on the window: its presenter, its zoom, and
+    the steps that ask the user something (or move the focus) first."""
+
+    @property
+    def presenter(self) -> WindowPresenter:
+        """The window's Qt-free logic."""
+
+    @property
+    def zoom(self) -> Zoom:
+        """The text size."""
+
+    def ask_new_conversation(self) -> None:
+        """Ask for a system prompt and a title, then start a conversation."""
+
+    def ask_import(self) -> None:
+        """Ask for a conversation file and import it."""
+
+    def ask_export(self) -> None:
+        """Ask for a file and export the shown conversation to it."""
+
+    def ask_model_file(self) -> None:
+        """Ask for a model file and load it."""
+
+    def open_models(self) -> None:
+        """Show the Models dialog: recommended, the Hub, installed, downloads."""
+
+    def close(self) -> bool:
+        """Close the window (quit)."""
+
+    def send(self) -> None:
+        """Send the composer's text and files (or the edit)."""
+
+    def stop(self) -> None:
+        """Stop the reply being generated; else leave editing."""
+
+    def ask_rename_current(self) -> None:
+        """Ask for a new title of the shown conversation."""
+
+    def ask_conversation_settings(self) -> None:
+        """Edit the system prompt and the sampling of the shown conversation."""
+
+    def ask_delete_current(self) -> None:
+        """Ask whether to delete the shown conversation."""
+
+    def focus_filter(self) -> None:
+        """Put the keyboard in the conversation filter."""
+
+    def open_search(self) -> None:
+        """Open the search in all conversations."""
+
+    def edit_last_message(self) -> None:
+        """Edit the last user message on the active path."""
+
+    def open_settings(self) -> None:
+        """Edit the preferences."""
+
+    def open_storage(self) -> None:
+        """Show what checkpoints cost; evict or clear them, set the budget."""
+
+    def open_local_server(self) -> None:
+        """Show the local server's switch, URL and request log."""
+
+    def show_tree_panel(self, checked: bool) -> None:
+        """Show or hide the conversation tree."""
+
+    def focus_tree(self) -> None:
+        """Show the tree and give it the keyboard."""
+
+    def show_shortcuts(self) -> None:
+        """List the keyboard shortcuts."""
+
+    def show_about(self) -> None:
+        """Say what Arbor is."""
+
+
+# What an action calls, found on the window: it takes no arguments, or the
+# new state for a ``checkable`` one.
+Handler = Callable[[ActionTarget], Callable[..., object]]
+
+
 @dataclass(frozen=True)
 class ActionSpec:
     """One action of the window.
@@ -39,7 +139,7 @@ class ActionSpec:
 
     name: str
     text: str
-    handler: str
+    handler: Handler
     shortcuts: tuple[str, ...] = ()
     icon: str | None = None
     when: When = When.ALWAYS
@@ -51,7 +151,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "new",
         "&New conversation",
-        "presenter.new_conversation",
+        lambda w: w.presenter.new_conversation,
         ("Ctrl+N",),
         "plus",
         When.WRITABLE,
@@ -59,78 +159,89 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "new_with_prompt",
         "New conversation with system &prompt…",
-        "ask_new_conversation",
+        lambda w: w.ask_new_conversation,
         ("Ctrl+Shift+N",),
         when=When.WRITABLE,
     ),
     ActionSpec(
         "import",
         "&Import conversation…",
-        "ask_import",
+        lambda w: w.ask_import,
         when=When.WRITABLE,
     ),
-    ActionSpec("export", "&Export conversation…", "ask_export"),
+    ActionSpec("export", "&Export conversation…", lambda w: w.ask_export),
     ActionSpec(
         "open_model",
         "&Open model file…",
-        "ask_model_file",
+        lambda w: w.ask_model_file,
         ("Ctrl+O",),
         "folder",
         When.WRITABLE,
     ),
-    ActionSpec("models", "&Models…", "open_models", ("Ctrl+Shift+M",), "model"),
-    ActionSpec("quit", "&Quit", "close", ("Standard:Quit",)),
+    ActionSpec(
+        "models", "&Models…", lambda w: w.open_models, ("Ctrl+Shift+M",), "model"
+    ),
+    ActionSpec("quit", "&Quit", lambda w: w.close, ("Standard:Quit",)),
     # Conversation
-    ActionSpec("send", "&Send", "send", ("Ctrl+Return", "Ctrl+Enter"), "send"),
-    ActionSpec("stop", "S&top generating", "stop", ("Esc",), "stop"),
+    ActionSpec(
+        "send", "&Send", lambda w: w.send, ("Ctrl+Return", "Ctrl+Enter"), "send"
+    ),
+    ActionSpec("stop", "S&top generating", lambda w: w.stop, ("Esc",), "stop"),
     ActionSpec(
         "rename",
         "&Rename conversation…",
-        "ask_rename_current",
+        lambda w: w.ask_rename_current,
         ("F2",),
         when=When.WRITABLE,
     ),
     ActionSpec(
         "conversation_settings",
         "System &prompt and sampling…",
-        "ask_conversation_settings",
+        lambda w: w.ask_conversation_settings,
         ("Ctrl+Shift+P",),
         when=When.WRITABLE,
     ),
     ActionSpec(
         "delete_conversation",
         "&Delete conversation…",
-        "ask_delete_current",
+        lambda w: w.ask_delete_current,
         icon="delete",
         when=When.WRITABLE,
     ),
-    ActionSpec("filter", "&Filter conversations", "focus_filter", ("Ctrl+F",)),
-    ActionSpec("find", "F&ind in all conversations…", "open_search", ("Ctrl+Shift+F",)),
+    ActionSpec(
+        "filter", "&Filter conversations", lambda w: w.focus_filter, ("Ctrl+F",)
+    ),
+    ActionSpec(
+        "find",
+        "F&ind in all conversations…",
+        lambda w: w.open_search,
+        ("Ctrl+Shift+F",),
+    ),
     ActionSpec(
         "regenerate",
         "&Regenerate last reply",
-        "presenter.regenerate_last",
+        lambda w: w.presenter.regenerate_last,
         ("Ctrl+R",),
         when=When.WRITABLE,
     ),
     ActionSpec(
         "alternatives",
         f"Regenerate last reply {TIMES}{DEFAULT_ALTERNATIVES} (side by side)",
-        "presenter.alternatives_last",
+        lambda w: w.presenter.alternatives_last,
         ("Ctrl+Shift+R",),
         when=When.WRITABLE,
     ),
     ActionSpec(
         "reply",
         "Generate a reply to the selected &message",
-        "presenter.reply_to_active",
+        lambda w: w.presenter.reply_to_active,
         ("Ctrl+Shift+Return", "Ctrl+Shift+Enter"),
         when=When.WRITABLE,
     ),
     ActionSpec(
         "edit_last",
         "&Edit last message",
-        "edit_last_message",
+        lambda w: w.edit_last_message,
         ("Ctrl+E",),
         when=When.WRITABLE,
     ),
@@ -138,59 +249,68 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "settings",
         "&Settings…",
-        "open_settings",
+        lambda w: w.open_settings,
         ("Ctrl+,",),
         "settings",
         When.WRITABLE,
     ),
     ActionSpec(
-        "storage", "S&torage…", "open_storage", icon="storage", when=When.WRITABLE
+        "storage",
+        "S&torage…",
+        lambda w: w.open_storage,
+        icon="storage",
+        when=When.WRITABLE,
     ),
-    ActionSpec("local_server", "&Local server…", "open_local_server"),
+    ActionSpec("local_server", "&Local server…", lambda w: w.open_local_server),
     # View
     ActionSpec(
         "tree",
         "Show conversation &tree",
-        "show_tree_panel",
+        lambda w: w.show_tree_panel,
         ("Ctrl+T",),
         checkable=True,
     ),
     ActionSpec(
-        "focus_tree", "&Focus conversation tree", "focus_tree", ("Ctrl+Shift+T",)
+        "focus_tree",
+        "&Focus conversation tree",
+        lambda w: w.focus_tree,
+        ("Ctrl+Shift+T",),
     ),
     # Ctrl+= as well: "+" is Shift+= on many keyboards, and zooming in should
     # not need Shift (browsers take both).
-    ActionSpec("zoom_in", "Zoom &in", "zoom.zoom_in", ("Ctrl++", "Ctrl+=")),
-    ActionSpec("zoom_out", "Zoom &out", "zoom.zoom_out", ("Ctrl+-",)),
-    ActionSpec("actual_size", "&Actual size", "zoom.actual_size", ("Ctrl+0",)),
+    ActionSpec("zoom_in", "Zoom &in", lambda w: w.zoom.zoom_in, ("Ctrl++", "Ctrl+=")),
+    ActionSpec("zoom_out", "Zoom &out", lambda w: w.zoom.zoom_out, ("Ctrl+-",)),
+    ActionSpec(
+        "actual_size", "&Actual size", lambda w: w.zoom.actual_size, ("Ctrl+0",)
+    ),
     # Go: a keyboard walk through the tree from the active node.
     ActionSpec(
         "previous_branch",
         "&Previous branch",
-        "presenter.previous_branch",
+        lambda w: w.presenter.previous_branch,
         ("Alt+Left",),
     ),
     ActionSpec(
         "next_branch",
         "&Next branch",
-        "presenter.next_branch",
+        lambda w: w.presenter.next_branch,
         ("Alt+Right",),
     ),
     ActionSpec(
         "parent_message",
         "P&arent message",
-        "presenter.parent_message",
+        lambda w: w.presenter.parent_message,
         ("Alt+Up",),
     ),
     ActionSpec(
         "child_message",
         "Newest &child message",
-        "presenter.child_message",
+        lambda w: w.presenter.child_message,
         ("Alt+Down",),
     ),
     # Help
-    ActionSpec("shortcuts", "&Keyboard shortcuts", "show_shortcuts"),
-    ActionSpec("about", "&About Arbor", "show_about"),
+    ActionSpec("shortcuts", "&Keyboard shortcuts", lambda w: w.show_shortcuts),
+    ActionSpec("about", "&About Arbor", lambda w: w.show_about),
 )
 
 # The menu bar: (title, entries); an entry is an action's name, None for a

@@ -1,31 +1,33 @@
 """The window's ``QAction``s and menus, made from the table in ``app.window.actions``.
 
-Each row becomes ``window.<name>_action``; its handler is looked up from the
-window (``"presenter.regenerate_last"``, ``"open_settings"``). Every action is
-also added to the window itself, so shortcuts work with the menu bar hidden.
+Each row becomes ``window.<name>_action``; its handler is found on the window
+(``w.presenter.regenerate_last``, ``w.open_settings``). Every action is also
+added to the window itself, so shortcuts work with the menu bar hidden.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import attrgetter
 from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.qt.views.theme import icon
-from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, ActionSpec
+from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, ActionSpec, ActionTarget
 
 STANDARD_KEY = "Standard:"
 
 
-def build_actions(window: QMainWindow) -> tuple[dict[str, QAction], QMenu]:
-    """Make the actions and the menu bar of ``window``.
+def build_actions(
+    window: QMainWindow, target: ActionTarget
+) -> tuple[dict[str, QAction], QMenu]:
+    """Make the actions and the menu bar of ``window``, whose handlers are
+    found on ``target`` (the window itself).
 
     Returns the actions by name and the (empty) menu of recent models.
     """
-    actions = {spec.name: _action(window, spec) for spec in ACTIONS}
+    actions = {spec.name: _action(window, target, spec) for spec in ACTIONS}
     recent = QMenu("Recent &models", window)
     bar = window.menuBar()
     for title, entries in MENUS:
@@ -53,12 +55,12 @@ def fill_recent_menu(
     menu.setEnabled(bool(paths))
 
 
-def _action(window: QMainWindow, spec: ActionSpec) -> QAction:
+def _action(window: QMainWindow, target: ActionTarget, spec: ActionSpec) -> QAction:
     action = QAction(spec.text, window)
     if spec.icon:
         action.setIcon(icon(spec.icon))
     action.setShortcuts([_key(s) for s in spec.shortcuts])
-    handler = attrgetter(spec.handler)(window)
+    handler = spec.handler(target)
     if spec.checkable:
         action.setCheckable(True)
         action.setChecked(True)
