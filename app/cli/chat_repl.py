@@ -17,6 +17,7 @@ from app.conversation.errors import USER_ERRORS
 from app.conversation.results import Reply
 from app.conversation.service import ConversationService
 from app.conversation.streams import Streams
+from storage.values import Role
 
 HELP = "Type a message. /regen: another reply, /new: new conversation, /quit: exit."
 
@@ -85,7 +86,7 @@ def _answer(
             on_token=lambda piece: print(piece, end="", flush=True), should_stop=stop
         )
         if line == "/regen":
-            if service.path(node)[-1].role != "assistant":
+            if service.path(node)[-1].role != Role.ASSISTANT:
                 print("(nothing to regenerate yet)")
                 return None
             return service.regenerate(node, params, streams)

@@ -36,6 +36,7 @@ from app.conversation.streams import AlternativeStreams, Streams
 from app.library.errors import LIBRARY_ERRORS
 from app.platform import paths
 from storage import catalog
+from storage.values import Role
 
 if TYPE_CHECKING:
     from app.conversation.results import Reply
@@ -275,7 +276,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             "messages": [
                 {
                     "id": n.id,
-                    "role": "system" if n.role == "root" else n.role,
+                    "role": "system" if n.role == Role.ROOT else n.role,
                     "text": n.text,
                     **({"thinking": n.thinking} if n.thinking else {}),
                     "tokens": len(n.tokens),

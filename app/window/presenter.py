@@ -37,7 +37,7 @@ from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.models import DEFAULT_TITLE
-from storage.values import Status
+from storage.values import Role, Status
 
 if TYPE_CHECKING:
     from app.conversation.results import ReplyStats, SyncStats
@@ -361,7 +361,7 @@ class WindowPresenter:
                 "A reply is being written elsewhere: read on, or Stop it (Esc); "
                 "you can write here when it is done.",
             )
-        if self._active_role() == "user":
+        if self._active_role() == Role.USER:
             return (
                 True,
                 "Type to send a new version of the message above (a new branch); "
@@ -564,7 +564,7 @@ class WindowPresenter:
             job: jobs.Job = jobs.Edit(editing, text, self._sampling(), budget)
             self._begin_generation(job, parent, text)
             return True
-        if self._active_role() == "user":
+        if self._active_role() == Role.USER:
             if text:
                 return self.send(text, editing=self.active_id)
             self.reply_to_active()
@@ -604,7 +604,7 @@ class WindowPresenter:
 
     def reply_to_active(self) -> None:
         """Generate a reply to the active node, a user message."""
-        if not self.can_reply or self.loading_model or self._active_role() != "user":
+        if not self.can_reply or self.loading_model or self._active_role() != Role.USER:
             return
         assert self.active_id is not None
         budget = self.prefs.checkpoint_budget_bytes
@@ -660,13 +660,13 @@ class WindowPresenter:
 
     def regenerate_last(self) -> None:
         """Regenerate the last reply on the active path."""
-        reply = self.last_of_role("assistant")
+        reply = self.last_of_role(Role.ASSISTANT)
         if reply is not None:
             self.regenerate(reply)
 
     def alternatives_last(self) -> None:
         """Regenerate the last reply on the active path, side by side."""
-        reply = self.last_of_role("assistant")
+        reply = self.last_of_role(Role.ASSISTANT)
         if reply is not None:
             self.alternatives(reply, DEFAULT_ALTERNATIVES)
 
@@ -1142,7 +1142,7 @@ class WindowPresenter:
         for child in reversed(children.get(stream.prefix_id, [])):
             node = self.snapshot.nodes[child]
             text = stream.pending_text.strip()
-            if node.role == "user" and node.text == text and not children.get(child):
+            if node.role == Role.USER and node.text == text and not children.get(child):
                 return child
         return None
 

@@ -43,6 +43,7 @@ from PySide6.QtGui import QColor, QFont
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.text.plain_text import snippet as plain_snippet
 from storage.records import NodeSummary
+from storage.values import Role, Status
 
 NodeIdRole = Qt.ItemDataRole.UserRole + 1
 MessageRoleRole = Qt.ItemDataRole.UserRole + 2  # "root", "user" or "assistant"
@@ -66,7 +67,11 @@ ACTIVE_PATH_ROLES = (
     IsActiveRole,
 )
 SNIPPET_CHARS = 60
-ROLE_LABELS = {"root": "Start", "user": "You", "assistant": "Assistant"}
+ROLE_LABELS: dict[str, str] = {
+    Role.ROOT: "Start",
+    Role.USER: "You",
+    Role.ASSISTANT: "Assistant",
+}
 # The root's label when it holds a system prompt.
 ROOT_WITH_PROMPT = "System prompt"
 # The Checkpoint column's mark of a message that restores instantly.
@@ -118,12 +123,12 @@ def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
 def row_label(role: str, text: str, thought: bool) -> str:
     """A message's row in the list: who, and its first words (``thought``:
     the reply has reasoning, which shows when its answer is empty)."""
-    if role == "root":
+    if role == Role.ROOT:
         # The conversation's start, in plain words: its system prompt if it
         # has one (the figures are in the tooltip).
         if text.strip():
             return f"{ROOT_WITH_PROMPT}: {snippet(text)}"
-        return ROLE_LABELS["root"]
+        return ROLE_LABELS[Role.ROOT]
     label = ROLE_LABELS.get(role, role)
     if text.strip():
         return f"{label}: {snippet(text)}"  # a reply's answer, never its thinking
@@ -368,12 +373,12 @@ class ConversationTreeModel(QAbstractItemModel):
             checkpoint = f"saved ({SHARED_START}): restores instantly"
         else:
             checkpoint = "not saved: rebuilt from its text when you go back to it"
-        status = "" if node.status == "complete" else f" · {node.status}"
-        if node.status == "truncated":
+        status = "" if node.status == Status.COMPLETE else f" · {node.status}"
+        if node.status == Status.TRUNCATED:
             status += " (cut off: the context is full)"
         tokens = f"{node.n_tokens:,} token{'s' if node.n_tokens != 1 else ''}"
         figures = f"{tokens} · {checkpoint}{status}"
-        if node.role == "root":
+        if node.role == Role.ROOT:
             text = (
                 f"System prompt: {snippet(node.text, 400)}"
                 if node.text.strip()

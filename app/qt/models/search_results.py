@@ -14,6 +14,7 @@ from PySide6.QtCore import (
 )
 
 from storage.text_search import MATCH_END, MATCH_START, SearchHit
+from storage.values import Role
 
 NodeIdRole = Qt.ItemDataRole.UserRole + 1
 ConversationIdRole = Qt.ItemDataRole.UserRole + 2
@@ -22,7 +23,11 @@ HtmlRole = Qt.ItemDataRole.UserRole + 3
 
 Index = QModelIndex | QPersistentModelIndex
 
-ROLE_NAMES = {"root": "System prompt", "user": "You", "assistant": "Assistant"}
+ROLE_NAMES: dict[str, str] = {
+    Role.ROOT: "System prompt",
+    Role.USER: "You",
+    Role.ASSISTANT: "Assistant",
+}
 
 
 def snippet_html(snippet: str) -> str:

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from app.qt.views.message_card import MessageCard
+from storage.values import Role
 
 REPAINT_MS = 40
 
@@ -27,7 +28,7 @@ class AlternativesRow(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(8)
-        self.cards = [MessageCard("assistant", "") for _ in range(n)]
+        self.cards = [MessageCard(Role.ASSISTANT, "") for _ in range(n)]
         for card in self.cards:
             layout.addWidget(card, 1)
         self._parts: list[list[str]] = [[] for _ in range(n)]
@@ -82,7 +83,7 @@ class ChoiceRow(QWidget):
         self.buttons: list[QPushButton] = []
         for node_id, text in replies:
             column = QVBoxLayout()
-            card = MessageCard("assistant", text)
+            card = MessageCard(Role.ASSISTANT, text)
             column.addWidget(card, 1)
             button = QPushButton("Keep this one")
             button.setToolTip(

@@ -61,6 +61,7 @@ from app.window.actions import SHORTCUTS_HELP
 from app.window.presenter import WindowPresenter
 from storage.catalog import ConversationRecord
 from storage.db import Database
+from storage.values import Role
 
 if TYPE_CHECKING:
     # Imported when the dialog first opens: the window starts without aiohttp.
@@ -479,7 +480,7 @@ class MainWindow(QMainWindow):
         if self.presenter.generating:
             return
         node = self.presenter.snapshot.nodes[node_id]
-        if node.role == "root":
+        if node.role == Role.ROOT:
             self.ask_branch_system_prompt(node_id)
         else:
             self.composer.begin_edit(node_id, node.text)
@@ -509,7 +510,7 @@ class MainWindow(QMainWindow):
 
     def edit_last_message(self) -> None:
         """Edit the last user message on the active path."""
-        message = self.presenter.last_of_role("user")
+        message = self.presenter.last_of_role(Role.USER)
         if message is not None:
             self.edit_message(message)
             self.composer.edit.setFocus()

@@ -31,17 +31,22 @@ from app.qt.views.theme import icon
 from app.qt.views.thinking import ThinkingSection
 from app.text.attachments import split
 from app.window.actions import TIMES
+from storage.values import Role, Status
 
-ROLE_TITLES = {"root": "System prompt", "user": "You", "assistant": "Assistant"}
-STATUS_LABELS = {
-    "stopped": "stopped",
-    "interrupted": "interrupted",
-    "generating": "generating…",
-    "truncated": "cut off",
+ROLE_TITLES: dict[str, str] = {
+    Role.ROOT: "System prompt",
+    Role.USER: "You",
+    Role.ASSISTANT: "Assistant",
+}
+STATUS_LABELS: dict[str, str] = {
+    Status.STOPPED: "stopped",
+    Status.INTERRUPTED: "interrupted",
+    Status.GENERATING: "generating…",
+    Status.TRUNCATED: "cut off",
 }
 # A line under the text for statuses that need more than a badge.
-STATUS_NOTES = {
-    "truncated": (
+STATUS_NOTES: dict[str, str] = {
+    Status.TRUNCATED: (
         "Cut off: the context is full — branch from an earlier message or "
         "raise the context size."
     ),
@@ -117,7 +122,7 @@ class MessageCard(QFrame):
         text: str,
         node_id: int | None = None,
         siblings: list[int] | None = None,
-        status: str = "complete",
+        status: str = Status.COMPLETE,
         thinking: str = "",
         parent: QWidget | None = None,
     ) -> None:
@@ -295,7 +300,7 @@ class MessageCard(QFrame):
     def set_text(self, text: str) -> None:
         """Show ``text`` (a message of the user's: its words, its files as chips)."""
         self._text = text
-        if self.role == "user":
+        if self.role == Role.USER:
             text, files = split(text)
             if files and self.attachments is None:
                 self.attachments = AttachmentChips(removable=False)
@@ -317,7 +322,7 @@ class MessageCard(QFrame):
                 self.body.setHtml("<i>…</i>")
             elif self.thinking_section is not None:
                 self.body.setHtml("<i>(no answer: the reply ended while thinking)</i>")
-            elif self.role == "root":  # a start of several, with no prompt
+            elif self.role == Role.ROOT:  # a start of several, with no prompt
                 self.body.setHtml("<i>(none: the model's own default)</i>")
             else:
                 self.body.setHtml("<i>(empty)</i>")
@@ -331,7 +336,7 @@ class MessageCard(QFrame):
             self.body.setPlainText(note)
 
     def _code_background(self) -> QColor:
-        if self.role == "user":
+        if self.role == Role.USER:
             return self.palette().color(QPalette.ColorRole.Base)
         return self.palette().color(QPalette.ColorRole.AlternateBase)
 
@@ -400,21 +405,22 @@ class MessageCard(QFrame):
 
     def _add_actions(self, header: QHBoxLayout) -> None:
         self.copy_button = self._tool_button(
-            "copy", "Copy the answer" if self.role == "assistant" else "Copy the text"
+            "copy",
+            "Copy the answer" if self.role == Role.ASSISTANT else "Copy the text",
         )
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         header.addWidget(self.copy_button)
-        if self.role in ("user", "root"):
+        if self.role in (Role.USER, Role.ROOT):
             self.edit_button = self._tool_button(
                 "edit",
                 "Edit: creates a new branch, nothing is erased"
-                if self.role == "user"
+                if self.role == Role.USER
                 else "Change the system prompt: a new start beside this one, "
                 "nothing is erased",
             )
             self.edit_button.clicked.connect(self._on_edit_button_clicked)
             header.addWidget(self.edit_button)
-        if self.role == "assistant":
+        if self.role == Role.ASSISTANT:
             self.regenerate_button = self._tool_button(
                 "regenerate", "Regenerate: a new reply beside this one"
             )

@@ -84,6 +84,7 @@ from app.qt.views.transcript_layout import (
     tops,
 )
 from storage.records import NodeSummary
+from storage.values import Role
 
 STREAM_REPAINT_MS = 40
 # The most of the GUI thread's time that drawing a streaming reply may take.
@@ -301,7 +302,7 @@ class TranscriptView(QScrollArea):
         for at, entry in enumerate(entries):
             node = entry.node
             if (
-                node.role == "root"
+                node.role == Role.ROOT
                 and not node.text.strip()
                 and len(siblings[node.id]) < 2
             ):
@@ -328,7 +329,7 @@ class TranscriptView(QScrollArea):
             self._discard(card)  # stored otherwise (e.g. stopped: its badge)
         self._slots = slots
         self._last_anchor = None
-        empty = all(slot.node.role == "root" for slot in slots)
+        empty = all(slot.node.role == Role.ROOT for slot in slots)
         self._show_empty_state(empty)
         target: _Target
         if empty:
@@ -345,8 +346,8 @@ class TranscriptView(QScrollArea):
     def begin_stream(self, pending_user_text: str | None) -> None:
         """Add the user's message (if new) and an empty reply that tokens fill."""
         if pending_user_text is not None:
-            self._add_unsaved(MessageCard("user", pending_user_text))
-        self.streaming_card = MessageCard("assistant", "")
+            self._add_unsaved(MessageCard(Role.USER, pending_user_text))
+        self.streaming_card = MessageCard(Role.ASSISTANT, "")
         self._repaint_timer.setInterval(STREAM_REPAINT_MS)
         self._stream_parts = []
         self._thinking_parts = []
@@ -887,7 +888,7 @@ class TranscriptView(QScrollArea):
         for card in unsaved:
             if card.role != node.role or card.status != node.status:
                 continue
-            if node.role == "user" and card.text != node.text:
+            if node.role == Role.USER and card.text != node.text:
                 continue
             if card.thinking_section is not None and not thinking:
                 continue  # a new card shows no reasoning at all

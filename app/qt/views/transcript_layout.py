@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.text.attachments import split
+from storage.values import Role, Status
 
 # The estimate's figures, in line spacings (fitted on generated conversations):
 # a line of text takes a little more than a line spacing (block margins), a
@@ -58,13 +59,13 @@ class TextShape:
 def text_shape(role: str, text: str, thinking: str, status: str) -> TextShape:
     """The shape of a message as a card shows it (a question's files as chips)."""
     extra = 0.0
-    if role == "user":
+    if role == Role.USER:
         text, files = split(text)
         if files:
             extra += FILES_LINES
     if thinking:
         extra += THINKING_LINES
-    if status == "truncated":
+    if status == Status.TRUNCATED:
         extra += NOTE_LINES
     return TextShape(
         # A list comprehension: a generator made this the most of the cost.

@@ -77,6 +77,7 @@ from app.qt.views.tree_layout import (
 )
 from app.text.plain_text import shorten
 from storage.records import NodeSummary
+from storage.values import Role, Status
 
 # Geometry, in scene units (pixels at 100 %).
 NODE_WIDTH = 196.0
@@ -106,7 +107,7 @@ CACHE_MODE = (
     QGraphicsItem.CacheMode.DeviceCoordinateCache
 )  # below this zoom, nodes are drawn without text
 
-ROLE_INITIALS = {"root": "S", "user": "U", "assistant": "A"}
+ROLE_INITIALS: dict[str, str] = {Role.ROOT: "S", Role.USER: "U", Role.ASSISTANT: "A"}
 # A start's own action, in the graph's menu and the list's.
 PROMPT_ACTION_TEXT = "Change the system prompt (a new start)…"
 
@@ -152,14 +153,14 @@ class _Colors:
         self.active_text = palette.color(role.HighlightedText)
         self.accent = accent
         self.fill = {
-            "user": _mix(base, accent, 0.13),
-            "assistant": base,
-            "root": palette.color(role.AlternateBase),
+            Role.USER: _mix(base, accent, 0.13),
+            Role.ASSISTANT: base,
+            Role.ROOT: palette.color(role.AlternateBase),
         }
         self.badge = {
-            "user": accent,
-            "assistant": _mix(self.muted, text, 0.15),
-            "root": _mix(self.muted, base, 0.25),
+            Role.USER: accent,
+            Role.ASSISTANT: _mix(self.muted, text, 0.15),
+            Role.ROOT: _mix(self.muted, base, 0.25),
         }
         self.badge_text = base
         self.border = _mix(palette.color(role.Mid), base, 0.25)
@@ -251,7 +252,7 @@ class _NodeItem(QGraphicsItem):
     ) -> None:
         style = self.style
         colors = style.colors
-        role = self.node.role if self.node.role in colors.fill else "assistant"
+        role = self.node.role if self.node.role in colors.fill else Role.ASSISTANT
         active = self.active
         if active:
             painter.setPen(colors.path_pen)
@@ -359,7 +360,7 @@ def node_tooltip(node: NodeSummary) -> str:
     else:
         checkpoint = "no checkpoint: rebuilt from its tokens"
     figures = f"{node.n_tokens:,} tokens · {checkpoint}"
-    if node.status != "complete":
+    if node.status != Status.COMPLETE:
         figures += f" · {node.status}"
     # Rich text on purpose, with the message escaped: a message that
     # happens to contain tags must not be rendered as HTML.
@@ -733,7 +734,7 @@ class TreeGraphView(QGraphicsView):
         go = QAction(icon("branch"), "Continue from here", menu)
         go.triggered.connect(lambda: self.node_activated.emit(node_id))
         menu.addAction(go)
-        if self._snapshot.nodes[node_id].role == "root":
+        if self._snapshot.nodes[node_id].role == Role.ROOT:
             prompt = QAction(PROMPT_ACTION_TEXT, menu)
             prompt.triggered.connect(lambda: self.system_prompt_requested.emit(node_id))
             menu.addAction(prompt)

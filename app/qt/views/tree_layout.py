@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from app.text.plain_text import plain_text
+from storage.values import Role
 
 
 class Slot(NamedTuple):
@@ -84,6 +85,6 @@ def node_text(role: str, text: str, thinking: str = "") -> str:
     plain = " ".join(plain_text(text).split())
     if plain:
         return plain
-    if role == "root":
+    if role == Role.ROOT:
         return "Conversation start"
     return "(thinking only)" if thinking else "(empty)"

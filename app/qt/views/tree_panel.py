@@ -45,6 +45,7 @@ from app.qt.models.conversation_tree import (
 from app.qt.views.elided_label import ElidedLabel
 from app.qt.views.theme import icon
 from app.qt.views.tree_graph import PROMPT_ACTION_TEXT, TreeGraphView
+from storage.values import Role
 
 LIST_MODE, GRAPH_MODE = "list", "graph"
 
@@ -382,7 +383,7 @@ class TreePanel(QWidget):
         go = QAction(icon("branch"), "Continue from here", menu)
         go.triggered.connect(lambda: self.node_activated.emit(node_id))
         menu.addAction(go)
-        if index.data(MessageRoleRole) == "root":
+        if index.data(MessageRoleRole) == Role.ROOT:
             prompt = QAction(PROMPT_ACTION_TEXT, menu)
             prompt.triggered.connect(lambda: self.system_prompt_requested.emit(node_id))
             menu.addAction(prompt)
