@@ -145,3 +145,15 @@ def offload_targets(found: list[Device]) -> list[Device]:
 
 def _text(value: bytes | None) -> str:
     return value.decode("utf-8", errors="replace") if value else ""
+
+
+def ggml_library() -> Any:
+    """ggml's functions, looked up through libllama's handle (the ggml that
+    llama.cpp itself uses; see above), for the modules that call more of
+    them (``rpc_worker``)."""
+    return _ggml
+
+
+def device_name(device: int) -> str:
+    """The name llama.cpp gives the device at ``device`` ("CPU", "Vulkan0")."""
+    return _text(_ggml.ggml_backend_dev_name(device))

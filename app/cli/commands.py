@@ -520,6 +520,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from app.cli.worker import run_worker
+
+    host, port = args.listen
+    return run_worker(host, port, args.worker_threads)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from app.bench.command import run_bench
 
@@ -548,5 +555,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "chat": _cmd_chat,
     "models": _cmd_models,
     "bench": _cmd_bench,
+    "worker": _cmd_worker,
     "serve": _cmd_serve,
 }

@@ -63,6 +63,21 @@ _conversation_id = _int_type(
 _positive_int = _int_type(1, _MAX_ID, "expected a positive integer")
 
 
+# llama.cpp's rpc-server listens on this port unless told otherwise.
+DEFAULT_WORKER_PORT = 50052
+
+
+def _endpoint(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets: ``[::1]:50052``)."""
+    host, colon, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT with a port of 1 to 65535, not {value!r}"
+        )
+    return host, int(port)
+
+
 def _text_type(what: str) -> Callable[[str], str]:
     """An argparse type for text that goes to the database and the tokenizer.
 
@@ -303,6 +318,26 @@ def build_parser() -> argparse.ArgumentParser:
         type=_int_type(0, 1000, "--queue must be 0 to 1000"),
         default=8,
         help="requests that may wait behind the running one (default 8)",
+    )
+
+    worker = sub.add_parser(
+        "worker",
+        help="lend this machine's devices to Arbor on another machine (llama.cpp RPC)",
+    )
+    worker.add_argument(
+        "--listen",
+        type=_endpoint,
+        default=("127.0.0.1", DEFAULT_WORKER_PORT),
+        metavar="HOST:PORT",
+        help=f"address to listen on (default 127.0.0.1:{DEFAULT_WORKER_PORT}; RPC "
+        "has no authentication or encryption: use other addresses on a trusted "
+        "network only)",
+    )
+    worker.add_argument(
+        "--threads",
+        dest="worker_threads",
+        type=_positive_int,
+        help="CPU threads for the layers computed here (default: automatic)",
     )
 
     bench = sub.add_parser(
