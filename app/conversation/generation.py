@@ -231,23 +231,25 @@ class ReplyPipeline:
 
     def _step_until_stopped(self, streams: list[ReplyStream]) -> None:
         engine = self._engine
+        should_stop = streams[0].streams.should_stop  # one for them all
         rows = {s.index: -1 for s in streams}
+        live = streams
         first_step = True
         last_save = time.perf_counter()
-        while any(s.live for s in streams):
-            if streams[0].streams.stopped():
-                for stream in streams:
-                    if stream.live:
-                        stream.stop(StopReason.STOPPED)
+        while live:
+            if should_stop is not None and should_stop():
+                for stream in live:
+                    stream.stop(StopReason.STOPPED)
                 break
             step = [
                 (stream, token)
-                for stream in streams
-                if stream.live
-                and (token := self._next_token(stream, rows[stream.index], first_step))
+                for stream in live
+                if (token := self._next_token(stream, rows[stream.index], first_step))
                 is not None
             ]
             first_step = False
+            if len(step) < len(live):  # some stopped at this step
+                live = [s for s, _token in step]
             if not step:
                 break
             if step[0][0].seq is None:

@@ -30,10 +30,6 @@ class Streams:
             if piece and target is not None:
                 target(piece)
 
-    def stopped(self) -> bool:
-        """Whether the reply is to end now."""
-        return self.should_stop is not None and self.should_stop()
-
 
 NO_STREAMS = Streams()
 
