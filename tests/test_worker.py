@@ -28,8 +28,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _worker(listen: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A running ``arbor worker --listen LISTEN`` and its "Serving" line."""
+def _worker(listen: str) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
+    """A running ``arbor worker --listen LISTEN``, its "Serving" line and what
+    it said before (on stderr, where Arbor's lines go)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "worker", "--listen", listen, "--threads", "1"],
         cwd=ROOT,
@@ -38,13 +39,15 @@ def _worker(listen: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
         text=True,
     )
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
+        assert process.stderr is not None
+        before = ""
+        for line in process.stderr:
             if line.startswith("Serving"):
                 break
+            before += line
         else:
-            pytest.fail(f"the worker never served: {process.communicate()}")
-        yield process, line
+            pytest.fail(f"the worker never served: {before} {process.communicate()}")
+        yield process, line, before
     finally:
         if process.poll() is None:
             process.kill()
@@ -53,7 +56,7 @@ def _worker(listen: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 def test_a_worker_serves_its_devices_answers_hello_and_stops_on_ctrl_c():
     port = _free_port()
-    with _worker(f"127.0.0.1:{port}") as (process, serving):
+    with _worker(f"127.0.0.1:{port}") as (process, serving, before):
         found = re.search(r"at (127\.0\.0\.1:\d+) \(llama\.cpp RPC ([\d.]+)\)", serving)
         assert found is not None, serving
         assert found.group(1) == f"127.0.0.1:{port}"
@@ -62,20 +65,20 @@ def test_a_worker_serves_its_devices_answers_hello_and_stops_on_ctrl_c():
         assert hello("127.0.0.1", port) == found.group(2)
         assert hello("127.0.0.1", port) == found.group(2)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=START_S)
+        _out, err = process.communicate(timeout=START_S)
         assert process.returncode == 0, err
-        assert "Stopped." in out
-        assert "WARNING" not in err
+        assert "Stopped." in err
+        assert "WARNING" not in before + err
 
 
 def test_off_loopback_the_worker_warns_that_rpc_has_no_authentication():
     port = _free_port()
-    with _worker(f"0.0.0.0:{port}") as (process, _serving):
+    with _worker(f"0.0.0.0:{port}") as (process, _serving, before):
         assert re.fullmatch(r"\d+\.\d+\.\d+", hello("127.0.0.1", port))
         process.send_signal(signal.SIGTERM)
-        _out, err = process.communicate(timeout=START_S)
+        process.communicate(timeout=START_S)
         assert process.returncode == 0
-        assert "no authentication and no encryption" in err
+        assert "no authentication and no encryption" in before
 
 
 def test_a_taken_port_is_an_error_not_a_hang():

@@ -2,8 +2,10 @@
 
 Starts llama.cpp's RPC server in this process (``app.backend.rpc_worker``),
 checks that it answers, prints the address to give the other machine, and
-runs until Ctrl+C or SIGTERM. Off this computer's own address it says loudly
-that RPC has no authentication or encryption.
+runs until Ctrl+C or SIGTERM. Off this computer's own address it says
+loudly that RPC has no authentication or encryption. Arbor's lines go to
+stderr: stdout is llama.cpp's (its server's banner), and in one CI run a
+line of ours written there never reached the reader.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def run_worker(host: str, port: int, threads: int | None) -> int:
         f"Serving {', '.join(serving.devices)} at {endpoint} (llama.cpp RPC "
         f"{version}). Give the other machine this address: {endpoint}\n"
         "Ctrl+C stops.",
+        file=sys.stderr,
         flush=True,
     )
     while serving.thread.is_alive():
@@ -83,8 +86,7 @@ def _answering(host: str, port: int, thread: threading.Thread) -> str | None:
 
 
 def _stop(_signum: int | None = None, _frame: FrameType | None = None) -> None:
-    print("Stopped.", flush=True)
-    sys.stdout.flush()
+    print("Stopped.", file=sys.stderr, flush=True)
     # The server's thread is inside llama.cpp with no way to end it: the
     # process ends here, as llama.cpp's own rpc-server does.
     os._exit(0)
