@@ -66,11 +66,6 @@ class Serving:
     thread: threading.Thread
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this computer's own address only."""
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
 def serve(host: str, port: int, threads: int) -> Serving:
     """Start serving this machine's devices at ``host:port`` on a daemon
     thread; ``WorkerError`` if this build cannot."""

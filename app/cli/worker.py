@@ -33,13 +33,14 @@ def run_worker(host: str, port: int, threads: int | None) -> int:
     """Serve until stopped; the exit status."""
     from app.backend import rpc_worker
     from app.backend.threads import automatic_threads
+    from app.server.serve import is_loopback
 
     endpoint = f"{host}:{port}"
     # From here on Ctrl+C and SIGTERM end the process (there is no call that
     # stops llama.cpp's server).
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
-    if not rpc_worker.is_loopback(host):
+    if not is_loopback(host):
         print(UNSAFE_WARNING.format(endpoint=endpoint), file=sys.stderr, flush=True)
     try:
         serving = rpc_worker.serve(host, port, threads or automatic_threads())
