@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -44,10 +45,23 @@ class ConversationRecord:
     sampling: dict[str, Any] | None = None
 
 
-# A conversation's columns in the order ``conversation_record`` reads them.
-_COLUMNS = """c.id, c.title, c.system_prompt, c.active_node_id, c.created_at,
-       c.updated_at, c.node_count, c.checkpoint_bytes, c.reasoning,
-       c.model_path, c.model_identity, c.sampling"""
+# A conversation's stored columns, in the order ``conversation_from_stored``
+# reads them: the raw reads select them, the ORM path reads these attributes.
+CONVERSATION_COLUMNS = (
+    "id",
+    "title",
+    "system_prompt",
+    "active_node_id",
+    "created_at",
+    "updated_at",
+    "node_count",
+    "checkpoint_bytes",
+    "reasoning",
+    "model_path",
+    "model_identity",
+    "sampling",
+)
+_COLUMNS = ", ".join(f"c.{name}" for name in CONVERSATION_COLUMNS)
 
 _LISTING = f"""
 SELECT {_COLUMNS}
@@ -56,7 +70,7 @@ FROM conversation AS c
 ORDER BY c.updated_at DESC, c.id DESC
 """
 
-# One conversation by id, for ``conversation_record``.
+# One conversation by id, for ``conversation_from_stored``.
 CONVERSATION_BY_ID = f"SELECT {_COLUMNS} FROM conversation AS c WHERE c.id = ?"
 
 # The filter matches the title or any message's text, case-insensitively
@@ -88,24 +102,40 @@ def list_conversations(
         )
     else:
         rows = connection.execute(_LISTING.format(where=""))
-    return [conversation_record(row) for row in rows]
+    return [conversation_from_stored(row) for row in rows]
 
 
-def conversation_record(row: tuple[Any, ...]) -> ConversationRecord:
-    """The record of a row of the listing's columns (``CONVERSATION_BY_ID``)."""
+def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
+    """The record of a conversation's stored values in ``CONVERSATION_COLUMNS``
+    order: the one mapping, for rows sqlite3 reads (text) and for the ORM's
+    attributes (already converted) alike."""
+    (
+        conversation_id,
+        title,
+        system_prompt,
+        active_node_id,
+        created_at,
+        updated_at,
+        node_count,
+        checkpoint_bytes,
+        reasoning,
+        model_path,
+        model_identity,
+        sampling,
+    ) = values
     return ConversationRecord(
-        id=row[0],
-        title=row[1],
-        system_prompt=row[2],
-        active_node_id=row[3],
-        created_at=timestamp(row[4]),
-        updated_at=timestamp(row[5]),
-        node_count=row[6],
-        checkpoint_bytes=row[7],
-        reasoning=row[8],
-        model_path=row[9],
-        model_identity=row[10],
-        sampling=json.loads(row[11]) if row[11] is not None else None,
+        id=conversation_id,
+        title=title,
+        system_prompt=system_prompt,
+        active_node_id=active_node_id,
+        created_at=timestamp(created_at),
+        updated_at=timestamp(updated_at),
+        node_count=node_count,
+        checkpoint_bytes=checkpoint_bytes,
+        reasoning=reasoning,
+        model_path=model_path,
+        model_identity=model_identity,
+        sampling=stored_json(sampling),
     )
 
 
@@ -139,7 +169,19 @@ def read_listing(path: Path) -> list[ConversationRecord] | None:
         return None  # the full way reports it, in the words it has for each case
 
 
-def timestamp(value: str) -> datetime:
-    """A DateTime column's value read as sqlite3 gives it: SQLAlchemy stores it
-    on SQLite as "YYYY-MM-DD HH:MM:SS[.ffffff]"."""
-    return datetime.fromisoformat(value)
+def timestamp(value: str | datetime) -> datetime:
+    """A DateTime column's value: sqlite3 gives the text SQLAlchemy stores on
+    SQLite ("YYYY-MM-DD HH:MM:SS[.ffffff]"), the ORM the datetime itself."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def stored_json(value: Any) -> Any:
+    """A JSON column's value: sqlite3 gives its text, the ORM the value.
+
+    Every JSON column holds an object, a list or nothing, so text is always
+    the stored form; SQLAlchemy stores None as the text "null", which most
+    rows (a question's figures, a conversation without its own sampling) are.
+    """
+    if not isinstance(value, str):
+        return value
+    return None if value == "null" else json.loads(value)

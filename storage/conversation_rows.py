@@ -151,13 +151,16 @@ def set_conversation_model(
         conv.model_identity = identity
 
 
-def set_active_node(db: Database, node_id: int) -> None:
-    """Remember ``node_id`` as where its conversation continues."""
+def set_active_node(db: Database, node_id: int) -> int:
+    """Remember ``node_id`` as where its conversation continues; return the
+    conversation's id."""
     with db.write() as s:
         node = get_row(s, Node, node_id)
         conv = get_row(s, Conversation, node.conversation_id)
         conv.active_node_id = node.id
         conv.updated_at = utcnow()
+        conversation_id: int = conv.id
+        return conversation_id
 
 
 def defer_active_node(db: Database, conversation_id: int, node_id: int) -> None:

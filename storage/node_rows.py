@@ -37,7 +37,7 @@ from storage.models import (
     Node,
     utcnow,
 )
-from storage.records import NodeRecord, node_record, pack_tokens
+from storage.records import DeletedBranch, NodeRecord, node_record, pack_tokens
 from storage.space import release_space, releases_space
 from storage.values import Role, Status
 
@@ -284,14 +284,14 @@ def root_texts(db: Database, conversation_id: int) -> list[tuple[int, str]]:
 
 
 @releases_space
-def delete_subtree(db: Database, node_id: int) -> int:
-    """Delete a node, its descendants and their checkpoints; return the parent id.
+def delete_subtree(db: Database, node_id: int) -> DeletedBranch:
+    """Delete a node, its descendants and their checkpoints; say where that
+    left the conversation.
 
     A root (a system prompt's start) can be deleted only where the
-    conversation has another: its first other root is then returned in the
-    parent's place. The only root cannot (delete the conversation instead).
-    If the active node was inside the subtree, the returned node becomes
-    active.
+    conversation has another: its first other root is then the parent
+    reported. The only root cannot (delete the conversation instead). If the
+    active node was inside the subtree, the parent becomes active.
     """
     with db.write(frees_space=True) as s:
         node = get_row(s, Node, node_id)
@@ -332,7 +332,7 @@ def delete_subtree(db: Database, node_id: int) -> int:
             )
             conv.system_prompt = newest or None
         conv.updated_at = utcnow()
-        return parent_id
+        return DeletedBranch(conv.id, parent_id, conv.active_node_id)
 
 
 def _subtree_ids(session: Session, node_id: int) -> list[int]:

@@ -12,7 +12,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from storage.catalog import ConversationRecord
+from storage.catalog import (
+    CONVERSATION_COLUMNS,
+    ConversationRecord,
+    conversation_from_stored,
+    stored_json,
+    timestamp,
+)
 from storage.models import (
     Conversation,
     Node,
@@ -72,6 +78,18 @@ class NodeSummary:
 
 
 @dataclass(frozen=True)
+class DeletedBranch:
+    """Where deleting a branch left its conversation: ``parent_id`` is the
+    deleted node's parent (for a start, the first other start), and
+    ``active_node_id`` the conversation's active node now (the parent's, if
+    the active node was deleted)."""
+
+    conversation_id: int
+    parent_id: int
+    active_node_id: int | None
+
+
+@dataclass(frozen=True)
 class StoredCheckpoint:
     """A checkpoint read back for restoring, with its checksum unverified.
 
@@ -122,43 +140,75 @@ def unpack_tokens(data: bytes) -> tuple[int, ...]:
     return tuple(array("i", data))
 
 
+# A node's stored columns, in the order ``node_from_stored`` reads them: the
+# raw reads (``tree_reads``) select them, the ORM path reads these attributes.
+NODE_COLUMNS = (
+    "id",
+    "conversation_id",
+    "parent_id",
+    "role",
+    "text",
+    "tokens",
+    "start_pos",
+    "chunks",
+    "vocab_id",
+    "status",
+    "generation",
+    "created_at",
+    "thinking",
+    "span_text",
+)
+
+
+def node_from_stored(values: Sequence[Any]) -> NodeRecord:
+    """The record of a node's stored values in ``NODE_COLUMNS`` order: the one
+    mapping, for rows sqlite3 reads (JSON and dates as text) and for the ORM's
+    attributes (already converted) alike."""
+    (
+        node_id,
+        conversation_id,
+        parent_id,
+        role,
+        text,
+        tokens,
+        start_pos,
+        chunks,
+        vocab_id,
+        status,
+        generation,
+        created_at,
+        thinking,
+        span_text,
+    ) = values
+    return NodeRecord(
+        id=node_id,
+        conversation_id=conversation_id,
+        parent_id=parent_id,
+        role=Role(role),
+        text=text,
+        tokens=unpack_tokens(tokens or b""),
+        start_pos=start_pos,
+        chunks=tuple(stored_json(chunks) or ()),
+        vocab_id=vocab_id,
+        status=Status(status),
+        generation=stored_json(generation),
+        created_at=timestamp(created_at),
+        thinking=thinking or "",
+        span_text=span_text,
+    )
+
+
 def node_record(node: Node) -> NodeRecord:
     """The record of an ORM node row."""
-    return NodeRecord(
-        id=node.id,
-        conversation_id=node.conversation_id,
-        parent_id=node.parent_id,
-        role=Role(node.role),
-        text=node.text,
-        tokens=unpack_tokens(node.tokens),
-        start_pos=node.start_pos,
-        chunks=tuple(node.chunks or ()),
-        vocab_id=node.vocab_id,
-        status=Status(node.status),
-        generation=node.generation,
-        created_at=node.created_at,
-        thinking=node.thinking or "",
-        span_text=node.span_text,
-    )
+    return node_from_stored([getattr(node, name) for name in NODE_COLUMNS])
 
 
 def conversation_record(conv: Conversation) -> ConversationRecord:
     """The record of an ORM conversation row."""
     # The counts are the triggers' (storage/counters.py): a session that added
     # nodes since it read ``conv`` must refresh them first (``recounted``).
-    return ConversationRecord(
-        id=conv.id,
-        title=conv.title,
-        system_prompt=conv.system_prompt,
-        active_node_id=conv.active_node_id,
-        created_at=conv.created_at,
-        updated_at=conv.updated_at,
-        node_count=conv.node_count,
-        checkpoint_bytes=conv.checkpoint_bytes,
-        reasoning=conv.reasoning,
-        model_path=conv.model_path,
-        model_identity=conv.model_identity,
-        sampling=conv.sampling,
+    return conversation_from_stored(
+        [getattr(conv, name) for name in CONVERSATION_COLUMNS]
     )
 
 

@@ -4,12 +4,10 @@ on sqlite3's own connection."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from storage import catalog
 from storage.catalog import ConversationRecord
@@ -27,7 +25,7 @@ from storage.models import (
     Conversation,
     Node,
 )
-from storage.records import NodeRecord, NodeSummary, unpack_tokens
+from storage.records import NODE_COLUMNS, NodeRecord, NodeSummary, node_from_stored
 from storage.values import Role, Status
 
 log = logging.getLogger(__name__)
@@ -69,12 +67,10 @@ class TreeIndex:
 # The statements of a move's reads (a restore, a switch), in plain SQL on
 # sqlite3's own connection (``Database.read_raw``): a restore in a new process
 # would otherwise spend more time in SQLAlchemy's first executions of them
-# (some 15 ms, 4 to 6 ms of a cold resume unprofiled) than reading. Values
-# are converted as the ORM's column types do (JSON text, DateTime text).
-_NODE_COLUMNS = (
-    "id, conversation_id, parent_id, role, text, tokens, start_pos, chunks, "
-    "vocab_id, status, generation, created_at, thinking, span_text"
-)
+# (some 15 ms, 4 to 6 ms of a cold resume unprofiled) than reading. Rows
+# become records through the same mappings as the ORM's rows do
+# (``records.node_from_stored``, ``catalog.conversation_from_stored``).
+_NODE_COLUMNS = ", ".join(NODE_COLUMNS)
 
 _CONVERSATION_OF = "SELECT conversation_id FROM node WHERE id = ?"
 
@@ -90,54 +86,13 @@ _CHECKPOINTS = (
 _NODES = "SELECT " + _NODE_COLUMNS + " FROM node WHERE id IN ({marks})"
 
 
-def _node_from_row(row: tuple[Any, ...]) -> NodeRecord:
-    (
-        node_id,
-        conversation_id,
-        parent_id,
-        role,
-        text_,
-        tokens,
-        start_pos,
-        chunks,
-        vocab_id,
-        status,
-        generation,
-        created_at,
-        thinking,
-        span_text,
-    ) = row
-    return NodeRecord(
-        id=node_id,
-        conversation_id=conversation_id,
-        parent_id=parent_id,
-        role=Role(role),
-        text=text_,
-        tokens=unpack_tokens(tokens or b""),
-        start_pos=start_pos,
-        chunks=tuple(_from_json(chunks) or ()),
-        vocab_id=vocab_id,
-        status=Status(status),
-        generation=_from_json(generation),
-        created_at=catalog.timestamp(created_at),
-        thinking=thinking or "",
-        span_text=span_text,
-    )
-
-
-def _from_json(value: str | None) -> Any:
-    # SQLAlchemy's JSON type stores None as the text "null": most nodes (a
-    # question, a root) have no generation figures, and a tree reads them all.
-    return None if value is None or value == "null" else json.loads(value)
-
-
 def _read_nodes(raw: sqlite3.Connection, ids: list[int]) -> dict[int, NodeRecord]:
     records: dict[int, NodeRecord] = {}
     for at in range(0, len(ids), IDS_PER_QUERY):
         batch = ids[at : at + IDS_PER_QUERY]
         statement = _NODES.format(marks=",".join("?" * len(batch)))
         for row in raw.execute(statement, batch):
-            records[row[0]] = _node_from_row(row)
+            records[row[0]] = node_from_stored(row)
     return records
 
 
@@ -169,7 +124,7 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
             path.append(parent)
         nodes = _read_nodes(raw, path)
     return TreeIndex(
-        catalog.conversation_record(conversation),
+        catalog.conversation_from_stored(conversation),
         parents,
         checkpoints,
         profile,
@@ -231,7 +186,7 @@ def tree(
             status=statuses[status],
             checkpoint_bytes=size or 0,
             created_at=catalog.timestamp(created_at),
-            generation=_from_json(generation),
+            generation=catalog.stored_json(generation),
             thinking=thinking or "",
             shared_checkpoint_bytes=0 if size else twin_size or 0,
         )

@@ -36,6 +36,7 @@ def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
         # the way in (a file-level rule cannot see an __init__ doing it).
         ("app.window.presenter", ("llama_cpp", "numpy", "PySide6")),
         ("app.window.jobs", ("llama_cpp", "numpy", "PySide6")),
+        ("app.window.job_results", ("llama_cpp", "numpy", "PySide6")),
         ("app.window.actions", ("llama_cpp", "numpy", "PySide6")),
         ("app.conversation.tree_snapshot", ("llama_cpp", "numpy", "PySide6")),
         ("app.conversation.results", ("llama_cpp", "numpy", "PySide6")),

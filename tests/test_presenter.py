@@ -16,7 +16,7 @@ from app.preferences import load_preferences
 from app.qt.workers.engine_worker import EngineWorker
 from app.window import jobs
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
-from app.window.jobs import JobResult
+from app.window.job_results import Deleted, Failed, JobResult
 from app.window.presenter import View, WindowPresenter
 from storage import conversation_rows, node_rows
 from storage.db import Database, open_database
@@ -326,7 +326,7 @@ def test_deleting_the_conversation_the_engine_holds_empties_its_context(
     deleted = next(
         r for r in s.engine.results if isinstance(r.job, jobs.DeleteConversation)
     )
-    assert deleted.error is None and deleted.context_tokens == 0
+    assert isinstance(deleted, Deleted) and deleted.context_tokens == 0
     assert deleted.n_ctx > 0  # a model is loaded: its context is empty, not absent
 
     shown = p.conversation_id  # the new conversation, now held by the engine
@@ -505,7 +505,7 @@ def test_stop_while_a_long_prompt_is_read_ends_within_a_batch(open_session, tiny
     assert total > 4 * 32
     assert [done for done, _ in reports] == [0, 32, 64]
     result = s.engine.results[-1]
-    assert result.stopped and result.reply is None
+    assert isinstance(result, Failed) and result.stopped
     assert s.view.said("show_error") == [] and s.view.said("give_back_text") == []
     busy = [args[0] for args in s.view.said("set_busy") if args[0]]
     assert f"Reading the prompt… 64 of {total:,} tokens" in busy
@@ -559,7 +559,7 @@ def test_stop_while_a_model_loads_keeps_the_model_there_was(
     p.load_model(other_tiny_model)
     s.engine.run_jobs()
     result = s.engine.results[-1]
-    assert result.stopped and result.model is None
+    assert isinstance(result, Failed) and result.stopped
     assert reports == [0]  # stopped at its first report
     assert p.model_info == loaded and s.view.said("show_error") == []
     assert "Loading stopped" in s.view.said("show_message")[-1][0]
@@ -580,6 +580,7 @@ def test_a_conversation_that_does_not_fit_says_so_when_it_opens(
     p.select_conversation(big)
     s.engine.run_jobs()
     assert isinstance(s.engine.results[-1].job, jobs.Restore)
+    assert isinstance(s.engine.results[-1], Failed)
     assert s.engine.results[-1].context_full
     # Said at once, with the ways on (branch, a larger context, a summary).
     assert s.view.said("show_context_full") == [()]

@@ -108,7 +108,7 @@ def test_delete_branch_removes_subtree_and_its_checkpoints(service):
     kept = service.edit(first.user_node, "Uno", GREEDY)
     before = checkpoint_rows.total_checkpoint_bytes(service.db)
 
-    parent = service.delete_branch(first.user_node)
+    parent = service.delete_branch(first.user_node).parent_id
 
     assert parent == root
     remaining = _ids(service, conv)

@@ -350,8 +350,9 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 def _cmd_delete(args: argparse.Namespace) -> int:
     service = _open(args, with_model=False)
-    parent = service.delete_branch(args.node)
-    return emit({"deleted": args.node, "active_node": parent})
+    deleted = service.delete_branch(args.node)
+    active = deleted.active_node_id or deleted.parent_id
+    return emit({"deleted": args.node, "active_node": active})
 
 
 def _cmd_delete_conversation(args: argparse.Namespace) -> int:

@@ -73,6 +73,15 @@ class ReplyStats(SyncStats):
         return data
 
 
+@dataclass
+class Restored(SyncStats):
+    """What a restore took (the ``SyncStats`` fields) and where it left its
+    conversation: at ``node_id``, its active node now."""
+
+    conversation_id: int = 0
+    node_id: int = 0
+
+
 @dataclass(frozen=True)
 class Reply:
     """The outcome of send, edit or regenerate: the reply is

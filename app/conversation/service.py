@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.backend.errors import ContextFullError
@@ -30,7 +30,13 @@ from app.conversation.generation import (
     ReplyPlan,
 )
 from app.conversation.presets import stored_sampling
-from app.conversation.results import Reply, ReplyStats, StopReason, SyncStats
+from app.conversation.results import (
+    Reply,
+    ReplyStats,
+    Restored,
+    StopReason,
+    SyncStats,
+)
 from app.conversation.spans import Placement
 from app.conversation.streams import (
     NO_ALTERNATIVE_STREAMS,
@@ -52,7 +58,7 @@ from storage import (
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
-from storage.records import NodeRecord, NodeSummary
+from storage.records import DeletedBranch, NodeRecord, NodeSummary
 from storage.values import Role, Status
 
 if TYPE_CHECKING:
@@ -318,10 +324,10 @@ class ConversationService:
         """
         return exchange.import_json(self.db, data)
 
-    def set_active_node(self, node_id: int) -> None:
+    def set_active_node(self, node_id: int) -> int:
         """Remember ``node_id`` as where its conversation continues (the engine
-        stays where it is; ``restore`` moves it)."""
-        conversation_rows.set_active_node(self.db, node_id)
+        stays where it is; ``restore`` moves it); return the conversation's id."""
+        return conversation_rows.set_active_node(self.db, node_id)
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete a conversation with every message and checkpoint in it."""
@@ -359,12 +365,13 @@ class ConversationService:
         self._checkpoints.flush()
         return checkpoint_rows.evict_checkpoints(self.db, budget_bytes, progress)
 
-    def delete_branch(self, node_id: int) -> int:
-        """Delete a node and everything under it; return the parent's id (for
-        a start of several, the first other start's)."""
+    def delete_branch(self, node_id: int) -> DeletedBranch:
+        """Delete a node and everything under it; say where that left its
+        conversation (the parent, or for a start of several the first other
+        start; and the active node, moved there if it was deleted)."""
         self._checkpoints.flush()  # a queued write would bring one back
         try:
-            parent = node_rows.delete_subtree(self.db, node_id)
+            deleted = node_rows.delete_subtree(self.db, node_id)
         except ValueError as exc:  # the only start (storage decides)
             raise ServiceError(
                 "The start of a conversation cannot be deleted (delete the "
@@ -372,11 +379,11 @@ class ConversationService:
             ) from exc
         if self._sync is not None:
             self._sync.drop(node_id)  # the context no longer holds it
-        return parent
+        return deleted
 
     # --- moving and generating ----------------------------------------------------
 
-    def restore(self, node_id: int) -> SyncStats:
+    def restore(self, node_id: int) -> Restored:
         """Put the engine at the end of ``node_id``'s path (e.g. a click on a node).
 
         Nothing is written on the way: ``node_id`` becomes the conversation's
@@ -387,8 +394,11 @@ class ConversationService:
         self._raise_write_failure()
         path, _variables = self._ensured_path(node_id)
         stats = self._move_to(path)
-        conversation_rows.defer_active_node(self.db, path[0].conversation_id, node_id)
-        return stats
+        conversation_id = path[0].conversation_id
+        conversation_rows.defer_active_node(self.db, conversation_id, node_id)
+        return Restored(
+            **asdict(stats), conversation_id=conversation_id, node_id=node_id
+        )
 
     def send(
         self,

@@ -13,7 +13,8 @@ import json
 from PySide6.QtCore import QTimer
 
 from app.qt.views.main_window import MainWindow
-from app.window.jobs import JobResult, is_generating
+from app.window.job_results import Failed, JobResult, Replied
+from app.window.jobs import is_generating
 
 ENV_VAR = "ARBOR_SMOKE_MESSAGE"
 
@@ -38,9 +39,9 @@ def run_smoke_test(window: MainWindow, text: str, timeout_ms: int = 120_000) -> 
 
     def on_finished(result: JobResult) -> None:
         if sent and is_generating(result.job):
-            if result.reply is not None:
+            if isinstance(result, Replied):
                 finish({"reply": result.reply.text})
-            else:
+            elif isinstance(result, Failed):
                 finish({"error": result.error or "no reply"})
 
     window.engine.finished.connect(on_finished)

@@ -1,7 +1,8 @@
-"""Requests the window sends to the engine worker, and what comes back (Qt-free).
+"""Requests the window sends to the engine worker (Qt-free).
 
 Jobs are plain frozen dataclasses queued through one signal, so they run one at
-a time on the engine thread in the order they were asked for.
+a time on the engine thread in the order they were asked for. What each one
+did comes back as one of ``app.window.job_results``.
 """
 
 from __future__ import annotations
@@ -10,16 +11,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.preferences import Preferences
-
-if TYPE_CHECKING:
-    from app.backend.values import ModelInfo
-    from app.conversation.results import Reply, SyncStats
-    from app.conversation.tree_snapshot import TreeSnapshot
 
 
 @dataclass(frozen=True)
@@ -265,43 +261,3 @@ def is_generating(job: Job | None) -> bool:
             return True
         case _:
             return False
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """What ``job`` did. ``error`` is set (and the rest mostly empty) on failure.
-
-    ``node_id`` is the node the window should show as active afterwards;
-    ``replies`` holds every reply of a job that made several (``reply`` is
-    then the first).
-    """
-
-    job: Job
-    error: str | None = None
-    # The job failed because the branch no longer fits the context: the window
-    # offers the ways on (branch, raise the context, continue from a summary).
-    context_full: bool = False
-    # A model load failed and the model loaded before could not come back:
-    # none is loaded now (otherwise a failed load keeps the one there was).
-    model_lost: bool = False
-    # The user stopped the job before it ended (a prompt being read, a model
-    # being loaded): no error to show; what was stored before stays.
-    stopped: bool = False
-    conversation_id: int | None = None
-    node_id: int | None = None
-    reply: Reply | None = None
-    replies: tuple[Reply, ...] = ()
-    sync: SyncStats | None = None
-    model: ModelInfo | None = None
-    # The loaded model's backend profile: whose checkpoints the tree counts.
-    profile_id: int | None = None
-    context_tokens: int = 0
-    n_ctx: int = 0
-    # CountTokens: the tokens its text takes with the loaded model.
-    n_tokens: int = 0
-    # Checkpoint bytes the job deleted: eviction beyond the budget after a
-    # reply, EvictCheckpoints, ClearCheckpoints.
-    evicted_bytes: int = 0
-    # The conversation's tree after a reply, checkpoints written: read on the
-    # engine thread, which is idle then, so that the window need not read it.
-    tree: TreeSnapshot | None = None

@@ -30,7 +30,18 @@ from app.library.units import format_bytes
 from app.preferences import Preferences
 from app.window import jobs
 from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
-from app.window.jobs import JobResult
+from app.window.job_results import (
+    Counted,
+    Created,
+    Deleted,
+    Done,
+    Failed,
+    Freed,
+    JobResult,
+    ModelLoaded,
+    Moved,
+    Replied,
+)
 from app.window.reply_stream import ReplyStream
 from storage import conversation_rows, tree_reads
 from storage.catalog import ConversationRecord
@@ -861,60 +872,56 @@ class WindowPresenter:
         if not self.engine.busy:
             self.view.set_busy(None)
         self.view.show_progress(0, 0)
-        job = result.job
-        match job:
-            case jobs.LoadModel():
+        match result:
+            case ModelLoaded() | Failed(job=jobs.LoadModel()):
                 self._model_loaded(result)
-            case _ if jobs.is_generating(job):
+            case _ if jobs.is_generating(result.job):
                 self._end_generation(result)
-            case (
-                jobs.NewConversation()
-                | jobs.ContinueWithSummary()
-                | jobs.ImportConversation()
-            ):
-                if result.conversation_id is not None:
-                    self.view.refresh_list(result.conversation_id)
-                    self.show_conversation(result.conversation_id)
-            case jobs.NewSystemPrompt(conversation_id=changed):
-                if result.node_id is not None and changed == self.conversation_id:
+            case Created(job=jobs.NewSystemPrompt(conversation_id=changed)):
+                if changed == self.conversation_id and result.node_id is not None:
                     self.reload_tree()
                     self.activate(result.node_id)
                     self.view.refresh_list(changed)
-            case jobs.SetSampling(conversation_id=changed) if result.error:
+            case Created():
+                self.view.refresh_list(result.conversation_id)
+                self.show_conversation(result.conversation_id)
+            case Failed(job=jobs.SetSampling(conversation_id=changed)):
                 self._show_stored_sampling(changed)
-            case jobs.CountTokens(name=name):
+            case Counted(job=jobs.CountTokens(name=name)):
                 self._counted(name, result)
-            case jobs.Restore() if result.context_full:
+            case Failed(job=jobs.CountTokens(name=name)):
+                self.view.refuse_attachment(name, "")  # said already (it failed)
+            case Failed(job=jobs.Restore(), context_full=True):
                 # The conversation does not fit the loaded context: say so
                 # now it is shown, with the ways on, not at the next Send.
                 self.view.show_context_full()
                 self._offer_ways_on(result.error or "This branch does not fit.")
-            case jobs.Restore() if result.sync is not None:
-                self.view.show_restore(result.sync, result.context_tokens, result.n_ctx)
-                if result.sync.reprocessed_tokens:
+            case Moved(job=jobs.Restore(), sync=sync) if sync is not None:
+                self.view.show_restore(sync, result.context_tokens, result.n_ctx)
+                if sync.reprocessed_tokens:
                     # Reprocessing renders spans and writes checkpoints: show them.
                     self.reload_tree()
                     self.view.refresh_list(self.conversation_id)
-            case jobs.DeleteBranch():
+            case Moved(job=jobs.DeleteBranch()) | Failed(job=jobs.DeleteBranch()):
+                target = result.node_id if isinstance(result, Moved) else None
                 self.reload_tree()
-                self.activate(
-                    result.node_id or self._stored_active_node(), restore=False
-                )
+                self.activate(target or self._stored_active_node(), restore=False)
                 self.view.refresh_list(self.conversation_id)
-            case jobs.SetReasoning() if result.error is not None:
+            case Failed(job=jobs.SetReasoning()):
                 self._show_stored_reasoning()
-            case jobs.RenameConversation(conversation_id=renamed):
-                if result.error is not None:
-                    self._show_stored_title(renamed)
-            case jobs.DeleteConversation():
+            case Failed(job=jobs.RenameConversation(conversation_id=renamed)):
+                self._show_stored_title(renamed)
+            case Deleted() | Failed(job=jobs.DeleteConversation()):
                 self.view.refresh_list(self.conversation_id)
-            case jobs.ServeRequest():
+            case Done(job=jobs.ServeRequest()) | Failed(job=jobs.ServeRequest()):
                 # A client's request added nodes (or a conversation): the
                 # list, and the tree if its conversation is the one shown.
                 self.view.refresh_list(self.conversation_id)
                 if self.conversation_id is not None:
                     self.reload_tree()
-            case jobs.EvictCheckpoints() | jobs.ClearCheckpoints():
+            case (
+                Freed() | Failed(job=jobs.EvictCheckpoints() | jobs.ClearCheckpoints())
+            ):
                 # The tree's checkpoint marks and the list's sizes changed;
                 # read once the job is done, even if its dialog closed before.
                 self.reload_tree()
@@ -1047,6 +1054,8 @@ class WindowPresenter:
         self.engine.submit(job)
 
     def _end_generation(self, result: JobResult) -> None:
+        """A reply's job ended: ``Replied``, or ``Failed`` (stopped before
+        the reply began, the context full, or an error said already)."""
         # A reply asked for around the presenter (a tool, a test) has no
         # stream: it ends where the user is, as if they watched it.
         stream = self.stream
@@ -1054,18 +1063,20 @@ class WindowPresenter:
         self.generating_job, self.stream, self.stream_shown = None, None, False
         if stream is not None:
             self.view.show_generating(stream.conversation_id, None)
-        reply = result.reply
+        replied = result if isinstance(result, Replied) else None
+        failed = result if isinstance(result, Failed) else None
+        reply = replied.reply if replied is not None else None
+        target: int | None = None
         if reply is not None:
             self.view.show_reply_stats(reply.stats)
-            target = result.node_id
-        elif result.stopped:
+            target = reply.assistant_node
+        elif failed is not None and failed.stopped:
             # Stopped before the reply began: the user's message is stored,
             # without a reply; it is where the conversation stands now.
             self.view.show_message(
                 "Stopped before the reply began. Your message is kept: "
                 "Ctrl+Enter with an empty box generates its reply."
             )
-            target = None
         else:
             # The user's message may have been saved before the failure; show
             # wherever the conversation now stands, and give back unsent text.
@@ -1073,7 +1084,7 @@ class WindowPresenter:
                 self.view.give_back_text(stream.pending_text)
             target = self._stored_active_node()
         if stream is not None and not shown:
-            self._ended_elsewhere(stream, result)
+            self._ended_elsewhere(stream, failed is not None and failed.context_full)
             return
         # A reply records the loaded model on its conversation: known here
         # without reading it back (a failed one may or may not have).
@@ -1093,7 +1104,7 @@ class WindowPresenter:
             if self.conversation_id is not None:
                 # A name shown at Send stays only if the message was stored.
                 self._show_stored_title(self.conversation_id)
-        tree = result.tree
+        tree = replied.tree if replied is not None else None
         if tree is not None and tree.conversation_id == self.conversation_id:
             self._set_snapshot(tree)  # read by the engine thread, not here
         else:
@@ -1105,20 +1116,20 @@ class WindowPresenter:
         # Same path, now complete: a user reading higher up stays there. The
         # job stored it as the place to reopen already: nothing to write.
         self._show_active(target, follow=False)
-        if len(result.replies) > 1:
+        if replied is not None and len(replied.replies) > 1:
             # Made together: side by side, to keep one (the first is active).
-            self.view.offer_choice([(r.assistant_node, r.text) for r in result.replies])
+            self.view.offer_choice(
+                [(r.assistant_node, r.text) for r in replied.replies]
+            )
         self.view.refresh_list(self.conversation_id)
         cut = reply is not None and reply.stats.stop_reason == StopReason.CONTEXT_FULL
-        if result.context_full or cut:
-            self._offer_ways_on(result.error or "The reply was cut off.")
+        if (failed is not None and failed.context_full) or cut:
+            message = failed.error if failed is not None else ""
+            self._offer_ways_on(message or "The reply was cut off.")
 
-    def _counted(self, name: str, result: JobResult) -> None:
+    def _counted(self, name: str, result: Counted) -> None:
         """A file's tokens are known: keep it if the context has room for it
         beside the conversation and the other files, else refuse it."""
-        if result.error is not None:  # said already (the job failed)
-            self.view.refuse_attachment(name, "")
-            return
         others = sum(n for other, n in self.attached_tokens.items() if other != name)
         # Some room stays for the typed words, the turn's markup and a reply.
         room = result.n_ctx - result.context_tokens - others - ATTACH_MARGIN
@@ -1146,13 +1157,13 @@ class WindowPresenter:
                 return child
         return None
 
-    def _ended_elsewhere(self, stream: ReplyStream, result: JobResult) -> None:
+    def _ended_elsewhere(self, stream: ReplyStream, context_full: bool) -> None:
         """A reply ended while the user read something else: leave them there,
         show what changed, and take the engine to where they are."""
         if self.conversation_id == stream.conversation_id:
             self.reload_tree()
         self.view.refresh_list(self.conversation_id)
-        if result.context_full:
+        if context_full:
             self.view.show_message(
                 "The reply in the other conversation filled the context; "
                 "open it to choose how to go on."
@@ -1166,14 +1177,14 @@ class WindowPresenter:
         info = self.model_info
         self.view.offer_ways_on(message, info.n_ctx, info.n_ctx_train)
 
-    def _model_loaded(self, result: JobResult) -> None:
+    def _model_loaded(self, result: ModelLoaded | Failed) -> None:
         path, self.loading_model = self.loading_model, None
-        if result.stopped and self.model_info is not None:
-            name = shipped_catalog().name_for(self.model_info.path)
-            self.view.show_message(f"Loading stopped; {name} is loaded again.")
-        elif result.stopped:
-            self.view.show_message("Loading stopped.")
-        if result.model is None:
+        if isinstance(result, Failed):
+            if result.stopped and self.model_info is not None:
+                name = shipped_catalog().name_for(self.model_info.path)
+                self.view.show_message(f"Loading stopped; {name} is loaded again.")
+            elif result.stopped:
+                self.view.show_message("Loading stopped.")
             # A failed load keeps the model there was, unless it could not
             # come back (the worker loads it again), and the settings it runs
             # with: saved ones that failed would fail at the next start too.
@@ -1185,8 +1196,7 @@ class WindowPresenter:
                 self.save_preferences(replace(self.prefs, backend=self._loaded_backend))
             self.view.state_changed()
             return
-        if isinstance(result.job, jobs.LoadModel):
-            self._loaded_backend = result.job.settings
+        self._loaded_backend = result.job.settings
         self.model_info = result.model
         self.profile_id = result.profile_id
         self.view.model_loaded(result.model, result.n_ctx)

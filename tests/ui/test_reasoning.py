@@ -19,6 +19,7 @@ from app.qt.views.message_card import MessageCard
 from app.qt.views.status_bar import CHATML_NOTE
 from app.qt.views.thinking import STREAMING_TITLE, thought_title
 from app.qt.views.transcript import TranscriptView
+from app.window.job_results import Replied
 from storage import conversation_rows, node_rows
 from tests.tiny_model import write_tiny_model
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
@@ -79,7 +80,7 @@ def no_template_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _last_reply(results):
-    return next(r for r in reversed(results) if r.reply is not None).reply
+    return next(r for r in reversed(results) if isinstance(r, Replied)).reply
 
 
 def _choose_reasoning(qtbot, window, choice: str | None) -> None:

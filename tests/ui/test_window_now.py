@@ -14,6 +14,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.window import jobs
+from app.window.job_results import Failed
 from storage import conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
@@ -97,7 +98,7 @@ def test_stop_while_a_long_prompt_is_read_returns_within_a_batch(qtbot, make_win
     assert reports[-1][0] <= pressed_at[0] + 32 < total
     assert "Reading the prompt… 64 of" in " ".join(notes)
     sent = next(r for r in results if isinstance(r.job, jobs.Send))
-    assert sent.stopped and sent.reply is None
+    assert isinstance(sent, Failed) and sent.stopped
     # The message is kept, no error dialog, and the window says how to go on.
     node = node_rows.get_node(window.db, window.active_id)
     assert node.role == "user" and node.text == text

@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.qt.workers.engine_worker import EngineWorker
 from app.qt.workers.threads import end_thread, worker_thread
 from app.window import jobs
-from app.window.jobs import JobResult
+from app.window.job_results import JobResult
 from storage.db import Database
 
 log = logging.getLogger(__name__)

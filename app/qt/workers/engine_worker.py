@@ -21,15 +21,26 @@ from app.backend.model_file import check_model_file
 from app.backend.settings import BackendSettings
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.errors import USER_ERRORS
-from app.conversation.results import Reply, SyncStats
+from app.conversation.results import Reply
 from app.conversation.service import ConversationService
 from app.conversation.streams import AlternativeStreams, Streams
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.preferences import save_preferences
 from app.qt.workers.threads import quit_current_thread
 from app.window import jobs
-from app.window.jobs import JobResult
-from storage import conversation_rows, node_rows
+from app.window.job_results import (
+    Counted,
+    Created,
+    Deleted,
+    Done,
+    Failed,
+    Freed,
+    JobResult,
+    ModelLoaded,
+    Moved,
+    Replied,
+    result_type_of,
+)
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 
@@ -109,6 +120,8 @@ class EngineWorker(QObject):
             engine.decode_watch = self._watch_decode
         try:
             result = self._dispatch(job)
+            if not isinstance(result, result_type_of(job)):  # pragma: no cover
+                raise TypeError(f"{name} answered with {type(result).__name__}")
             # A job is finished once everything it wrote behind is on disk:
             # its checkpoints (the window then reads them: tree marks,
             # storage sizes; a failed write fails the job that made it) and
@@ -116,27 +129,27 @@ class EngineWorker(QObject):
             # reads next, or a window opened next, agrees). The reply and the
             # restore themselves never waited for them.
             self._service.flush_checkpoints()
-            if jobs.is_generating(job):
+            if isinstance(result, Replied):
                 result = self._with_tree(result)
         except Interrupted as exc:
             # The user asked for it: no error dialog. What was stored stays
             # (a message sent is saved before its prompt is read).
             log.info("%s stopped: %s", name, exc)
-            result = JobResult(job, error=str(exc), stopped=True)
+            result = Failed(job, str(exc), stopped=True)
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
             log.info("%s: the context is full: %s", name, exc)
-            result = JobResult(job, error=str(exc), context_full=True)
+            result = Failed(job, str(exc), context_full=True)
         except USER_ERRORS as exc:
             log.info("%s failed: %s", name, exc)
             self.failed.emit(job, str(exc))
-            result = JobResult(
-                job, error=str(exc), model_lost=isinstance(exc, PreviousModelLost)
+            result = Failed(
+                job, str(exc), model_lost=isinstance(exc, PreviousModelLost)
             )
         except Exception:
             # A bug: let the window leave its busy state, then let the exception
             # reach sys.excepthook (the crash dialog) with its traceback.
-            self.finished.emit(JobResult(job, error="internal error"))
+            self.finished.emit(Failed(job, "internal error"))
             raise
         finally:
             if engine is not None:
@@ -147,16 +160,16 @@ class EngineWorker(QObject):
             self.cancel_requested.clear()
         self.finished.emit(result)
 
-    def _serve(self, job: jobs.ServeRequest) -> JobResult:
+    def _serve(self, job: jobs.ServeRequest) -> Done:
         """Run the local server's work; what it raises goes to the server
         (an HTTP error for its client), not to the window's error dialog."""
         if not job.future.set_running_or_notify_cancel():
-            return JobResult(job)
+            return Done(job)
         try:
             job.future.set_result(job.run(self._service))
         except Exception as exc:
             job.future.set_exception(exc)
-        return JobResult(job)
+        return Done(job)
 
     def _watch_decode(self, done: int, total: int) -> bool:
         """Between the batches of a long decode: report, and go on unless the
@@ -198,67 +211,62 @@ class EngineWorker(QObject):
                 conversation, root = service.new_conversation(
                     prompt, title, job.sampling, job.preset
                 )
-                return JobResult(job, conversation_id=conversation, node_id=root)
+                return Created(job, conversation, root)
             case jobs.NewSystemPrompt(conversation_id=conversation, system_prompt=text):
-                root = service.new_system_prompt(conversation, text)
-                return JobResult(job, conversation_id=conversation, node_id=root)
+                return Created(
+                    job, conversation, service.new_system_prompt(conversation, text)
+                )
             case jobs.SetSampling(conversation_id=conversation):
                 service.set_sampling(conversation, job.sampling, job.preset)
-                return JobResult(job, conversation_id=conversation)
+                return Done(job)
             case jobs.Restore(node_id=node_id):
-                return self._positioned(job, node_id, sync=service.restore(node_id))
+                restored = service.restore(node_id)
+                return Moved(
+                    job,
+                    restored.conversation_id,
+                    restored.node_id,
+                    restored,
+                    *self._context(),
+                )
             case jobs.SetActiveNode(node_id=node_id):
-                service.set_active_node(node_id)
-                return JobResult(job, node_id=node_id)
+                return Moved(job, service.set_active_node(node_id), node_id)
             case jobs.DeleteBranch(node_id=node_id):
-                parent = service.delete_branch(node_id)
-                active = conversation_rows.get_conversation(
-                    self._db, node_rows.get_node(self._db, parent).conversation_id
-                ).active_node_id
-                return JobResult(job, node_id=active or parent)
+                deleted = service.delete_branch(node_id)
+                return Moved(
+                    job,
+                    deleted.conversation_id,
+                    deleted.active_node_id or deleted.parent_id,
+                )
             case jobs.SetReasoning(conversation_id=conversation, choice=choice):
                 service.set_reasoning(conversation, choice)
-                return JobResult(job, conversation_id=conversation)
+                return Done(job)
             case jobs.RenameConversation(conversation_id=conversation, title=title):
                 service.rename_conversation(conversation, title)
-                return JobResult(job, conversation_id=conversation)
+                return Done(job)
             case jobs.DeleteConversation(conversation_id=conversation):
                 service.delete_conversation(conversation)
                 # The context is empty now if it held that conversation.
-                tokens, n_ctx = self._context()
-                return JobResult(
-                    job,
-                    conversation_id=conversation,
-                    context_tokens=tokens,
-                    n_ctx=n_ctx,
-                )
+                return Deleted(job, *self._context())
             case jobs.ImportConversation(data=data):
                 imported = service.import_conversation(data)
-                return JobResult(job, conversation_id=imported.conversation_id)
+                return Created(job, imported.conversation_id)
             case jobs.EvictCheckpoints(budget_bytes=budget):
-                freed = service.evict_checkpoints(budget, self.progress.emit)
-                return JobResult(job, evicted_bytes=freed)
+                return Freed(job, service.evict_checkpoints(budget, self.progress.emit))
             case jobs.ClearCheckpoints():
-                return JobResult(job, evicted_bytes=service.clear_checkpoints())
+                return Freed(job, service.clear_checkpoints())
             case jobs.SavePreferences(prefs=prefs):
                 # Not the service's: preferences are the user's, not a
                 # conversation's; written here so that the window never waits
                 # for the database's write lock.
                 save_preferences(self._db, prefs)
-                return JobResult(job)
+                return Done(job)
             case jobs.ContinueWithSummary(node_id=node_id, params=params):
                 conversation, root = service.continue_in_new_conversation(
                     node_id, params, self.cancel_requested.is_set
                 )
-                return JobResult(job, conversation_id=conversation, node_id=root)
+                return Created(job, conversation, root)
             case jobs.CountTokens(text=text):
-                tokens, n_ctx = self._context()
-                return JobResult(
-                    job,
-                    n_tokens=len(service.count_tokens(text)),
-                    context_tokens=tokens,
-                    n_ctx=n_ctx,
-                )
+                return Counted(job, len(service.count_tokens(text)), *self._context())
             case jobs.ServeRequest():
                 return self._serve(job)
             case jobs.RegenerateParallel():
@@ -271,10 +279,10 @@ class EngineWorker(QObject):
                 | jobs.ContinueReply()
             ):
                 return self._generate(job)
-            case _:  # a job type added without its case here: a bug
-                raise TypeError(f"unknown job {job!r}")
+            case _:
+                assert_never(job)
 
-    def _with_tree(self, result: JobResult) -> JobResult:
+    def _with_tree(self, result: Replied) -> Replied:
         """``result`` with its conversation's tree as it now stands (the reply
         and its checkpoints written), which the window shows next.
 
@@ -283,8 +291,6 @@ class EngineWorker(QObject):
         failed read leaves the tree out: the reply itself succeeded, and the
         window reads the tree again (and says why if it cannot).
         """
-        if result.conversation_id is None:
-            return result
         try:
             nodes = self._service.tree(result.conversation_id)
         except (StorageUnavailable, NotFound) as exc:
@@ -303,7 +309,7 @@ class EngineWorker(QObject):
             if old.engine is not None:
                 old.engine.close()
 
-    def _load(self, job: jobs.LoadModel) -> JobResult:
+    def _load(self, job: jobs.LoadModel) -> ModelLoaded:
         """Load ``job``'s model in place of the loaded one.
 
         The old model is freed first (two may not fit in memory together). If
@@ -338,7 +344,7 @@ class EngineWorker(QObject):
         path: Path,
         settings: BackendSettings,
         watch: Callable[[float], bool] | None = None,
-    ) -> JobResult:
+    ) -> ModelLoaded:
         # Imported here: loading llama.cpp's library is only needed once a
         # model is asked for, and the window must appear before that.
         from app.backend.engine import LlamaEngine
@@ -347,12 +353,7 @@ class EngineWorker(QObject):
         self._service = ConversationService(
             self._db, engine, CheckpointWriter(self._db)
         )
-        return JobResult(
-            job,
-            model=engine.info,
-            n_ctx=engine.n_ctx,
-            profile_id=self._service.profile_id,
-        )
+        return ModelLoaded(job, engine.info, engine.n_ctx, self._service.profile_id)
 
     def _generate(
         self,
@@ -361,7 +362,7 @@ class EngineWorker(QObject):
         | jobs.Regenerate
         | jobs.GenerateReply
         | jobs.ContinueReply,
-    ) -> JobResult:
+    ) -> Replied:
         streams = Streams(
             on_token=self.token_received.emit,
             on_thinking=self.thinking_received.emit,
@@ -383,7 +384,7 @@ class EngineWorker(QObject):
                 assert_never(job)
         return self._replied(job, [reply], job.budget_bytes)
 
-    def _alternatives(self, job: jobs.RegenerateParallel) -> JobResult:
+    def _alternatives(self, job: jobs.RegenerateParallel) -> Replied:
         replies = self._service.regenerate_parallel(
             job.node_id,
             job.params,
@@ -397,36 +398,13 @@ class EngineWorker(QObject):
 
     def _replied(
         self, job: jobs.Job, replies: list[Reply], budget_bytes: int | None
-    ) -> JobResult:
+    ) -> Replied:
         """The result of a job that made ``replies`` (the first is shown), after
         evicting checkpoints beyond the budget."""
         evicted = 0
         if budget_bytes is not None:
             evicted = self._service.evict_checkpoints(budget_bytes)
-        first = replies[0]
-        return JobResult(
-            job,
-            conversation_id=first.conversation_id,
-            node_id=first.assistant_node,
-            reply=first,
-            replies=tuple(replies) if len(replies) > 1 else (),
-            context_tokens=first.stats.context_tokens,
-            n_ctx=first.stats.n_ctx,
-            evicted_bytes=evicted,
-        )
-
-    def _positioned(
-        self, job: jobs.Job, node_id: int, sync: SyncStats | None = None
-    ) -> JobResult:
-        tokens, n_ctx = self._context()
-        return JobResult(
-            job,
-            conversation_id=node_rows.get_node(self._db, node_id).conversation_id,
-            node_id=node_id,
-            sync=sync,
-            context_tokens=tokens,
-            n_ctx=n_ctx,
-        )
+        return Replied(job, tuple(replies), evicted)
 
     def _context(self) -> tuple[int, int]:
         """How full the engine's context is: tokens held, and its size."""

@@ -30,7 +30,7 @@ from app.qt.models.conversation_tree import format_bytes
 from app.qt.views.dialogs.errors import confirm, show_error
 from app.qt.workers.engine_thread import EngineController
 from app.window import jobs
-from app.window.jobs import JobResult
+from app.window.job_results import JobResult
 from storage import checkpoint_rows, conversation_rows
 from storage.db import Database
 from storage.errors import StorageUnavailable

@@ -8,7 +8,7 @@ per batch), then read again several times with Stop asked at a random
 moment from another thread, as the window's Stop button does; the latency
 is from Stop to the decode's return.
 
-Run: ``python -m app.bench.stop_latency [MODEL] [--tokens N] [--runs N]``
+Run: ``python tools/stop_latency.py [MODEL] [--tokens N] [--runs N]``
 (the starter model by default).
 """
 

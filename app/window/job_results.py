@@ -1,0 +1,194 @@
+"""What a job of the window did, one result type per kind of job (Qt-free).
+
+The engine worker answers every job with exactly one of these, through its
+``finished`` signal, after success and failure alike: ``Failed`` when the job
+did not do what was asked, else the type its job makes (the table in
+``result_type_of``). Each carries only the fields its job fills, so a reader
+matches on the type and mypy checks what it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, assert_never
+
+from app.window import jobs
+
+if TYPE_CHECKING:
+    from app.backend.values import ModelInfo
+    from app.conversation.results import Reply, SyncStats
+    from app.conversation.tree_snapshot import TreeSnapshot
+
+
+@dataclass(frozen=True)
+class Failed:
+    """``job`` did not do what was asked; ``error`` says why.
+
+    The user heard it already through the worker's ``failed`` signal unless
+    the job was ``stopped`` (by the user: nothing to show) or the branch is
+    ``context_full`` (the window offers the ways on instead).
+    """
+
+    job: jobs.Job
+    error: str
+    context_full: bool = False
+    # A model load failed and the model loaded before could not come back:
+    # none is loaded now (otherwise a failed load keeps the one there was).
+    model_lost: bool = False
+    # What was stored before the Stop stays (a message sent is saved before
+    # its prompt is read).
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class ModelLoaded:
+    """A model is loaded; ``profile_id`` names whose checkpoints count now."""
+
+    job: jobs.LoadModel
+    model: ModelInfo
+    n_ctx: int
+    profile_id: int | None
+
+
+@dataclass(frozen=True)
+class Replied:
+    """A job that generated: its replies (the first is the one shown; several
+    when alternatives were generated together)."""
+
+    job: jobs.Job
+    replies: tuple[Reply, ...]
+    # Checkpoint bytes deleted after the reply to keep within the budget.
+    evicted_bytes: int = 0
+    # The conversation's tree after the reply, checkpoints written: read on
+    # the engine thread, which is idle then, so that the window need not.
+    tree: TreeSnapshot | None = None
+
+    @property
+    def reply(self) -> Reply:
+        """The reply shown."""
+        return self.replies[0]
+
+    @property
+    def conversation_id(self) -> int:
+        """The conversation replied in."""
+        return self.reply.conversation_id
+
+    @property
+    def node_id(self) -> int:
+        """The reply shown, the conversation's active node now."""
+        return self.reply.assistant_node
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens the context holds after the reply."""
+        return self.reply.stats.context_tokens
+
+    @property
+    def n_ctx(self) -> int:
+        """The context's size."""
+        return self.reply.stats.n_ctx
+
+
+@dataclass(frozen=True)
+class Created:
+    """A conversation (or a start in one) was made; ``node_id`` is where it
+    opens, None for an imported one (it opens where it was left)."""
+
+    job: jobs.Job
+    conversation_id: int
+    node_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Moved:
+    """The conversation stands at ``node_id`` now (a restore, a delete below
+    it, a remembered place); ``sync`` says what a restore took."""
+
+    job: jobs.Job
+    conversation_id: int
+    node_id: int | None
+    sync: SyncStats | None = None
+    context_tokens: int = 0
+    n_ctx: int = 0
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The tokens a file's text takes, beside how full the context is."""
+
+    job: jobs.CountTokens
+    n_tokens: int
+    context_tokens: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class Freed:
+    """Checkpoint bytes deleted (the messages stay)."""
+
+    job: jobs.Job
+    evicted_bytes: int
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """A conversation is gone; the context is empty now if it held it."""
+
+    job: jobs.DeleteConversation
+    context_tokens: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """A job with nothing to report beyond having been done."""
+
+    job: jobs.Job
+
+
+JobResult = (
+    Failed | ModelLoaded | Replied | Created | Moved | Counted | Freed | Deleted | Done
+)
+
+Succeeded = ModelLoaded | Replied | Created | Moved | Counted | Freed | Deleted | Done
+
+
+def result_type_of(job: jobs.Job) -> type[Succeeded]:
+    """The result type ``job`` makes when it succeeds (the one table of them)."""
+    match job:
+        case jobs.LoadModel():
+            return ModelLoaded
+        case (
+            jobs.Send()
+            | jobs.Edit()
+            | jobs.Regenerate()
+            | jobs.RegenerateParallel()
+            | jobs.GenerateReply()
+            | jobs.ContinueReply()
+        ):
+            return Replied
+        case (
+            jobs.NewConversation()
+            | jobs.NewSystemPrompt()
+            | jobs.ImportConversation()
+            | jobs.ContinueWithSummary()
+        ):
+            return Created
+        case jobs.Restore() | jobs.SetActiveNode() | jobs.DeleteBranch():
+            return Moved
+        case jobs.CountTokens():
+            return Counted
+        case jobs.EvictCheckpoints() | jobs.ClearCheckpoints():
+            return Freed
+        case jobs.DeleteConversation():
+            return Deleted
+        case (
+            jobs.SetSampling()
+            | jobs.SetReasoning()
+            | jobs.RenameConversation()
+            | jobs.SavePreferences()
+            | jobs.ServeRequest()
+        ):
+            return Done
+        case _:
+            assert_never(job)
