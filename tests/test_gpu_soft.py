@@ -116,7 +116,12 @@ def test_cold_resume_on_the_device_is_exact(lavapipe, tiny_model, tmp_path):
 
     # The same turns decoded in one process that never restores, on the device.
     continuous = _run(
-        LAVAPIPE, tiny_model, tmp_path, module="tests.gpu_soft_continuous"
+        LAVAPIPE,
+        tiny_model,
+        tmp_path,
+        "--n-gpu-layers",
+        "all",
+        module="tests.continuous",
     )
     assert continuous["offloaded_layers"] == 3
     assert continuous["first_text"] == first["text"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from app.backend.offload import OffloadCost, best_layers, headroom
-from app.backend.placement import read_placement
+from app.backend.placement import layer_holders, read_placement
+from app.backend.values import Device, LayerHolder
 
 MIB = 1024 * 1024
 # As llama.cpp logs a partial offload (the lines Arbor reads among others).
@@ -72,3 +73,40 @@ def test_best_layers_leaves_the_headroom_free():
     free = headroom(total) + COST.device_bytes(4, 4096)
     assert best_layers(COST, 4096, free, total) == 4
     assert best_layers(COST, 4096, headroom(total), total) == 0
+
+
+# A load on two workers' devices, as llama.cpp logs it (the layer lines at
+# debug level): each worker's buffers are named by its own device index.
+RPC_LOAD_LOG = [
+    "load_tensors: layer   0 assigned to device RPC0, is_swa = 0",
+    "load_tensors: layer   1 assigned to device RPC0, is_swa = 0",
+    "load_tensors: layer   2 assigned to device RPC1, is_swa = 0",
+    "load_tensors: offloaded 3/3 layers to GPU",
+    "load_tensors: RPC0[10.0.0.2:50052] model buffer size =     0.50 MiB",
+    "load_tensors: RPC0[10.0.0.3:50052] model buffer size =     0.25 MiB",
+    "load_tensors:   CPU_Mapped model buffer size =     0.06 MiB",
+    "llama_kv_cache: RPC0[10.0.0.2:50052] KV buffer size =     1.00 MiB",
+]
+
+
+def test_the_layers_of_each_device_and_its_buffers():
+    placement = read_placement(RPC_LOAD_LOG)
+    assert placement.layer_devices == ("RPC0", "RPC0", "RPC1")
+    found = [
+        Device("CPU", "a CPU", "cpu", "CPU", 0, 0),
+        Device("RPC0", "10.0.0.2:50052", "gpu", "RPC", 0, 0),
+        Device("RPC1", "10.0.0.3:50052", "gpu", "RPC", 0, 0),
+    ]
+    buffers = {"RPC0": "RPC0[10.0.0.2:50052]", "RPC1": "RPC0[10.0.0.3:50052]"}
+    assert layer_holders(placement, found, buffers) == (
+        LayerHolder("RPC0", "10.0.0.2:50052", (0, 1), round(1.5 * MIB)),
+        LayerHolder("RPC1", "10.0.0.3:50052", (2,), round(0.25 * MIB)),
+    )
+    # Where every layer is on this machine's CPU, it holds the host buffers.
+    here = read_placement(
+        [f"load_tensors: layer {n} assigned to device CPU, is_swa = 0" for n in (0, 1)]
+        + ["load_tensors:   CPU_Mapped model buffer size =     2.00 MiB"]
+    )
+    assert layer_holders(here, found, {}) == (
+        LayerHolder("CPU", "a CPU", (0, 1), 2 * MIB),
+    )

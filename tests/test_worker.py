@@ -8,55 +8,17 @@ from __future__ import annotations
 import re
 import signal
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from app.backend.rpc_worker import hello
-from tests.conftest import ROOT, run_cli
-
-START_S = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def _worker(listen: str) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
-    """A running ``arbor worker --listen LISTEN``, its "Serving" line and what
-    it said before (on stderr, where Arbor's lines go)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "worker", "--listen", listen, "--threads", "1"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        before = ""
-        for line in process.stderr:
-            if line.startswith("Serving"):
-                break
-            before += line
-        else:
-            pytest.fail(f"the worker never served: {before} {process.communicate()}")
-        yield process, line, before
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.communicate(timeout=START_S)
+from tests.conftest import run_cli
+from tests.workers import START_S, free_port, running_worker
 
 
 def test_a_worker_serves_its_devices_answers_hello_and_stops_on_ctrl_c():
-    port = _free_port()
-    with _worker(f"127.0.0.1:{port}") as (process, serving, before):
+    port = free_port()
+    with running_worker(f"127.0.0.1:{port}") as (process, serving, before):
         found = re.search(r"at (127\.0\.0\.1:\d+) \(llama\.cpp RPC ([\d.]+)\)", serving)
         assert found is not None, serving
         assert found.group(1) == f"127.0.0.1:{port}"
@@ -72,8 +34,8 @@ def test_a_worker_serves_its_devices_answers_hello_and_stops_on_ctrl_c():
 
 
 def test_off_loopback_the_worker_warns_that_rpc_has_no_authentication():
-    port = _free_port()
-    with _worker(f"0.0.0.0:{port}") as (process, _serving, before):
+    port = free_port()
+    with running_worker(f"0.0.0.0:{port}") as (process, _serving, before):
         assert re.fullmatch(r"\d+\.\d+\.\d+", hello("127.0.0.1", port))
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=START_S)
@@ -101,4 +63,4 @@ def test_a_bad_address_is_a_usage_error(listen):
 
 def test_hello_to_nothing_is_an_os_error_at_once():
     with pytest.raises(OSError):
-        hello("127.0.0.1", _free_port(), timeout=2.0)
+        hello("127.0.0.1", free_port(), timeout=2.0)

@@ -112,23 +112,25 @@ def load_backends() -> BackendFiles:
 def list_devices() -> list[Device]:
     """Every device llama.cpp found, CPU included, with its free memory now."""
     load_backends()
-    devices = []
-    for index in range(_ggml.ggml_backend_dev_count()):
-        device = _ggml.ggml_backend_dev_get(index)
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        _ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
-        reg = _ggml.ggml_backend_dev_backend_reg(device)
-        devices.append(
-            Device(
-                name=_text(_ggml.ggml_backend_dev_name(device)),
-                description=_text(_ggml.ggml_backend_dev_description(device)),
-                kind=_DEVICE_KINDS.get(_ggml.ggml_backend_dev_type(device), "other"),
-                backend=_text(_ggml.ggml_backend_reg_name(reg)) if reg else "",
-                free_bytes=int(free.value),
-                total_bytes=int(total.value),
-            )
-        )
-    return devices
+    return [
+        describe(_ggml.ggml_backend_dev_get(index))
+        for index in range(_ggml.ggml_backend_dev_count())
+    ]
+
+
+def describe(device: int) -> Device:
+    """The device at ``device`` (a ggml_backend_dev_t), with its free memory now."""
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    _ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+    reg = _ggml.ggml_backend_dev_backend_reg(device)
+    return Device(
+        name=_text(_ggml.ggml_backend_dev_name(device)),
+        description=_text(_ggml.ggml_backend_dev_description(device)),
+        kind=_DEVICE_KINDS.get(_ggml.ggml_backend_dev_type(device), "other"),
+        backend=_text(_ggml.ggml_backend_reg_name(reg)) if reg else "",
+        free_bytes=int(free.value),
+        total_bytes=int(total.value),
+    )
 
 
 def offload_devices() -> list[Device]:

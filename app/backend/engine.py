@@ -28,6 +28,7 @@ from app.backend import (
     offload,
     offload_plan,
     reasoning,
+    rpc_client,
 )
 from app.backend.chat_format import ChatFormat
 from app.backend.errors import (
@@ -39,9 +40,10 @@ from app.backend.errors import (
 from app.backend.kv_state import CombinedState, DeltaLayout
 from app.backend.model_file import check_model_file, content_identity
 from app.backend.offload import OffloadCost
-from app.backend.placement import read_placement
+from app.backend.placement import layer_holders, read_placement
 from app.backend.sampling import Sampler
 from app.backend.settings import (
+    ALL_GPU_LAYERS,
     AUTO_GPU_LAYERS,
     DEFAULT_N_CTX,
     KV_CACHE_TYPES,
@@ -130,6 +132,10 @@ class LlamaEngine:
         check_model_file(model_path)
         self._model_identity = content_identity(model_path)
         self.settings = settings
+        # Asked before anything else talks to them: llama.cpp aborts this
+        # process on a worker that does not answer (rpc_client).
+        self._workers = rpc_client.connect(settings.workers)
+        self._worker_devices = rpc_client.device_list(self._workers)
         self._model: Any = None
         self._ctx: Any = None
         self._probed_cost: OffloadCost | None = None
@@ -142,6 +148,7 @@ class LlamaEngine:
         self.decode_watch: DecodeWatch | None = None
 
         self._model = self._load_model(model_path, load_watch)
+        rpc_client.hold(self._workers)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self.n_swa = int(llama_cpp.llama_model_n_swa(self._model))
@@ -179,6 +186,9 @@ class LlamaEngine:
         targets = devices.offload_targets(found)
         has_gpu = bool(targets)
         self.placement = read_placement(self._load_log)
+        holders = layer_holders(
+            self.placement, found, rpc_client.buffer_names(self._workers)
+        )
         cpu_variant = devices.load_backends().cpu_variant
         offload_cost = self._loaded_offload_cost(model_path) if has_gpu else None
         self.info = ModelInfo(
@@ -215,6 +225,7 @@ class LlamaEngine:
             offload_free_bytes=sum(d.free_bytes for d in targets),
             offload_total_bytes=sum(d.total_bytes for d in targets),
             devices=tuple(found),
+            layer_holders=holders,
         )
         self.profile_details = {
             "model_identity": self._model_identity,
@@ -238,6 +249,12 @@ class LlamaEngine:
         # there n_ctx still separates profiles.
         if self.n_swa or self.state_kind is not StateKind.DELTA:
             self.profile_details["n_ctx"] = self.n_ctx
+        # Only with workers, so that the profile (and the checkpoints) of a
+        # run on this machine alone stay what they were before workers.
+        if self._workers:
+            self.profile_details["workers"] = rpc_client.signature(
+                self._workers, holders
+            )
         self.profile_fingerprint = hashlib.sha256(
             repr(sorted(self.profile_details.items())).encode()
         ).hexdigest()
@@ -247,6 +264,11 @@ class LlamaEngine:
     def _gpu_layers(self, model_path: Path) -> int:
         """The layers to offload: the setting, or for "auto" the most that fit."""
         wanted = self.settings.n_gpu_layers
+        if self._workers:
+            # Workers are there to hold what does not fit here: every layer
+            # goes to them unless a count is given, split by their free
+            # memory as llama.cpp splits between GPUs.
+            return ALL_GPU_LAYERS if wanted == AUTO_GPU_LAYERS else wanted
         targets = devices.offload_devices()
         if not targets or wanted == 0:
             return 0
@@ -306,7 +328,15 @@ class LlamaEngine:
         callback = llama_cpp.llama_progress_callback(on_progress)
         model_params.progress_callback = callback
         model_params.n_gpu_layers = self._gpu_layers(model_path)
-        if model_params.n_gpu_layers == 0:
+        if self._workers:
+            # The workers' devices, not this machine's GPUs. This CPU keeps
+            # its weights as they are (no repacking into its own layouts,
+            # which compute with other kernels): then the layers left here
+            # and those on CPU workers compute alike, and a checkpoint is
+            # tied to the split alone (issue 25).
+            model_params.devices = ctypes.cast(self._worker_devices, ctypes.c_void_p)
+            model_params.use_extra_bufts = False
+        elif model_params.n_gpu_layers == 0:
             # No device at all, not merely no layers: llama.cpp would still
             # run large matrix products on a GPU (op offload), whose cells
             # differ from the CPU's.
@@ -1053,6 +1083,7 @@ class LlamaEngine:
         if self._model:
             llama_cpp.llama_model_free(self._model)
             self._model = None
+            rpc_client.release(self._workers)
 
     def __enter__(self) -> LlamaEngine:
         return self

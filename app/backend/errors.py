@@ -21,3 +21,8 @@ class InvalidSetting(BackendError):
 
 class Interrupted(BackendError):
     """The user stopped a prompt being read or a model being loaded."""
+
+
+class WorkerUnavailable(BackendError):
+    """A worker (``--worker HOST:PORT``) cannot be used: nothing listens there,
+    it is busy or unreachable, or it speaks another protocol version."""

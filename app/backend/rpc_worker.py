@@ -87,33 +87,58 @@ def serve(host: str, port: int, threads: int) -> Serving:
     return Serving(endpoint, names, thread)
 
 
-def hello(host: str, port: int, timeout: float = 3.0) -> str:
-    """The protocol version the server at ``host:port`` reports ("3.0.0").
+class NoHello(OSError):
+    """A connection was made, but no hello came back in time: the server is
+    busy with another client (it serves one at a time), or is no RPC server."""
 
-    Raises ``OSError`` when nothing answers there in ``timeout`` seconds
-    (refused, unreachable, busy with another client, not an RPC server).
+
+class NotRpc(OSError):
+    """What answered is not llama.cpp's RPC (it closed, or said something else)."""
+
+
+def hello(host: str, port: int, timeout: float = 3.0) -> str:
+    """The protocol version the server at ``host:port`` reports ("7.0.0").
+
+    Raises ``OSError`` when nothing answers there in ``timeout`` seconds:
+    ``ConnectionRefusedError`` (nothing listens), ``TimeoutError`` (no
+    connection: the host is unreachable), ``NoHello`` (connected, no
+    answer), ``NotRpc``, or another ``OSError`` from the network.
     """
     with socket.create_connection((host, port), timeout=timeout) as connection:
         connection.sendall(_HELLO)
         reply = b""
         while len(reply) < _HELLO_REPLY_BYTES:
-            chunk = connection.recv(_HELLO_REPLY_BYTES - len(reply))
+            try:
+                chunk = connection.recv(_HELLO_REPLY_BYTES - len(reply))
+            except TimeoutError as exc:
+                raise NoHello(f"no hello in {timeout:g} s") from exc
             if not chunk:
-                raise OSError("the connection closed before the server said hello")
+                raise NotRpc("the connection closed before the server said hello")
             reply += chunk
     if int.from_bytes(reply[:8], "little") != 28:
-        raise OSError("the answer is not ggml-rpc's")
+        raise NotRpc("the answer is not ggml-rpc's")
     major, minor, patch = reply[8:11]
     return f"{major}.{minor}.{patch}"
 
 
+NO_RPC = (
+    "This build of llama.cpp has no RPC backend; rebuild it with -DGGML_RPC=ON "
+    "(the Makefile's default)."
+)
+
+
+def rpc_backend() -> int | None:
+    """llama.cpp's RPC backend (its ggml_backend_reg_t), None in a build
+    without one."""
+    devices.load_backends()
+    reg: int | None = _ggml.ggml_backend_reg_by_name(b"RPC")
+    return reg or None
+
+
 def _start_server() -> Any:
-    reg = _ggml.ggml_backend_reg_by_name(b"RPC")
-    if not reg:
-        raise WorkerError(
-            "This build of llama.cpp has no RPC backend; rebuild it with "
-            "-DGGML_RPC=ON (the Makefile's default)."
-        )
+    reg = rpc_backend()
+    if reg is None:
+        raise WorkerError(NO_RPC)
     address = _ggml.ggml_backend_reg_get_proc_address(
         reg, b"ggml_backend_rpc_start_server"
     )

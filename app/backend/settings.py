@@ -42,6 +42,28 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise InvalidSetting(f"{name} must be between {low:,} and {high:,}.")
 
 
+def worker_address(text: str) -> str:
+    """A worker's ``HOST:PORT``, checked and written one way ("host:50052").
+
+    llama.cpp's RPC client splits an address at its first colon and looks the
+    host up by IPv4 only (``gethostbyname``), so an IPv6 address cannot name
+    a worker. Raises ``InvalidSetting`` for anything it could not reach.
+    """
+    if not isinstance(text, str):
+        raise InvalidSetting(f"A worker is a HOST:PORT text, not {text!r}.")
+    host, colon, port = text.strip().rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidSetting(
+            f"A worker is HOST:PORT with a port of 1 to 65535, not {text!r}."
+        )
+    if ":" in host or host.startswith("["):
+        raise InvalidSetting(
+            f"Worker {text!r}: llama.cpp reaches workers by IPv4 address or host "
+            "name only, not by IPv6 address."
+        )
+    return f"{host}:{int(port)}"
+
+
 @dataclass(frozen=True)
 class BackendSettings:
     """How to load a model and size its context.
@@ -50,6 +72,9 @@ class BackendSettings:
     ``AUTO_GPU_LAYERS`` (the default) as many as fit the GPU; without a GPU
     nothing is offloaded whatever it says.
     Quantized KV caches (q8_0, ...) need flash attention for the V cache.
+    ``workers`` are the ``HOST:PORT`` of ``arbor worker``s (llama.cpp's RPC
+    servers) whose devices take the offloaded layers instead of this
+    machine's GPUs; with workers "auto" offloads every layer.
     Out-of-range values raise ``InvalidSetting``; whether
     ``n_ctx`` suits the model (its training length, the memory it needs) is
     checked when the model is loaded.
@@ -61,6 +86,7 @@ class BackendSettings:
     n_batch: int = 512
     flash_attn: bool = False
     kv_cache_type: str = "f16"
+    workers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_range("The context size (n_ctx)", self.n_ctx, MIN_N_CTX, MAX_N_CTX)
@@ -78,6 +104,23 @@ class BackendSettings:
                 + ", ".join(KV_CACHE_TYPES)
                 + "."
             )
+        self._check_workers()
+
+    def _check_workers(self) -> None:
+        # Stored as a JSON list: read back, it is a tuple again.
+        if not isinstance(self.workers, tuple | list):
+            raise InvalidSetting(
+                f"Workers are a list of HOST:PORT, not {self.workers!r}."
+            )
+        workers = tuple(worker_address(text) for text in self.workers)
+        if len(set(workers)) < len(workers):
+            raise InvalidSetting("A worker is named twice; name each one once.")
+        if workers and self.n_gpu_layers == 0:
+            raise InvalidSetting(
+                "With workers, at least one layer must go to them (n_gpu_layers "
+                "0 keeps every layer here)."
+            )
+        object.__setattr__(self, "workers", workers)
 
     @property
     def threads(self) -> int:

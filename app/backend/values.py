@@ -152,6 +152,25 @@ class Device:
 
 
 @dataclass(frozen=True)
+class LayerHolder:
+    """The layers one device holds, as llama.cpp placed them while loading.
+
+    Layers are numbered as llama.cpp numbers them: the repeating layers from
+    0, then the output layer (number ``n_layer``). The token embeddings stay
+    on this machine's CPU and are no layer here.
+    """
+
+    device: str  # llama.cpp's name for it in this process: "CPU", "Vulkan0", "RPC0"
+    where: str  # the device's description: a worker's HOST:PORT for "RPC…"
+    layers: tuple[int, ...]
+    bytes: int  # its model, KV cache and compute buffers
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict, for the CLI's JSON."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """What the UI and the CLI show about the loaded model."""
 
@@ -189,3 +208,5 @@ class ModelInfo:
     offload_free_bytes: int = 0
     offload_total_bytes: int = 0
     devices: tuple[Device, ...] = ()  # every device llama.cpp found, CPU included
+    # Which device holds which layers (workers' devices included), in layer order.
+    layer_holders: tuple[LayerHolder, ...] = ()

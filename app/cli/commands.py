@@ -451,6 +451,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     info = service.engine.info
     model = vars(info).copy()
     del model["devices"]  # listed whole below, with the backends
+    # Which device (a worker's included) holds which layers, and its bytes.
+    model["layer_holders"] = [holder.as_dict() for holder in info.layer_holders]
     if info.offload_cost is not None:
         model["offload_cost"] = {
             **asdict(info.offload_cost),

@@ -11,12 +11,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from app.backend.errors import BackendError
+from app.backend.errors import BackendError, InvalidSetting
 from app.backend.settings import (
     ALL_GPU_LAYERS,
     AUTO_GPU_LAYERS,
     KV_CACHE_TYPES,
     BackendSettings,
+    worker_address,
 )
 from app.backend.values import MAX_FORKS, SamplingParams
 from app.platform.starter_model import starter_model_path
@@ -76,6 +77,14 @@ def _endpoint(value: str) -> tuple[str, int]:
             f"expected HOST:PORT with a port of 1 to 65535, not {value!r}"
         )
     return host, int(port)
+
+
+def _worker(value: str) -> str:
+    """``--worker``: a worker's ``HOST:PORT`` (IPv4 or a host name)."""
+    try:
+        return worker_address(value)
+    except InvalidSetting as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _text_type(what: str) -> Callable[[str], str]:
@@ -174,6 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(KV_CACHE_TYPES),
         default="f16",
         help="KV cache element type",
+    )
+    parser.add_argument(
+        "--worker",
+        dest="workers",
+        type=_worker,
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="an `arbor worker` whose devices hold the model's layers (repeatable; "
+        "every layer by default, split by the workers' free memory)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -421,6 +440,7 @@ def backend_settings(args: argparse.Namespace) -> BackendSettings:
         n_batch=args.batch_size,
         flash_attn=args.flash_attn,
         kv_cache_type=args.kv_type,
+        workers=tuple(args.workers),
     )
 
 
