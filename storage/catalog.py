@@ -23,6 +23,7 @@ from typing import Any
 
 from storage import probe
 from storage.errors import StorageUnavailable
+from storage.values import Origin
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class ConversationRecord:
     # The sampling its replies use (``SamplingParams`` fields and the preset's
     # name); None: the Settings' own.
     sampling: dict[str, Any] | None = None
+    # Where it was made, when not in the window or the CLI (None): the local
+    # server, for a conversation an API client began.
+    origin: Origin | None = None
 
 
 # A conversation's stored columns, in the order ``conversation_from_stored``
@@ -60,6 +64,7 @@ CONVERSATION_COLUMNS = (
     "model_path",
     "model_identity",
     "sampling",
+    "origin",
 )
 _COLUMNS = ", ".join(f"c.{name}" for name in CONVERSATION_COLUMNS)
 
@@ -122,6 +127,7 @@ def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
         model_path,
         model_identity,
         sampling,
+        origin,
     ) = values
     return ConversationRecord(
         id=conversation_id,
@@ -136,6 +142,7 @@ def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
         model_path=model_path,
         model_identity=model_identity,
         sampling=stored_json(sampling),
+        origin=None if origin is None else Origin(origin),
     )
 
 

@@ -29,7 +29,7 @@ from storage.models import (
 from storage.node_rows import delete_nodes
 from storage.records import NodeRecord, conversation_record, node_record, recounted
 from storage.space import releases_space
-from storage.values import Role, Status
+from storage.values import Origin, Role, Status
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +39,19 @@ def create_conversation(
     title: str | None,
     system_prompt: str | None,
     sampling: dict[str, Any] | None = None,
+    origin: Origin | None = None,
 ) -> tuple[ConversationRecord, NodeRecord]:
     """Create a conversation and its root node (the root's span is rendered later).
 
     ``sampling``: what its replies use, None for the Settings' own.
+    ``origin``: where it is made, None for the window and the CLI.
     """
     with db.write() as s:
         conv = Conversation(
-            title=title or DEFAULT_TITLE, system_prompt=system_prompt, sampling=sampling
+            title=title or DEFAULT_TITLE,
+            system_prompt=system_prompt,
+            sampling=sampling,
+            origin=origin,
         )
         s.add(conv)
         s.flush()
@@ -234,13 +239,15 @@ def insert_conversation(
     created_at: datetime | None,
     nodes: Sequence[NewNode],
     active_key: Hashable | None = None,
+    origin: Origin | None = None,
 ) -> tuple[ConversationRecord, dict[Hashable, int]]:
     """Insert a whole conversation in one transaction: all of it or nothing.
 
     ``nodes`` come parents first, the root (no ``parent_key``) first of all;
     the caller has checked the shape (``ValueError`` here is a bug). Returns
     the new conversation and the new id of every key. ``active_key`` names
-    where it reopens (the root when None).
+    where it reopens (the root when None); ``origin`` where it was first made
+    (None: the window or the CLI).
     """
     if not nodes:
         raise ValueError("A conversation needs its root.")
@@ -251,6 +258,7 @@ def insert_conversation(
             reasoning=reasoning,
             created_at=created_at or utcnow(),
             updated_at=utcnow(),
+            origin=origin,
         )
         s.add(conv)
         s.flush()

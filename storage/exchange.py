@@ -24,12 +24,15 @@ The JSON format, version 1::
 
     {"format": "arbor-conversation", "version": 1,
      "title": str, "system_prompt": str | null, "reasoning": str | null,
-     "created_at": ISO 8601, "active": node id,
+     "created_at": ISO 8601, "active": node id, "origin": "local server" | null,
      "nodes": [{"id": int, "parent": int | null, "role": "root"|"user"|"assistant",
                 "text": str, "thinking": str, "status": str,
                 "created_at": ISO 8601, "generation": {...} | null}, ...]}
 
 Node ids are the exporting database's; they only link nodes within the file.
+``origin`` (where the conversation was made, null for the window or the
+CLI) came after the first files of version 1: a file without it imports as
+made in the window.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from storage.db import Database
 from storage.errors import ExchangeError
 from storage.models import DEFAULT_TITLE
 from storage.records import NodeRecord
-from storage.values import Role, Status
+from storage.values import Origin, Role, Status
 
 FORMAT = "arbor-conversation"
 VERSION = 1
@@ -111,6 +114,7 @@ def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
         "reasoning": conversation.reasoning,
         "created_at": _iso(conversation.created_at),
         "active": conversation.active_node_id,
+        "origin": conversation.origin,
         "nodes": [
             {
                 "id": node.id,
@@ -364,8 +368,21 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]
         "system_prompt": system_prompt,
         "reasoning": reasoning,
         "created_at": _moment(data.get("created_at"), "the conversation"),
+        "origin": _origin(data.get("origin")),
     }
     return header, ordered, active
+
+
+def _origin(value: Any) -> Origin | None:
+    """Where the exported conversation was made (absent in older files)."""
+    if value is None:
+        return None
+    if value not in tuple(Origin):
+        raise ExchangeError(
+            f"The origin of the conversation is {_shown(value)}; it must be one "
+            "of " + ", ".join(Origin) + ", or null."
+        )
+    return Origin(value)
 
 
 def _imported_title(title: str | None) -> str:

@@ -300,6 +300,22 @@ def _add_counters(raw: sqlite3.Connection) -> None:
     create_counters(raw)
 
 
+def _add_origin(raw: sqlite3.Connection) -> None:
+    # Version 8: where each conversation was made, when not in the window or
+    # the CLI (NULL). The local server made those it remembers for its
+    # clients, one setting per client under this key (app/server/completion.py
+    # wrote it so before this version; a conversation the server made and the
+    # window deleted is no longer remembered, nor there). Its values are
+    # conversation ids, stored as JSON text, read back as numbers.
+    if "origin" not in _column_names(raw, "conversation"):
+        raw.execute("ALTER TABLE conversation ADD COLUMN origin VARCHAR(32)")
+    raw.execute(
+        "UPDATE conversation SET origin = 'local server' WHERE id IN "
+        "(SELECT CAST(value AS INTEGER) FROM setting "
+        "WHERE key LIKE 'server.conversation:%')"
+    )
+
+
 def _column_names(raw: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
 
@@ -312,4 +328,5 @@ _STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
     4: _add_conversation_model,
     5: _add_parent_index_and_sampling,
     6: _add_counters,
+    7: _add_origin,
 }

@@ -58,6 +58,9 @@ class Conversation(Base):
     # The sampling the conversation's replies use (temperature, top_p, ...,
     # and the name of the preset they came from); None: the Settings' own.
     sampling: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Where it was made, when elsewhere than in the window or the CLI (an
+    # ``Origin``: "local server"); the list marks such conversations.
+    origin: Mapped[str | None] = mapped_column(String(32))
     # Its nodes (roots included) and the bytes of their checkpoints, what the
     # list shows; kept by the triggers of storage/counters.py, never by Python.
     node_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

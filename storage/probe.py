@@ -18,7 +18,7 @@ from storage.errors import StorageUnavailable
 
 DATABASE_FILENAME = "arbor.sqlite3"
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The oldest schema that can be read as it is, without upgrading: what a
 # read-only database must have. Version 3 only changed how ids are allocated

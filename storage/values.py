@@ -1,4 +1,5 @@
-"""The closed sets of words stored with a node: its role and its status.
+"""The closed sets of words stored with a node (its role and its status) and
+with a conversation (where it was made).
 
 ``StrEnum``s, so a stored value reads back as the same word (``Role.USER ==
 "user"``) and code that names one cannot misspell it.
@@ -25,3 +26,10 @@ class Status(StrEnum):
     INTERRUPTED = "interrupted"  # a reply whose process died while writing it
     STOPPED = "stopped"  # a reply the user stopped, closed as a turn
     TRUNCATED = "truncated"  # a reply cut off by a full context
+
+
+class Origin(StrEnum):
+    """Where a conversation was made, when not in the window or the CLI
+    (those store None): the list marks it."""
+
+    LOCAL_SERVER = "local server"  # by a client of the OpenAI-compatible API

@@ -387,6 +387,32 @@ def test_a_conversation_made_elsewhere_continues_through_the_api(
     assert _cached(response) == sent["stats"]["context_tokens"]
 
 
+def test_what_the_api_makes_is_marked_and_what_it_continues_is_not(
+    data_dir: Path, tiny_model: Path, arbor: Any
+) -> None:
+    made = arbor("new", "--system", SYSTEM)
+    with serving(data_dir, tiny_model) as server:
+        client = server.client()
+        fresh = _ask(client, [{"role": "user", "content": "Hi from a script."}])
+        named = client.with_options(
+            default_headers={"X-Arbor-Conversation": str(made["conversation"])}
+        )
+        continued = _ask(
+            named,
+            [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": "Hi from the same script."},
+            ],
+        )
+    assert _arbor(continued)["conversation"] == made["conversation"]
+    listed = run_cli("--data-dir", data_dir, "list").json["conversations"]
+    assert {c["id"]: c["origin"] for c in listed} == {
+        _arbor(fresh)["conversation"]: "local server",
+        # The CLI's conversation stays the CLI's, though a client went on in it.
+        made["conversation"]: None,
+    }
+
+
 def test_while_loading_the_server_answers_503(tiny_model: Path) -> None:
     """A ``LocalServer`` (the window's kind) before its model is there: 503
     with Retry-After, an empty model list; a window with no model at all says

@@ -332,6 +332,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
                     "checkpoint_bytes": c.checkpoint_bytes,
                     "active_node": c.active_node_id,
                     "model": c.model_path,
+                    # "local server" for one an API client began; null: made
+                    # in the window or the CLI.
+                    "origin": c.origin,
                 }
                 for c in records
             ]

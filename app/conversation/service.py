@@ -59,7 +59,7 @@ from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.records import DeletedBranch, NodeRecord, NodeSummary
-from storage.values import Role, Status
+from storage.values import Origin, Role, Status
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
@@ -218,16 +218,18 @@ class ConversationService:
         title: str | None = None,
         sampling: SamplingParams | None = None,
         preset: str | None = None,
+        origin: Origin | None = None,
     ) -> tuple[int, int]:
         """Create a conversation; return its id and its root node's id.
 
         ``sampling``: what its replies use (None: the Settings'), from the
-        preset named ``preset`` if any.
+        preset named ``preset`` if any. ``origin``: where it is made, when
+        not in the window or the CLI (the list marks it).
         """
         _check_text(system_prompt, "system prompt")
         _check_text(title, "title")
         conversation, root = conversation_rows.create_conversation(
-            self.db, title, system_prompt, stored_sampling(sampling, preset)
+            self.db, title, system_prompt, stored_sampling(sampling, preset), origin
         )
         self._render_root(conversation.id, root)
         return conversation.id, root.id

@@ -10,8 +10,10 @@ next request that extends or branches from this one restores in turn, also
 after a restart.
 
 Which conversation: the one named by the ``X-Arbor-Conversation`` header
-(any conversation, the window's included), else one per ``user`` field
-(one for requests without it), remembered in the settings table.
+(any conversation, the window's included, which stays the window's), else
+one per ``user`` field (one for requests without it), remembered in the
+settings table. Those the server makes are stored with their origin, the
+local server, which the window's list marks.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from app.conversation.streams import Streams
 from app.server.requests import ChatRequest, Turn
 from storage import conversation_rows, node_rows, setting_rows
 from storage.errors import NotFound
-from storage.values import Role
+from storage.values import Origin, Role
 
 if TYPE_CHECKING:
     from app.conversation.results import Reply
     from app.conversation.service import ConversationService
 
-# The settings key that remembers each API client's conversation.
+# The settings key that remembers each API client's conversation (schema
+# version 8 read it to mark those made before origins were stored: see
+# storage/migrations.py ``_add_origin``).
 _CLIENT_KEY = "server.conversation:"
 CLIENT_TITLE = "Local server"
 
@@ -118,7 +122,9 @@ def _start(
         conversation_rows.get_conversation(db, conversation_id)  # NotFound if unknown
     if conversation_id is None:
         conversation_id, root = service.new_conversation(
-            request.system or None, _client_title(request.user)
+            request.system or None,
+            _client_title(request.user),
+            origin=Origin.LOCAL_SERVER,
         )
         setting_rows.set_setting(
             db, _CLIENT_KEY + (request.user or ""), conversation_id

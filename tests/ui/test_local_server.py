@@ -10,8 +10,12 @@ from dataclasses import replace
 from typing import Any
 
 import openai
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QStyleOptionViewItem
 
 from app.preferences import LocalServerPrefs
+from app.qt.models.conversation_list import BadgeRole, ConversationIdRole
+from app.qt.views.main_window import MainWindow
 from app.window import jobs
 from storage import conversation_rows, node_rows, setting_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
@@ -40,9 +44,36 @@ def _in_thread(call: Any) -> dict[str, Any]:
     return outcome
 
 
+def _marks(window: MainWindow) -> dict[int, tuple[str | None, str]]:
+    """Each listed conversation's mark, where the list's delegate puts it,
+    and its tooltip."""
+    view = window.sidebar.list_view
+    model = view.model()
+    marks: dict[int, tuple[str | None, str]] = {}
+    for row in range(model.rowCount()):
+        index = model.index(row, 0)
+        option = QStyleOptionViewItem()
+        option.initFrom(view)
+        option.rect = view.visualRect(index)
+        assert not option.rect.isEmpty()
+        layout = view.itemDelegate().row_layout(option, index)
+        if layout.badge is not None:
+            # Whole inside its row, after the title, on the title's line.
+            assert option.rect.contains(layout.badge)
+            assert layout.title.right() < layout.badge.left()
+            assert layout.badge.bottom() < layout.subtitle.top()
+            assert layout.title.width() > layout.badge.width()
+        marks[index.data(ConversationIdRole)] = (
+            index.data(BadgeRole) if layout.badge is not None else None,
+            index.data(Qt.ItemDataRole.ToolTipRole),
+        )
+    return marks
+
+
 def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
     window = make_window()
     send(qtbot, window, "A message typed in the window.")
+    typed = window.conversation_id
     window.local_server_action.trigger()
     dialog = window._local_server_dialog
     assert dialog is not None and dialog.isVisible()
@@ -81,6 +112,12 @@ def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
     conversation = reply.model_extra["arbor"]["conversation"]
     titles = {c.id: c.title for c in conversation_rows.list_conversations(window.db)}
     assert titles[conversation] == "Local server"
+    # The list marks the client's conversation, not the one typed here.
+    marks = _marks(window)
+    assert set(marks) == {conversation, typed}
+    assert marks[conversation][0] == "API"
+    assert marks[conversation][1].startswith("Made through the local server\n")
+    assert marks[typed][0] is None and "local server" not in marks[typed][1]
     assert any(" 200 " in line for line in dialog.log_view.toPlainText().splitlines())
 
     # The same client goes on: restored from the tree, nothing reprocessed,

@@ -17,11 +17,20 @@ from app.qt.models.conversation_tree import format_bytes
 from storage import conversation_rows
 from storage.catalog import ConversationRecord
 from storage.db import Database
+from storage.values import Origin
 
 ConversationIdRole = Qt.ItemDataRole.UserRole + 1
 SubtitleRole = Qt.ItemDataRole.UserRole + 2
 # What is happening in the conversation now (None: nothing).
 ProgressRole = Qt.ItemDataRole.UserRole + 3
+# The short mark of a conversation made elsewhere than in the window or the
+# CLI, drawn beside its title (None: no mark).
+BadgeRole = Qt.ItemDataRole.UserRole + 4
+
+# Each origin's mark and what it means, said in the row's tooltip.
+BADGES: dict[Origin, tuple[str, str]] = {
+    Origin.LOCAL_SERVER: ("API", "Made through the local server"),
+}
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -82,6 +91,9 @@ class ConversationListModel(QAbstractListModel):
             return record.title
         if role == ConversationIdRole:
             return record.id
+        badge = BADGES.get(record.origin) if record.origin is not None else None
+        if role == BadgeRole:
+            return badge[0] if badge is not None else None
         progress = self._progress.get(record.id)
         if progress is not None and role in (SubtitleRole, ProgressRole):
             return progress
@@ -89,7 +101,10 @@ class ConversationListModel(QAbstractListModel):
             messages = max(0, record.node_count - 1)  # the root is not a message
             when = record.updated_at.astimezone().strftime("%b %d, %H:%M")
             size = format_bytes(record.checkpoint_bytes)
-            return f"{messages} messages · {size} · {when}"
+            figures = f"{messages} messages · {size} · {when}"
+            if role == Qt.ItemDataRole.ToolTipRole and badge is not None:
+                return f"{badge[1]}\n{figures}"
+            return figures
         return None
 
     def set_title(self, conversation_id: int, title: str) -> None:
