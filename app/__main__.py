@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +26,10 @@ def wants_window(argv: Sequence[str]) -> bool:
 
 def main() -> None:
     """Run Arbor with the process's arguments and exit with its status."""
+    # A frozen build starts the engine's child process (app/runner, when a
+    # model is placed on workers) as this same program: there, this runs
+    # the child instead of Arbor (PyInstaller's documented entry point).
+    multiprocessing.freeze_support()
     argv = sys.argv[1:]
     if wants_window(argv):
         from app.cli.parser import build_parser

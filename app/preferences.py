@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from app.backend.settings import BackendSettings
+from app.backend.errors import InvalidSetting
+from app.backend.settings import BackendSettings, worker_address
 from app.backend.values import SamplingParams
 from app.conversation.presets import STARTER_PRESETS, Preset, presets_from_stored
 from app.server import DEFAULT_PORT
@@ -63,6 +64,40 @@ class LocalServerPrefs:
 
 
 @dataclass(frozen=True)
+class WorkerPrefs:
+    """Settings → Workers: the ``arbor worker``s the user named, and whether
+    the model loads on them.
+
+    The list is kept with "Use workers" off, to be used again later; what a
+    load uses is ``Preferences.backend.workers``, which ``with_workers``
+    sets to ``used``.
+    """
+
+    addresses: tuple[str, ...] = ()
+    use: bool = False
+
+    @property
+    def used(self) -> tuple[str, ...]:
+        """The workers a load uses: the list when "Use workers" is on."""
+        return self.addresses if self.use else ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict, for storing as JSON."""
+        return {"addresses": list(self.addresses), "use": self.use}
+
+    @classmethod
+    def from_stored(cls, value: Any) -> WorkerPrefs:
+        """The stored value; an address that is not a worker's is left out."""
+        if not isinstance(value, dict) or not isinstance(value.get("addresses"), list):
+            return cls()
+        addresses: list[str] = []
+        for text in value["addresses"]:
+            with contextlib.suppress(InvalidSetting):
+                addresses.append(worker_address(text))
+        return cls(tuple(dict.fromkeys(addresses)), value.get("use") is True)
+
+
+@dataclass(frozen=True)
 class Preferences:
     """Everything a user sets in the settings and storage dialogs.
 
@@ -90,6 +125,8 @@ class Preferences:
     # Tools -> Local server: where it listens, and whether the window starts
     # it. Its API key is not stored (a secret, in plain text).
     local_server: LocalServerPrefs = field(default_factory=LocalServerPrefs)
+    # Settings → Workers: other machines' devices for the model's layers.
+    workers: WorkerPrefs = field(default_factory=WorkerPrefs)
 
     @property
     def checkpoint_budget_bytes(self) -> int | None:
@@ -99,6 +136,13 @@ class Preferences:
             if self.checkpoint_budget_mb > 0
             else None
         )
+
+    def with_workers(self, workers: WorkerPrefs) -> Preferences:
+        """These preferences with ``workers``, and the backend loading on the
+        ones it uses. Raises ``InvalidSetting`` where the backend cannot
+        use them (no layer would go to them)."""
+        backend = replace(self.backend, workers=workers.used)
+        return replace(self, workers=workers, backend=backend)
 
     def with_model(self, path: str) -> Preferences:
         """These preferences with ``path`` as the model, first in the recent list."""
@@ -156,6 +200,7 @@ _STORED: dict[str, _Stored] = {
     "text_scale": _Stored(_same, _one_of(TEXT_SCALES)),
     "presets": _Stored(lambda ps: [p.as_dict() for p in ps], presets_from_stored),
     "local_server": _Stored(asdict, LocalServerPrefs.from_stored),
+    "workers": _Stored(WorkerPrefs.as_dict, WorkerPrefs.from_stored),
 }
 _PLAIN = _Stored(_same, _same)
 

@@ -40,6 +40,8 @@ def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
         ("app.window.actions", ("llama_cpp", "numpy", "PySide6")),
         ("app.conversation.tree_snapshot", ("llama_cpp", "numpy", "PySide6")),
         ("app.conversation.results", ("llama_cpp", "numpy", "PySide6")),
+        # What the engine's child process starts from (issue 25).
+        ("app.runner.child_process", ("llama_cpp", "PySide6")),
     ],
 )
 def test_importing_does_not_load_the_native_library(module, absent):

@@ -21,6 +21,7 @@ ENGINE_MODULES = (
     "app.conversation.context_sync",
     "app.conversation.checkpoint_writer",
     "app.qt.workers.engine_worker",
+    "app.runner",
 )
 # (where, what it may not import, why). "Where" is a list of folders and
 # files; a name is forbidden with everything below it ("app.backend" forbids
@@ -35,6 +36,8 @@ CONTRACTS: list[tuple[list[str], tuple[str, ...], str]] = [
     (["app/qt/gui.py"], ("app.backend",), "the engine thread loads the backend"),
     (WINDOW_SIDE, ENGINE_MODULES, "the window drives the engine through jobs"),
     (["app", "storage"], ("aiohttp",), "only app/server speaks HTTP"),
+    # The jobs run in a child process too, which must start without Qt.
+    (["app/runner"], ("app.qt",), "the runner runs without Qt"),
 ]
 # Where a contract does not reach, by the forbidden name.
 EXEMPT = {

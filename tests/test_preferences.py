@@ -13,6 +13,7 @@ from app.backend.settings import BackendSettings
 from app.preferences import (
     LocalServerPrefs,
     Preferences,
+    WorkerPrefs,
     load_preferences,
     save_preferences,
 )
@@ -66,3 +67,32 @@ def test_stored_values_that_do_not_read_back_fall_back_each_to_its_default(db):
     )
     prefs = load_preferences(db)
     assert prefs == replace(Preferences(), system_prompt="Kept.")
+
+
+def test_the_workers_are_kept_with_use_workers_off_and_loaded_on_when_on(db):
+    listed = ("10.0.0.2:50052", "gpu-box:50053")
+    off = Preferences().with_workers(WorkerPrefs(listed, use=False))
+    # Off: remembered, not used.
+    assert off.backend.workers == ()
+    save_preferences(db, off)
+    assert load_preferences(db) == off
+    assert setting_rows.get_setting(db, "workers") == {
+        "addresses": list(listed),
+        "use": False,
+    }
+    on = off.with_workers(WorkerPrefs(listed, use=True))
+    assert on.backend.workers == listed
+    save_preferences(db, on)
+    assert load_preferences(db) == on
+    assert load_preferences(db).backend.workers == listed
+
+
+def test_stored_workers_that_are_no_workers_are_left_out(db):
+    setting_rows.set_settings(
+        db,
+        {"workers": {"addresses": ["a:1", "[::1]:2", "no-port", "a:1", 7], "use": 1}},
+    )
+    # One valid address, once; "use" must be true itself.
+    assert load_preferences(db).workers == WorkerPrefs(("a:1",), use=False)
+    setting_rows.set_settings(db, {"workers": ["a:1"]})
+    assert load_preferences(db).workers == WorkerPrefs()

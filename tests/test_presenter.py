@@ -16,11 +16,12 @@ from app.preferences import load_preferences
 from app.qt.workers.engine_worker import EngineWorker
 from app.window import jobs
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
-from app.window.job_results import Deleted, Failed, JobResult
+from app.window.job_results import Deleted, Failed, JobResult, ModelLoaded
 from app.window.presenter import View, WindowPresenter
 from storage import conversation_rows, node_rows
 from storage.db import Database, open_database
 from storage.errors import NotFound
+from tests.workers import free_ports
 
 VIEW_METHODS = {name for name in vars(View) if not name.startswith("_")}
 WRITABLE_ACTIONS = {spec.name for spec in ACTIONS if spec.when is When.WRITABLE}
@@ -700,3 +701,37 @@ def test_freeing_space_shows_how_far_it_got_in_bytes(open_session):
     text = s.view.said("set_busy")[-1][0]
     assert text.startswith("Freeing space… ") and " of " in text
     assert s.view.said("show_progress")[-1] == (166, 1000)
+
+
+def test_a_lost_engine_offers_to_load_again_on_the_remaining_workers(
+    open_session, tiny_model
+):
+    # The window's side of a worker lost (issue 25); the child process and
+    # real workers are tests/ui/test_workers_window.py's.
+    s = _loaded(open_session, tiny_model)
+    p = s.presenter
+    # Neither answers: nothing listens on these ports.
+    alive, gone = (f"127.0.0.1:{port}" for port in free_ports(2))
+    loaded = next(r for r in s.engine.results if isinstance(r, ModelLoaded))
+    on_workers = replace(p.prefs.backend, workers=(alive, gone))
+    p.on_finished(replace(loaded, job=jobs.LoadModel(loaded.job.path, on_workers)))
+    said = f"Worker {gone} was lost (it stopped answering)."
+    p.on_finished(
+        Failed(jobs.Restore(p.active_id), said, engine_lost=True, lost_workers=(gone,))
+    )
+    assert p.model_info is None and p.after_loss is not None
+    assert s.view.said("offer_reload") == [(said, (alive,))]
+    assert s.view.said("show_error") == [] and s.view.said("model_missing") == []
+    assert "worker was lost" in p.composer_state()[1]
+
+    p.reload_after_loss(on_workers=True)
+    job = s.engine.submitted[-1]
+    assert job == jobs.LoadModel(loaded.job.path, replace(on_workers, workers=(alive,)))
+    s.engine.run_jobs()  # that one does not answer either: said, nothing loaded
+    assert f"Worker {alive}: nothing listens there" in s.view.said("show_error")[-1][1]
+    assert p.model_info is None and p.after_loss is not None
+
+    p.reload_after_loss(on_workers=False)  # this computer alone
+    assert s.engine.submitted[-1].settings.workers == ()
+    s.engine.run_jobs()
+    assert p.model_info is not None and p.after_loss is None

@@ -21,9 +21,9 @@ refused, and asks for a new process.
 What the hello cannot prevent: llama.cpp connects again for every query and
 for the load itself, so a worker that stops or takes another client between
 the hello and the load still aborts or stalls this process; and one that
-dies while a model is loaded aborts it at the next decode or capture.
-Running the engine in a child process, so that the window outlives it, is
-the next part of issue 25.
+dies while a model is loaded aborts it at the next decode or capture. The
+window therefore runs a model placed on workers in a child process
+(``app/runner/child_process.py``), which such an abort ends, not the window.
 """
 
 from __future__ import annotations
@@ -120,6 +120,14 @@ def connect(
     return tuple(_registered[address] for address in addresses)
 
 
+def probe(addresses: Sequence[str], timeout: float = HELLO_TIMEOUT_S) -> None:
+    """Check every worker at ``addresses`` answers in a version this build
+    speaks, registering none: ``WorkerUnavailable`` names the first that
+    does not. The window asks before it frees a model for a load on workers
+    in a process of its own (``app/runner/host.py``)."""
+    _probe_all(addresses, timeout)
+
+
 def hold(workers: Sequence[Worker]) -> None:
     """Note that a model was loaded on ``workers`` (until ``release``)."""
     _holding.update(worker.address for worker in workers)
@@ -181,6 +189,31 @@ def _runs(layers: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
+class CheckFailed(WorkerUnavailable):
+    """A worker that did not answer its hello as one this build can use.
+
+    ``status`` says why in a few words, for a list of workers ("nothing
+    listens there"); the message says it in full, with what to do.
+    """
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check(address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
+    """The protocol version of the worker at ``address`` (``HOST:PORT``), if
+    this build speaks it; registers nothing, so nothing can abort.
+
+    Raises ``CheckFailed`` (a ``WorkerUnavailable``) where the worker cannot
+    be used: an unknown host, nothing listening, no answer (busy with
+    another client), an unreachable machine, something else than a worker,
+    or another protocol version.
+    """
+    host, port = _host_port(address)
+    return _hello(address, _resolve(address, host), port, timeout)
+
+
 def _probe_all(addresses: Sequence[str], timeout: float) -> dict[str, str]:
     """Every worker's protocol version; ``WorkerUnavailable`` for the first
     that does not answer in one this build speaks, or that is another's twin."""
@@ -210,9 +243,10 @@ def _resolve(address: str, host: str) -> str:
     try:
         return socket.gethostbyname(host)
     except OSError as exc:
-        raise WorkerUnavailable(
+        raise CheckFailed(
+            "unknown host",
             f"Worker {address}: the host {host} is not known here "
-            f"({exc.strerror or exc})."
+            f"({exc.strerror or exc}).",
         ) from None
 
 
@@ -221,36 +255,42 @@ def _hello(address: str, ip: str, port: int, timeout: float) -> str:
     try:
         version = rpc_worker.hello(ip, port, timeout)
     except ConnectionRefusedError:
-        raise WorkerUnavailable(
+        raise CheckFailed(
+            "nothing listens there",
             f"Worker {address}: nothing listens there (connection refused). Start "
             f"`arbor worker --listen HOST:{port}` on that machine, or check the "
-            "address."
+            "address.",
         ) from None
     except rpc_worker.NoHello:
-        raise WorkerUnavailable(
+        raise CheckFailed(
+            "busy with another client",
             f"Worker {address} accepted the connection but did not answer in "
             f"{timeout:g} s: it is busy with another Arbor (a worker serves one "
-            "at a time), or it is not an Arbor worker."
+            "at a time), or it is not an Arbor worker.",
         ) from None
     except rpc_worker.NotRpc as exc:
-        raise WorkerUnavailable(
-            f"Worker {address} is not an Arbor worker or llama.cpp RPC server ({exc})."
+        raise CheckFailed(
+            "not a worker",
+            f"Worker {address} is not an Arbor worker or llama.cpp RPC server ({exc}).",
         ) from None
     except TimeoutError:
-        raise WorkerUnavailable(
+        raise CheckFailed(
+            "unreachable",
             f"Worker {address} could not be reached in {timeout:g} s (the machine "
-            "is off or unreachable, or a firewall drops the connection)."
+            "is off or unreachable, or a firewall drops the connection).",
         ) from None
     except OSError as exc:
-        raise WorkerUnavailable(
-            f"Worker {address} could not be reached: {exc.strerror or exc}."
+        raise CheckFailed(
+            "unreachable",
+            f"Worker {address} could not be reached: {exc.strerror or exc}.",
         ) from None
     major, minor, _patch = (int(part) for part in version.split("."))
     if major != PROTOCOL[0] or minor > PROTOCOL[1]:
-        raise WorkerUnavailable(
+        raise CheckFailed(
+            f"another version (RPC {version})",
             f"Worker {address} speaks llama.cpp RPC {version}, this Arbor speaks "
             f"{PROTOCOL[0]}.{PROTOCOL[1]}: install the same Arbor version on both "
-            "machines."
+            "machines.",
         )
     return version
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import logging
 import signal
 import sys
@@ -533,6 +534,18 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return run_worker(host, port, args.worker_threads)
 
 
+def _cmd_workers(args: argparse.Namespace) -> int:
+    from app.backend import rpc_client, worker_survey
+
+    def report(finding: dict[str, object]) -> None:
+        # At once: the window reads each line as it comes, and a worker that
+        # aborts this process must not take the lines before it along.
+        print(json.dumps(finding), flush=True)
+
+    timeout = args.hello_timeout or rpc_client.HELLO_TIMEOUT_S
+    return 0 if worker_survey.survey(args.addresses, timeout, report) else 1
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from app.bench.command import run_bench
 
@@ -562,5 +575,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "models": _cmd_models,
     "bench": _cmd_bench,
     "worker": _cmd_worker,
+    "workers": _cmd_workers,
     "serve": _cmd_serve,
 }

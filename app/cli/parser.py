@@ -359,6 +359,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU threads for the layers computed here (default: automatic)",
     )
 
+    workers = sub.add_parser(
+        "workers",
+        help="check `arbor worker`s: whether each answers, its devices and their "
+        "free memory (one JSON line per finding)",
+    )
+    workers.add_argument(
+        "addresses",
+        type=_worker,
+        nargs="+",
+        metavar="HOST:PORT",
+        help="a worker to check",
+    )
+    workers.add_argument(
+        "--timeout",
+        dest="hello_timeout",
+        type=_int_type(1, 600, "--timeout must be 1 to 600 seconds"),
+        help="seconds each worker has to answer (default 5, as with --worker)",
+    )
+
     bench = sub.add_parser(
         "bench", help="measure restoring vs. reprocessing on a scratch database"
     )

@@ -25,8 +25,9 @@ class Failed:
     """``job`` did not do what was asked; ``error`` says why.
 
     The user heard it already through the worker's ``failed`` signal unless
-    the job was ``stopped`` (by the user: nothing to show) or the branch is
-    ``context_full`` (the window offers the ways on instead).
+    the job was ``stopped`` (by the user: nothing to show), the branch is
+    ``context_full`` or the ``engine_lost`` (the window offers the ways on
+    instead): ``for_dialog``.
     """
 
     job: jobs.Job
@@ -38,6 +39,18 @@ class Failed:
     # What was stored before the Stop stays (a message sent is saved before
     # its prompt is read).
     stopped: bool = False
+    # The engine's process ended under the job (llama.cpp aborts a process
+    # whose worker stops answering): no model is loaded now, and
+    # ``lost_workers`` are the workers that no longer answer. Messages and
+    # checkpoints are in the database; the window offers the ways on.
+    engine_lost: bool = False
+    lost_workers: tuple[str, ...] = ()
+
+    @property
+    def for_dialog(self) -> bool:
+        """Whether this is an error the worker's ``failed`` signal shows, not
+        a Stop, a full context or a lost engine (the window's own offers)."""
+        return not (self.stopped or self.context_full or self.engine_lost)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ record): reads are cheap, and WAL keeps them from waiting on the worker.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
@@ -43,7 +43,7 @@ from app.window.job_results import (
     Replied,
 )
 from app.window.reply_stream import ReplyStream
-from storage import conversation_rows, tree_reads
+from storage import conversation_rows, node_rows, tree_reads
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
@@ -57,6 +57,16 @@ if TYPE_CHECKING:
 # Tokens kept free beside attached files: the typed words, the turn's markup
 # and the first tokens of a reply.
 ATTACH_MARGIN = 64
+
+
+@dataclass(frozen=True)
+class LostEngine:
+    """The model the engine held when its process ended, and where."""
+
+    path: Path
+    settings: BackendSettings
+    # The workers of ``settings`` that still answered after the loss.
+    remaining: tuple[str, ...]
 
 
 class WayOn(Enum):
@@ -263,6 +273,11 @@ class View(Protocol):
     def offer_ways_on(self, message: str, n_ctx: int, n_ctx_train: int) -> None:
         """The branch filled the context: let the user pick a ``WayOn``."""
 
+    def offer_reload(self, message: str, remaining: tuple[str, ...]) -> None:
+        """The engine's process ended (a worker was lost) and no model is
+        loaded: offer to load it again on the ``remaining`` workers (if any)
+        or on this computer alone (``reload_after_loss``)."""
+
     def focus_tree(self) -> None:
         """Show the tree and give it the keyboard."""
 
@@ -325,6 +340,9 @@ class WindowPresenter:
         self.running_job: jobs.Job | None = None
         # The tokens of each file attached in the composer, once counted.
         self.attached_tokens: dict[str, int] = {}
+        # After the engine's process ended (a worker lost): the model and
+        # settings it ran, to load again where the user chooses.
+        self.after_loss: LostEngine | None = None
 
     # --- state --------------------------------------------------------------------
 
@@ -361,6 +379,13 @@ class WindowPresenter:
             return False, "Read-only: you can read, not write."
         if self.loading_model is not None:
             return False, "Loading the model…"
+        if self.model_info is None and self.after_loss is not None:
+            return (
+                False,
+                "A worker was lost, so no model is loaded: load it again on the "
+                "remaining workers or on this computer (Settings → Workers), or "
+                "open a model (Ctrl+O).",
+            )
         if self.model_info is None:
             return (
                 False,
@@ -403,9 +428,10 @@ class WindowPresenter:
             # for one is for a first start, with nothing to read.
             self.view.show_chat(len(self.snapshot.nodes) > 1)
 
-    def load_model(self, path: Path) -> None:
-        """Load a model in the background (the composer waits for it)."""
-        job = jobs.LoadModel(path, self.prefs.backend)
+    def load_model(self, path: Path, settings: BackendSettings | None = None) -> None:
+        """Load a model in the background (the composer waits for it), with
+        ``settings`` (by default, the preferences')."""
+        job = jobs.LoadModel(path, settings or self.prefs.backend)
         self.loading_model = str(path)
         self.view.set_busy(busy_text(job))  # at once: loading can take a while
         self.view.state_changed()
@@ -701,6 +727,19 @@ class WindowPresenter:
             self.view.set_busy(busy_text(job))
             self.engine.submit(job)
 
+    def reload_after_loss(self, on_workers: bool) -> None:
+        """Load the model lost with its engine again: on the workers that
+        still answer (``on_workers``), or on this computer alone.
+
+        The preferences keep their workers: the lost one may come back, and
+        the next start tries them all again.
+        """
+        lost = self.after_loss
+        if lost is None or self.generating or self.loading_model or self.read_only:
+            return
+        workers = lost.remaining if on_workers else ()
+        self.load_model(lost.path, replace(lost.settings, workers=workers))
+
     # --- changing conversations ---------------------------------------------------
 
     def new_conversation(
@@ -872,6 +911,8 @@ class WindowPresenter:
         if not self.engine.busy:
             self.view.set_busy(None)
         self.view.show_progress(0, 0)
+        if isinstance(result, Failed) and result.engine_lost:
+            self._engine_lost(result)
         match result:
             case ModelLoaded() | Failed(job=jobs.LoadModel()):
                 self._model_loaded(result)
@@ -1080,7 +1121,11 @@ class WindowPresenter:
         else:
             # The user's message may have been saved before the failure; show
             # wherever the conversation now stands, and give back unsent text.
-            if stream is not None and stream.pending_text:
+            if (
+                stream is not None
+                and stream.pending_text
+                and not (failed is not None and self._kept_after_loss(failed, stream))
+            ):
                 self.view.give_back_text(stream.pending_text)
             target = self._stored_active_node()
         if stream is not None and not shown:
@@ -1126,6 +1171,19 @@ class WindowPresenter:
         if (failed is not None and failed.context_full) or cut:
             message = failed.error if failed is not None else ""
             self._offer_ways_on(message or "The reply was cut off.")
+
+    def _kept_after_loss(self, failed: Failed, stream: ReplyStream) -> bool:
+        """Whether the engine was lost after storing the message of
+        ``stream`` (it is saved before its prompt is read): the transcript
+        shows it, so the composer does not get it back to send twice."""
+        if not failed.engine_lost or stream.pending_text is None:
+            return False
+        try:
+            children = node_rows.get_children(self.db, stream.prefix_id)
+        except (StorageUnavailable, NotFound):
+            return False
+        text = stream.pending_text.strip()
+        return any(c.role == Role.USER and c.text == text for c in children)
 
     def _counted(self, name: str, result: Counted) -> None:
         """A file's tokens are known: keep it if the context has room for it
@@ -1180,23 +1238,27 @@ class WindowPresenter:
     def _model_loaded(self, result: ModelLoaded | Failed) -> None:
         path, self.loading_model = self.loading_model, None
         if isinstance(result, Failed):
+            # A failed load keeps the model there was, unless it could not
+            # come back (the worker loads it again, unless the load was to
+            # run elsewhere: on workers, or no longer on them), and the
+            # settings it runs with: saved ones that failed would fail at the
+            # next start too.
+            if result.model_lost:
+                self.model_info = None
             if result.stopped and self.model_info is not None:
                 name = shipped_catalog().name_for(self.model_info.path)
                 self.view.show_message(f"Loading stopped; {name} is loaded again.")
             elif result.stopped:
                 self.view.show_message("Loading stopped.")
-            # A failed load keeps the model there was, unless it could not
-            # come back (the worker loads it again), and the settings it runs
-            # with: saved ones that failed would fail at the next start too.
-            if result.model_lost:
-                self.model_info = None
             if self.model_info is None:
-                self.view.model_missing()
+                if not result.engine_lost:  # else the offer to load it again
+                    self.view.model_missing()
             elif self._loaded_backend and self._loaded_backend != self.prefs.backend:
                 self.save_preferences(replace(self.prefs, backend=self._loaded_backend))
             self.view.state_changed()
             return
         self._loaded_backend = result.job.settings
+        self.after_loss = None
         self.model_info = result.model
         self.profile_id = result.profile_id
         self.view.model_loaded(result.model, result.n_ctx)
@@ -1206,6 +1268,27 @@ class WindowPresenter:
             # The tree's checkpoint marks are the new model's now.
             self.reload_tree()
             self.activate(self.active_id, follow=False)
+
+    def _engine_lost(self, failed: Failed) -> None:
+        """The engine's process ended under ``failed.job`` (a worker was
+        lost): no model is loaded; offer to load it again.
+
+        Not loaded again without asking: a model spread over workers may not
+        fit on fewer machines, nor on this one, and the user may rather
+        start the lost worker again.
+        """
+        job = failed.job
+        if isinstance(job, jobs.LoadModel):
+            path, settings = job.path, job.settings
+        elif self.model_info is not None and self._loaded_backend is not None:
+            path, settings = Path(self.model_info.path), self._loaded_backend
+        else:  # pragma: no cover - a child runs only after a load on workers
+            self.view.show_error(failure_title(job), failed.error)
+            return
+        self.model_info = None
+        remaining = tuple(w for w in settings.workers if w not in failed.lost_workers)
+        self.after_loss = LostEngine(Path(path), settings, remaining)
+        self.view.offer_reload(failed.error, remaining)
 
     def _stored_record(self, conversation_id: int | None) -> ConversationRecord | None:
         """The conversation as stored, or None (none shown, or unreadable now)."""

@@ -41,6 +41,7 @@ from app.qt.views import exchange_actions
 from app.qt.views.about import about_text
 from app.qt.views.dialogs.context_full import offer_ways_on
 from app.qt.views.dialogs.conversation_settings import ConversationSettingsDialog
+from app.qt.views.dialogs.engine_lost import offer_reload
 from app.qt.views.dialogs.errors import confirm, show_error
 from app.qt.views.dialogs.models import ModelsDialog
 from app.qt.views.dialogs.new_conversation import NewConversationDialog
@@ -424,6 +425,11 @@ class MainWindow(QMainWindow):
     def offer_ways_on(self, message: str, n_ctx: int, n_ctx_train: int) -> None:
         """The branch filled the context: ask how to go on (without blocking)."""
         offer_ways_on(self, message, n_ctx, n_ctx_train, self.presenter.way_on_chosen)
+
+    def offer_reload(self, message: str, remaining: tuple[str, ...]) -> None:
+        """The engine's process ended: ask where to load the model again
+        (without blocking)."""
+        offer_reload(self, message, remaining, self.presenter.reload_after_loss)
 
     def offer_model_switch(self, made_with: str | None) -> None:
         """Offer the model the conversation was made with (None: hide)."""

@@ -92,7 +92,7 @@ class EngineController(QObject):
         """Ask the running job to stop: a generation after the current token,
         a prompt read or a branch reprocessed after the current batch, a
         model load at its next progress report."""
-        self._worker.cancel_requested.set()
+        self._worker.request_stop()
 
     def shut_down(self) -> None:
         """Stop any generation, free the model and end the thread (blocking)."""

@@ -1,5 +1,5 @@
-"""``SettingsDialog``: model file, backend, sampling, the default system prompt
-and the text size.
+"""``SettingsDialog``: model file, backend, sampling, the default system prompt,
+the text size and the workers.
 
 It edits a ``Preferences`` value and validates it inline (the backend's own
 dataclasses say what is invalid); the window persists the result and reloads
@@ -37,6 +37,7 @@ from app.backend.values import ModelInfo
 from app.library.catalog import shipped_catalog
 from app.preferences import TEXT_SCALES, Preferences
 from app.qt.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
+from app.qt.views.dialogs.workers_tab import WorkersTab
 from app.qt.views.sampling_form import SamplingForm
 from app.qt.views.welcome import choose_model_file
 
@@ -92,6 +93,9 @@ class SettingsDialog(QDialog):
         self.sampling_form = SamplingForm(prefs.sampling)
         tabs.addTab(self.sampling_form, "Sampling")
         tabs.addTab(self._chat_tab(prefs), "Chat")
+        self.workers_tab = WorkersTab(prefs.workers, loaded)
+        tabs.addTab(self.workers_tab, "Workers")
+        self.tabs = tabs
         self.error_label = QLabel()
         self.error_label.setObjectName("SettingsError")
         self.error_label.setWordWrap(True)
@@ -222,6 +226,11 @@ class SettingsDialog(QDialog):
             flash_attn=self.flash_attn.isChecked(),
             kv_cache_type=self.kv_type.currentText(),
         )
+        workers = self.workers_tab.workers()
+        if workers.use and not workers.addresses:
+            raise InvalidSetting(
+                "Use workers is on, but no worker is listed: add one or untick it."
+            )
         if backend.kv_cache_type not in ("f16", "f32") and not backend.flash_attn:
             raise InvalidSetting(
                 "A quantized KV cache needs flash attention: tick it or choose f16."
@@ -244,6 +253,8 @@ class SettingsDialog(QDialog):
             system_prompt=self.system_prompt.toPlainText().strip(),
             text_scale=int(self.text_scale.currentData()),
         )
+        # The backend loads on the workers only with Use workers on.
+        prefs = prefs.with_workers(workers)
         return prefs.with_model(model) if model else prefs
 
     @Slot()
@@ -255,6 +266,11 @@ class SettingsDialog(QDialog):
             self.error_label.show()
             return
         self.accept()
+
+    def done(self, result: int) -> None:
+        """Close the dialog, ending a worker check under way."""
+        self.workers_tab.stop()
+        super().done(result)
 
     @Slot(str)
     def _on_model_combo_text_changed(self, text: str) -> None:

@@ -1,0 +1,460 @@
+"""Settings → Workers: the ``arbor worker``s whose devices take the model's
+layers, what each offers now, and the layers each holds.
+
+The list is edited here and kept in the preferences (``WorkerPrefs``) with
+"Use workers" on or off; the Settings dialog turns it into the backend's
+workers, and pressing OK restarts the engine on them. Each worker is checked
+when the tab is first shown, when it is added and on Check, in a child
+process (``WorkerCheck``): never in the window's, where llama.cpp would end
+the whole window over a worker that goes away. A worker the loaded model
+uses is not checked: it serves one client at a time, and that client is
+this window's engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import QEvent, QModelIndex, QObject, Qt, Slot
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QKeyEvent,
+    QShowEvent,
+    QStandardItem,
+    QStandardItemModel,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.backend.errors import InvalidSetting
+from app.backend.settings import worker_address
+from app.backend.values import ModelInfo
+from app.library.units import format_bytes
+from app.preferences import WorkerPrefs
+from app.qt.workers.worker_check import DeviceMemory, WorkerCheck
+
+COLUMNS = ("Worker", "Status", "Devices and free memory", "Layers")
+WORKER, STATUS, MEMORY, LAYERS = range(len(COLUMNS))
+
+CHECKING = "checking…"
+SURVEYING = "reading its devices…"
+NOT_SURVEYED = "could not be surveyed"
+IN_USE = "in use by the loaded model"
+
+INTRO = (
+    "Put the model's layers on other machines' devices. On each machine run "
+    "<code>arbor worker --listen HOST:PORT</code> and add the address it "
+    "prints. Every layer goes to the workers, split between them by their "
+    "free memory. RPC has no password and no encryption: use workers on a "
+    "network you trust only."
+)
+
+# Status colours that read on light and dark themes alike.
+_GOOD = QColor("#2e8b57")
+_BAD = QColor("#c0392b")
+
+
+def layer_runs(layers: Sequence[int], n_layer: int) -> str:
+    """Layer numbers as people read them: "0-11, 14 + output".
+
+    Layer ``n_layer`` is llama.cpp's number for the output layer.
+    """
+    runs: list[list[int]] = []
+    for layer in sorted(layers):
+        if layer == n_layer:
+            continue
+        if runs and runs[-1][1] == layer - 1:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    if n_layer in layers:
+        return f"{text} + output" if text else "output"
+    return text
+
+
+class WorkersTab(QWidget):
+    """The workers' list with each one's status, devices, free memory and
+    layers; "Use workers"; Add, Remove and Check.
+
+    Parameters
+    ----------
+    prefs
+        The workers as the preferences have them.
+    loaded
+        The loaded model, whose layers on workers are shown (None: none).
+    parent
+        The Qt parent.
+    """
+
+    def __init__(
+        self,
+        prefs: WorkerPrefs,
+        loaded: ModelInfo | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("WorkersTab")
+        self._loaded = loaded
+        self._checked_once = False
+        # The free memory of each worker surveyed, by address: the automatic
+        # split gives each a share of the layers in proportion.
+        self._free: dict[str, int] = {}
+        self.checker = WorkerCheck(self)
+        self.checker.answered.connect(self._on_checker_answered)
+        self.checker.surveyed.connect(self._on_checker_surveyed)
+        self.checker.not_surveyed.connect(self._on_checker_not_surveyed)
+        self.checker.finished.connect(self._on_checker_finished)
+
+        intro = QLabel(INTRO)
+        intro.setWordWrap(True)
+        intro.setObjectName("Hint")
+        self.use_workers = QCheckBox("Use workers")
+        self.use_workers.setChecked(prefs.use)
+        self.use_workers.setToolTip(
+            "On: OK reloads the model with its layers on the workers listed. "
+            "Off: it loads on this computer alone; the list is kept."
+        )
+
+        self.address_edit = QLineEdit()
+        self.address_edit.setPlaceholderText("HOST:PORT, e.g. 192.168.1.20:50052")
+        # Enter adds the address: let through, it would press the dialog's OK.
+        self.address_edit.installEventFilter(self)
+        self.add_button = QPushButton("Add")
+        self.add_button.clicked.connect(self._on_add_button_clicked)
+        add_row = QHBoxLayout()
+        add_row.addWidget(self.address_edit, 1)
+        add_row.addWidget(self.add_button)
+        self.error_label = QLabel()
+        self.error_label.setObjectName("WorkerAddressError")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #c0392b;")
+        self.error_label.hide()
+        self.address_edit.textEdited.connect(self.error_label.hide)
+
+        self.model = QStandardItemModel(0, len(COLUMNS), self)
+        self.model.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table = QTreeView()
+        self.table.setObjectName("WorkersList")
+        self.table.setModel(self.model)
+        # As tall as its rows, not a fixed 192 px: the Model tab, the
+        # dialog's tallest, sets the dialog's height.
+        self.table.setSizeAdjustPolicy(
+            QAbstractItemView.SizeAdjustPolicy.AdjustToContents
+        )
+        self.table.setMinimumHeight(96)
+        self.table.setRootIsDecorated(False)
+        self.table.setItemsExpandable(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        header = self.table.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(MEMORY, QHeaderView.ResizeMode.Stretch)
+        self.table.selectionModel().currentRowChanged.connect(
+            self._on_table_current_row_changed
+        )
+
+        self.check_button = QPushButton("Check")
+        self.check_button.setToolTip("Ask every worker again what it offers now")
+        self.check_button.clicked.connect(self._on_check_button_clicked)
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.clicked.connect(self._on_remove_button_clicked)
+        self.progress_label = QLabel()
+        self.progress_label.setObjectName("Hint")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.check_button)
+        buttons.addWidget(self.remove_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.progress_label)
+        self.detail_label = QLabel()
+        self.detail_label.setObjectName("WorkerDetail")
+        self.detail_label.setWordWrap(True)
+        self.detail_label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        self.detail_label.hide()
+        self.placement_label = QLabel(self._placement_text())
+        self.placement_label.setObjectName("Hint")
+        self.placement_label.setWordWrap(True)
+        self.placement_label.setVisible(bool(self.placement_label.text()))
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addWidget(self.use_workers)
+        layout.addLayout(add_row)
+        layout.addWidget(self.error_label)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.detail_label)
+        layout.addWidget(self.placement_label)
+        for address in prefs.addresses:
+            self._add_row(address)
+        self._update_buttons()
+
+    # --- what the dialog and tests use -------------------------------------------
+
+    def workers(self) -> WorkerPrefs:
+        """The workers as edited here."""
+        return WorkerPrefs(self.addresses(), self.use_workers.isChecked())
+
+    def addresses(self) -> tuple[str, ...]:
+        """The workers listed, in order."""
+        return tuple(
+            self.model.item(row, WORKER).text() for row in range(self.model.rowCount())
+        )
+
+    def cells(self, address: str) -> tuple[str, ...]:
+        """What the row of ``address`` shows, column by column."""
+        row = self._row(address)
+        return tuple(
+            self.model.item(row, column).text() for column in range(len(COLUMNS))
+        )
+
+    def device_lines(self, address: str) -> list[str]:
+        """The lines under the row of ``address``, one per device it serves."""
+        item = self.model.item(self._row(address), WORKER)
+        return [
+            f"{item.child(i, WORKER).text()}: {item.child(i, MEMORY).text()}"
+            for i in range(item.rowCount())
+        ]
+
+    def check(self, addresses: Sequence[str] | None = None) -> None:
+        """Check ``addresses`` (every worker listed by default) in the
+        background, with those a check under way had yet to report."""
+        self._checked_once = True
+        asked = self.addresses() if addresses is None else tuple(addresses)
+        in_use = self._held_by_loaded_model()
+        for address in asked:
+            if address in in_use:
+                self._set_cell(address, STATUS, IN_USE, _GOOD)
+                self._set_cell(address, MEMORY, "—")
+            else:
+                self._set_cell(address, STATUS, CHECKING)
+                self._set_cell(address, MEMORY, "")
+                self._set_devices(address, [])
+                self._free.pop(address, None)
+        self._show_layers()
+        # A new check replaces the one under way: ask again what it had yet
+        # to say.
+        pending = [
+            a
+            for a in self.addresses()
+            if a not in in_use
+            and (
+                self.cells(a)[STATUS] == CHECKING or self.cells(a)[MEMORY] == SURVEYING
+            )
+        ]
+        self.progress_label.setText("Checking…" if pending else "")
+        self.checker.check(pending)
+
+    def stop(self) -> None:
+        """End a check under way (the dialog is closing)."""
+        self.checker.stop()
+
+    # --- slots ----------------------------------------------------------------------
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Check the workers the first time the tab is shown."""
+        super().showEvent(event)
+        if not self._checked_once:
+            self.check()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Enter in the address field adds the address, and goes no further."""
+        if (
+            watched is self.address_edit
+            and isinstance(event, QKeyEvent)
+            and event.type() == QEvent.Type.KeyPress
+            and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+        ):
+            self._on_add_button_clicked()
+            return True
+        return super().eventFilter(watched, event)
+
+    @Slot()
+    def _on_add_button_clicked(self) -> None:
+        try:
+            address = worker_address(self.address_edit.text())
+        except InvalidSetting as exc:  # shown inline; nothing is added
+            self._refuse(str(exc))
+            return
+        if address in self.addresses():
+            self._refuse(f"{address} is in the list already.")
+            return
+        self.error_label.hide()
+        self.address_edit.clear()
+        self._add_row(address)
+        self._update_buttons()
+        self.check([address])
+
+    @Slot()
+    def _on_remove_button_clicked(self) -> None:
+        current = self.table.currentIndex()
+        if not current.isValid():
+            return
+        row = current.parent().row() if current.parent().isValid() else current.row()
+        self._free.pop(self.addresses()[row], None)
+        self.model.removeRow(row)
+        self._update_buttons()
+        self._show_layers()
+
+    @Slot()
+    def _on_check_button_clicked(self) -> None:
+        self.check()
+
+    @Slot(str, str, str)
+    def _on_checker_answered(self, address: str, status: str, detail: str) -> None:
+        if address not in self.addresses():
+            return  # removed meanwhile
+        ready = not detail
+        self._set_cell(address, STATUS, status, _GOOD if ready else _BAD, detail)
+        self._set_cell(address, MEMORY, SURVEYING if ready else "—")
+        self._show_detail()
+
+    @Slot(str, object)
+    def _on_checker_surveyed(self, address: str, found: list[DeviceMemory]) -> None:
+        if address not in self.addresses():
+            return
+        free = sum(d.free_bytes for d in found)
+        total = sum(d.total_bytes for d in found)
+        count = f"{len(found)} device" if len(found) == 1 else f"{len(found)} devices"
+        text = f"{count}: {format_bytes(free)} free of {format_bytes(total)}"
+        self._set_cell(address, MEMORY, text)
+        self._set_devices(address, found)
+        self._free[address] = free
+        self._show_layers()
+
+    @Slot(str, str)
+    def _on_checker_not_surveyed(self, address: str, why: str) -> None:
+        if address in self.addresses():
+            self._set_cell(address, MEMORY, NOT_SURVEYED, _BAD, why)
+            self._show_detail()
+
+    @Slot()
+    def _on_checker_finished(self) -> None:
+        self.progress_label.setText("")
+
+    @Slot(QModelIndex, QModelIndex)
+    def _on_table_current_row_changed(
+        self, _current: QModelIndex, _previous: QModelIndex
+    ) -> None:
+        self._update_buttons()
+        self._show_detail()
+
+    # --- the rows -------------------------------------------------------------------
+
+    def _add_row(self, address: str) -> None:
+        items = [QStandardItem(address), *(QStandardItem() for _ in COLUMNS[1:])]
+        self.model.appendRow(items)
+        self._show_layers()
+
+    def _row(self, address: str) -> int:
+        return self.addresses().index(address)
+
+    def _set_cell(
+        self,
+        address: str,
+        column: int,
+        text: str,
+        color: QColor | None = None,
+        tip: str = "",
+    ) -> None:
+        item = self.model.item(self._row(address), column)
+        item.setText(text)
+        item.setToolTip(tip)
+        item.setForeground(QBrush(color) if color else QBrush())
+
+    def _set_devices(self, address: str, found: list[DeviceMemory]) -> None:
+        """One line per device under the worker's row (none while unknown),
+        shown where it has several: one device says all in the row."""
+        item = self.model.item(self._row(address), WORKER)
+        item.removeRows(0, item.rowCount())
+        for device in found:
+            memory = (
+                f"{format_bytes(device.free_bytes)} free of "
+                f"{format_bytes(device.total_bytes)}"
+            )
+            item.appendRow(
+                [
+                    QStandardItem(f"device {device.index}"),
+                    QStandardItem(),
+                    QStandardItem(memory),
+                    QStandardItem(),
+                ]
+            )
+        self.table.setExpanded(item.index(), len(found) > 1)
+        self.table.setRootIsDecorated(
+            any(self.model.item(r).rowCount() > 1 for r in range(self.model.rowCount()))
+        )
+
+    def _refuse(self, why: str) -> None:
+        self.error_label.setText(why)
+        self.error_label.show()
+        self.address_edit.setFocus()
+
+    def _update_buttons(self) -> None:
+        self.remove_button.setEnabled(self.table.currentIndex().isValid())
+        self.check_button.setEnabled(self.model.rowCount() > 0)
+
+    def _show_detail(self) -> None:
+        """The selected worker's whole story: why it cannot be used, in full."""
+        current = self.table.currentIndex()
+        if not current.isValid() or current.parent().isValid():
+            self.detail_label.hide()
+            return
+        row = current.row()
+        tips = [self.model.item(row, c).toolTip() for c in (STATUS, MEMORY)]
+        self.detail_label.setText("\n".join(tip for tip in tips if tip))
+        self.detail_label.setVisible(bool(self.detail_label.text()))
+
+    # --- the loaded model ----------------------------------------------------------
+
+    def _held_by_loaded_model(self) -> dict[str, list[int]]:
+        """The layers of the loaded model each worker holds, by address."""
+        held: dict[str, list[int]] = {}
+        loaded = self._loaded
+        for holder in loaded.layer_holders if loaded else ():
+            # A worker's devices are described by its address (rpc_client).
+            if holder.device.startswith("RPC"):
+                held.setdefault(holder.where, []).extend(holder.layers)
+        return held
+
+    def _show_layers(self) -> None:
+        """Each worker's layers: those of the loaded model it holds, else its
+        share of the automatic split, which gives each device layers in
+        proportion to its free memory (as llama.cpp splits between GPUs)."""
+        held = self._held_by_loaded_model()
+        surveyed = sum(self._free.get(a, 0) for a in self.addresses())
+        for address in self.addresses():
+            tip = ""
+            if address in held and self._loaded is not None:
+                text = layer_runs(held[address], self._loaded.n_layer)
+                tip = f"The layers of {self._loaded.name} this worker holds now."
+            elif address in self._free and surveyed > 0:
+                text = f"≈ {round(100 * self._free[address] / surveyed)} %"
+                tip = (
+                    "Its share of the layers, by its free memory among the "
+                    "workers that answered."
+                )
+            else:
+                text = ""
+            self._set_cell(address, LAYERS, text, tip=tip)
+
+    def _placement_text(self) -> str:
+        loaded = self._loaded
+        if loaded is None or not self._held_by_loaded_model():
+            return ""
+        return f"The model loaded now ({loaded.name}): {loaded.placement}"
