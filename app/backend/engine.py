@@ -232,7 +232,7 @@ class LlamaEngine:
             "model_name": self.info.name,
             "type_k": settings.kv_cache_type,
             "type_v": settings.kv_cache_type,
-            "flash_attn": settings.flash_attn,
+            "flash_attn": settings.uses_flash_attn,
             "llama_cpp": llama_cpp.__version__,
             # The value, not the enum: the fingerprint hashes this dict's repr.
             "state_kind": self.state_kind.value,
@@ -473,7 +473,7 @@ class LlamaEngine:
         ctx_params.type_v = KV_CACHE_TYPES[settings.kv_cache_type]
         ctx_params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if settings.flash_attn
+            if settings.uses_flash_attn
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         ctx_params.no_perf = True

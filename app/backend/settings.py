@@ -123,6 +123,15 @@ class BackendSettings:
         object.__setattr__(self, "workers", workers)
 
     @property
+    def uses_flash_attn(self) -> bool:
+        """Whether the context computes with flash attention: as set, and
+        always with workers. Without it the V cache is stored transposed, and
+        reading a checkpoint back from a worker takes one network round trip
+        per V row (a 500-token delta: 352 ms against 13 ms on loopback,
+        ``tools/worker_speed.py``)."""
+        return self.flash_attn or bool(self.workers)
+
+    @property
     def threads(self) -> int:
         """Threads to use now, resolving 0 ("automatic") to the free cores
         but one (``threads.automatic_threads``)."""

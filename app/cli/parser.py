@@ -177,7 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=0, help="CPU threads (0: automatic)"
     )
     parser.add_argument("--batch-size", type=int, default=BackendSettings.n_batch)
-    parser.add_argument("--flash-attn", action="store_true", help="use flash attention")
+    parser.add_argument(
+        "--flash-attn",
+        action="store_true",
+        help="use flash attention (always on with --worker)",
+    )
     parser.add_argument(
         "--kv-type",
         choices=list(KV_CACHE_TYPES),
@@ -192,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="HOST:PORT",
         help="an `arbor worker` whose devices hold the model's layers (repeatable; "
-        "every layer by default, split by the workers' free memory)",
+        "every layer by default, split by the workers' free memory; flash "
+        "attention is then always on)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)

@@ -174,6 +174,10 @@ class SettingsDialog(QDialog):
         form.addRow("", threads_note)
         self.flash_attn = QCheckBox("Use flash attention")
         self.flash_attn.setChecked(backend.flash_attn)
+        self.flash_attn.setToolTip(
+            "Always on while the model is on workers: without it, saving a "
+            "checkpoint reads the workers one row at a time."
+        )
         form.addRow("", self.flash_attn)
         self.kv_type = QComboBox()
         self.kv_type.addItems(list(KV_CACHE_TYPES))
@@ -231,7 +235,7 @@ class SettingsDialog(QDialog):
             raise InvalidSetting(
                 "Use workers is on, but no worker is listed: add one or untick it."
             )
-        if backend.kv_cache_type not in ("f16", "f32") and not backend.flash_attn:
+        if backend.kv_cache_type not in ("f16", "f32") and not backend.uses_flash_attn:
             raise InvalidSetting(
                 "A quantized KV cache needs flash attention: tick it or choose f16."
             )

@@ -56,8 +56,9 @@ INTRO = (
     "Put the model's layers on other machines' devices. On each machine run "
     "<code>arbor worker --listen HOST:PORT</code> and add the address it "
     "prints. Every layer goes to the workers, split between them by their "
-    "free memory. RPC has no password and no encryption: use workers on a "
-    "network you trust only."
+    "free memory. Flash attention is always on with workers (without it, "
+    "saving a checkpoint reads the workers one row at a time). RPC has no "
+    "password and no encryption: use workers on a network you trust only."
 )
 
 # Status colours that read on light and dark themes alike.
