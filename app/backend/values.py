@@ -210,3 +210,10 @@ class ModelInfo:
     devices: tuple[Device, ...] = ()  # every device llama.cpp found, CPU included
     # Which device holds which layers (workers' devices included), in layer order.
     layer_holders: tuple[LayerHolder, ...] = ()
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The workers (``HOST:PORT``) holding layers, in layer order: what
+        the window names as where the model runs."""
+        found = [h.where for h in self.layer_holders if h.device.startswith("RPC")]
+        return tuple(dict.fromkeys(found))

@@ -54,8 +54,16 @@ def test_a_worker_lost_mid_reply_leaves_the_window_and_the_conversation(
 ):
     (_, first), (second_process, second) = workers
     window = _window_on(make_window, (first, second))
-    assert window.model_info is not None, "the model did not load on the workers"
+    info = window.model_info
+    assert info is not None, "the model did not load on the workers"
     assert _engine_children() == ["arbor-engine"]
+    # Where the model runs, as the window says it: on the workers, not a GPU
+    # and not "this computer".
+    assert info.workers == (first, second)
+    layers = f"2 workers: all {info.offloadable_layers} layers"
+    assert window.status.layers_label.text() == layers
+    subtitle = window.transcript.empty_state.subtitle.text()
+    assert f"running on workers {first}, {second}." in subtitle
     results: list[JobResult] = []
     window.engine.finished.connect(results.append)
 
@@ -94,6 +102,8 @@ def test_a_worker_lost_mid_reply_leaves_the_window_and_the_conversation(
         "checkpoints are saved."
     )
     assert window.isVisible() and window.model_info is None
+    assert window.status.model_label.text() == "No model loaded"
+    assert window.status.layers_label.text() == ""
     assert _engine_children() == []
     box = window.findChild(QMessageBox, "EngineLostDialog")
     assert box is not None and box.isVisible()

@@ -254,8 +254,11 @@ class EmptyState(QWidget):
         name = html.escape(shipped_catalog().name_for(info.path))
         self.title.setText("Start a conversation")
         self.subtitle.setTextFormat(Qt.TextFormat.RichText)
+        where = "this computer, offline"
+        if info.workers:
+            where = "workers " + html.escape(", ".join(info.workers))
         self.subtitle.setText(
-            f"with <b>{name}</b>, running on this computer, offline. "
+            f"with <b>{name}</b>, running on {where}. "
             "Write a message below, or start with an example."
         )
         self.examples.show()

@@ -427,8 +427,10 @@ class MainWindow(QMainWindow):
         offer_ways_on(self, message, n_ctx, n_ctx_train, self.presenter.way_on_chosen)
 
     def offer_reload(self, message: str, remaining: tuple[str, ...]) -> None:
-        """The engine's process ended: ask where to load the model again
-        (without blocking)."""
+        """The engine's process ended: no model is loaded (the status bar
+        says so); ask where to load it again (without blocking)."""
+        self.status.set_model(None)
+        self.transcript.set_model(None)
         offer_reload(self, message, remaining, self.presenter.reload_after_loss)
 
     def offer_model_switch(self, made_with: str | None) -> None:

@@ -124,12 +124,15 @@ def describe_context(used: int, n_ctx: int) -> str:
 
 
 def describe_layers(info: ModelInfo) -> str:
-    """Where the model runs, as llama.cpp reported it: "CPU" or "GPU: 20/29 layers"."""
+    """Where the model runs, as llama.cpp reported it: "CPU", "GPU: 20/29
+    layers" or, on workers, "2 workers: all 31 layers"."""
     if not info.offloaded_layers:
         return "CPU"
+    workers = len(info.workers)
+    where = f"{workers} worker{'s' * (workers > 1)}" if workers else "GPU"
     if info.offloaded_layers >= info.offloadable_layers:
-        return f"GPU: all {info.offloadable_layers} layers"
-    return f"GPU: {info.offloaded_layers}/{info.offloadable_layers} layers"
+        return f"{where}: all {info.offloadable_layers} layers"
+    return f"{where}: {info.offloaded_layers}/{info.offloadable_layers} layers"
 
 
 # How many characters (of average width) each status text keeps before it
