@@ -21,12 +21,11 @@ DATABASE_FILENAME = "arbor.sqlite3"
 SCHEMA_VERSION = 8
 
 # The oldest schema that can be read as it is, without upgrading: what a
-# read-only database must have. Version 3 only changed how ids are allocated
-# and how checkpoints are checksummed (version-2 checkpoints then fail the
-# check and are rebuilt from tokens), so version-2 files read fine. Version 4
-# only added the search index; without it, search reads the messages
-# themselves (``text_search.search`` falls back to LIKE), so still version 2.
-READABLE_FROM = 2
+# read-only database must have. Versions 6 to 8 added columns that every
+# listing reads (a conversation's sampling, its counts, its origin), so an
+# older file must be upgraded first, which needs write access: opened
+# read-only it is refused with that said, and left as it is.
+READABLE_FROM = 8
 
 # Tables every Arbor database has had since version 1.
 _OUR_TABLES = frozenset(

@@ -17,8 +17,8 @@ import pytest
 
 from app.platform import paths
 from storage import catalog, conversation_rows, exchange, node_rows, setting_rows
-from storage.db import Database, open_database
-from storage.errors import ExchangeError
+from storage.db import Database, _open_read_only, open_database
+from storage.errors import ExchangeError, StorageUnavailable
 from storage.probe import SCHEMA_VERSION
 from storage.values import Origin
 from tests.conftest import run_cli
@@ -87,6 +87,24 @@ def test_a_version_7_database_gains_the_origin_of_what_the_server_made(
         columns = {row[1] for row in con.execute("PRAGMA table_info(conversation)")}
         assert "origin" not in columns
         assert con.execute("SELECT count(*) FROM conversation").fetchone()[0] == 3
+
+
+def test_a_version_7_database_that_cannot_be_written_is_refused_unchanged(
+    tmp_path: Path,
+):
+    # Every listing reads the origin, which a version-7 file lacks; adding it
+    # needs write access. Opened read-only (as open_database does for a file
+    # it cannot write; tests may run as root), it is refused, said plainly.
+    path = tmp_path / "arbor.sqlite3"
+    open_database(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        con.execute("ALTER TABLE conversation DROP COLUMN origin")
+        con.execute("PRAGMA user_version = 7")
+        con.commit()
+    with pytest.raises(StorageUnavailable, match="must be upgraded before it can"):
+        _open_read_only(path, 7, "a read-only folder", 1000)
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 7
 
 
 def test_both_reads_give_the_origin(db: Database):
