@@ -63,6 +63,19 @@ class LocalServerPrefs:
         )
 
 
+def _layer_counts(stored: Any, addresses: tuple[str, ...]) -> tuple[int, ...]:
+    """The split by hand ``stored`` (a JSON list), where the backend takes it
+    for ``addresses``; else none (the split by free memory)."""
+    if not isinstance(stored, list) or not stored:
+        return ()
+    try:
+        return BackendSettings(
+            workers=addresses, worker_layers=tuple(stored)
+        ).worker_layers
+    except InvalidSetting:
+        return ()
+
+
 @dataclass(frozen=True)
 class WorkerPrefs:
     """Settings → Workers: the ``arbor worker``s the user named, and whether
@@ -70,31 +83,48 @@ class WorkerPrefs:
 
     The list is kept with "Use workers" off, to be used again later; what a
     load uses is ``Preferences.backend.workers``, which ``with_workers``
-    sets to ``used``.
+    sets to ``used``. ``layers`` is the split by hand, one count per
+    address (empty: split by free memory); the backend gets it with the
+    workers (``used_layers``).
     """
 
     addresses: tuple[str, ...] = ()
     use: bool = False
+    layers: tuple[int, ...] = ()
 
     @property
     def used(self) -> tuple[str, ...]:
         """The workers a load uses: the list when "Use workers" is on."""
         return self.addresses if self.use else ()
 
+    @property
+    def used_layers(self) -> tuple[int, ...]:
+        """The split by hand a load uses: with the workers it uses."""
+        return self.layers if self.use else ()
+
     def as_dict(self) -> dict[str, Any]:
         """Plain dict, for storing as JSON."""
-        return {"addresses": list(self.addresses), "use": self.use}
+        return {
+            "addresses": list(self.addresses),
+            "use": self.use,
+            "layers": list(self.layers),
+        }
 
     @classmethod
     def from_stored(cls, value: Any) -> WorkerPrefs:
-        """The stored value; an address that is not a worker's is left out."""
+        """The stored value; an address that is not a worker's is left out,
+        and with it the split by hand (its counts would no longer match)."""
         if not isinstance(value, dict) or not isinstance(value.get("addresses"), list):
             return cls()
         addresses: list[str] = []
         for text in value["addresses"]:
             with contextlib.suppress(InvalidSetting):
                 addresses.append(worker_address(text))
-        return cls(tuple(dict.fromkeys(addresses)), value.get("use") is True)
+        unique = tuple(dict.fromkeys(addresses))
+        # Counts are kept only for the very list they were typed for.
+        same = unique == tuple(value["addresses"])
+        layers = _layer_counts(value.get("layers"), unique) if same else ()
+        return cls(unique, value.get("use") is True, layers)
 
 
 @dataclass(frozen=True)
@@ -139,9 +169,12 @@ class Preferences:
 
     def with_workers(self, workers: WorkerPrefs) -> Preferences:
         """These preferences with ``workers``, and the backend loading on the
-        ones it uses. Raises ``InvalidSetting`` where the backend cannot
-        use them (no layer would go to them)."""
-        backend = replace(self.backend, workers=workers.used)
+        ones it uses, split as they say. Raises ``InvalidSetting`` where the
+        backend cannot use them (no layer would go to them, or the split by
+        hand does not fit them)."""
+        backend = replace(
+            self.backend, workers=workers.used, worker_layers=workers.used_layers
+        )
         return replace(self, workers=workers, backend=backend)
 
     def with_model(self, path: str) -> Preferences:
@@ -159,8 +192,9 @@ _NAMES = tuple(f.name for f in fields(Preferences))
 @dataclass(frozen=True)
 class _Stored:
     """How a preference is stored as JSON and read back. ``read`` raises
-    ``TypeError`` or ``ValueError`` for a value it cannot take (a database
-    edited by hand, or by a later version): the default is used then."""
+    ``TypeError``, ``ValueError`` or ``InvalidSetting`` for a value it cannot
+    take (a database edited by hand, or by a later version): the default is
+    used then."""
 
     write: Callable[[Any], Any]
     read: Callable[[Any], Any]
@@ -213,7 +247,9 @@ def load_preferences(db: Database) -> Preferences:
     for name in _NAMES:
         if name not in stored:
             continue
-        with contextlib.suppress(TypeError, ValueError):  # else the default
+        # InvalidSetting: backend settings that no longer agree (a split by
+        # hand for other workers), from a database edited by hand.
+        with contextlib.suppress(TypeError, ValueError, InvalidSetting):
             values[name] = _STORED.get(name, _PLAIN).read(stored[name])
     return replace(_DEFAULT, **values)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.backend.errors import InvalidSetting
 from app.backend.settings import BackendSettings
 from app.preferences import (
     LocalServerPrefs,
@@ -79,6 +80,7 @@ def test_the_workers_are_kept_with_use_workers_off_and_loaded_on_when_on(db):
     assert setting_rows.get_setting(db, "workers") == {
         "addresses": list(listed),
         "use": False,
+        "layers": [],
     }
     on = off.with_workers(WorkerPrefs(listed, use=True))
     assert on.backend.workers == listed
@@ -96,3 +98,42 @@ def test_stored_workers_that_are_no_workers_are_left_out(db):
     assert load_preferences(db).workers == WorkerPrefs(("a:1",), use=False)
     setting_rows.set_settings(db, {"workers": ["a:1"]})
     assert load_preferences(db).workers == WorkerPrefs()
+
+
+def test_the_split_by_hand_is_kept_with_its_workers_and_loaded_with_them(db):
+    listed = ("10.0.0.2:50052", "gpu-box:50053")
+    on = Preferences().with_workers(WorkerPrefs(listed, use=True, layers=(20, 11)))
+    assert on.backend.worker_layers == (20, 11)
+    save_preferences(db, on)
+    assert load_preferences(db) == on
+    assert setting_rows.get_setting(db, "workers")["layers"] == [20, 11]
+    # Use workers off: kept for later, not loaded with.
+    off = on.with_workers(WorkerPrefs(listed, use=False, layers=(20, 11)))
+    assert off.backend.worker_layers == ()
+    save_preferences(db, off)
+    assert load_preferences(db).workers.layers == (20, 11)
+    # One count per worker, and a layer for one of them at least.
+    for layers in [(20,), (0, 0)]:
+        with pytest.raises(InvalidSetting):
+            on.with_workers(WorkerPrefs(listed, use=True, layers=layers))
+
+
+def test_a_stored_split_that_does_not_fit_its_workers_is_dropped(db):
+    for stored in [
+        {"addresses": ["a:1", "b:2"], "use": True, "layers": [3]},
+        {"addresses": ["a:1", "b:2"], "use": True, "layers": [0, 0]},
+        {"addresses": ["a:1", "b:2"], "use": True, "layers": [1, "x"]},
+        {"addresses": ["a:1", "b:2"], "use": True, "layers": {"a:1": 1}},
+    ]:
+        setting_rows.set_settings(db, {"workers": stored})
+        assert load_preferences(db).workers == WorkerPrefs(("a:1", "b:2"), use=True)
+    # An address left out takes its split with it: the counts would shift.
+    setting_rows.set_settings(
+        db, {"workers": {"addresses": ["a:1", "[::1]:2"], "layers": [1, 2]}}
+    )
+    assert load_preferences(db).workers == WorkerPrefs(("a:1",))
+    # The backend's own copy, edited to disagree: the default backend.
+    setting_rows.set_settings(
+        db, {"backend": {"workers": ["a:1"], "worker_layers": [1, 2]}}
+    )
+    assert load_preferences(db).backend == BackendSettings()

@@ -1,7 +1,8 @@
 """A model on ``arbor worker``s (issue 25, the client side): ``--worker
-HOST:PORT`` places the layers on the workers' devices, ``arbor info`` says
-where, checkpoints made there restore exactly there and nowhere else, and a
-worker that cannot be used is a one-line error, never an abort.
+HOST:PORT`` places the layers on the workers' devices, split by their free
+memory or by hand (``--worker-layers``), ``arbor info`` says where,
+checkpoints made there restore exactly there and nowhere else, and a worker
+that cannot be used is a one-line error, never an abort.
 
 Every model loaded with workers is loaded by an ``arbor`` process (or
 ``tests.continuous``), never by pytest's: llama.cpp aborts the process that
@@ -20,8 +21,9 @@ from typing import Any
 import pytest
 
 from app.backend import rpc_client
+from app.backend.errors import InvalidSetting
 from app.backend.rpc_worker import hello
-from app.backend.settings import BackendSettings
+from app.backend.settings import AUTO_GPU_LAYERS, BackendSettings
 from tests.conftest import CliResult, run_cli
 from tests.workers import free_port, free_ports, running_worker
 
@@ -51,6 +53,14 @@ def _json(call, *args: str | int) -> Any:
     return call(*args).json
 
 
+def _held(info: Any) -> dict[str, list[int]]:
+    """The layers each device holds, by its worker's address ("CPU" here)."""
+    return {
+        h["where"] if h["device"].startswith("RPC") else "CPU": h["layers"]
+        for h in info["model"]["layer_holders"]
+    }
+
+
 def test_a_worker_of_this_install_speaks_the_protocol_the_client_expects(workers):
     major, minor, _patch = map(int, hello(*_host_port(workers[0])).split("."))
     assert (major, minor) == rpc_client.PROTOCOL
@@ -76,6 +86,92 @@ def test_the_layers_are_placed_across_both_workers(workers, tiny_model, data_dir
     assert signature.startswith(f"layers 0-1 on {workers[0]} device 0 (")
     assert f"layer 2 on {workers[1]} device 0 (" in signature
     assert signature.endswith("; weights not repacked")
+
+
+def test_a_split_by_hand_gives_each_worker_exactly_its_count(
+    workers, tiny_model, data_dir
+):
+    first, second = workers
+    # The split by free memory gives the first worker layers 0-1 (above);
+    # by hand, the first holds one layer, the second the next and the output.
+    info = _json(
+        _arbor(data_dir, tiny_model, *workers), "--worker-layers", "1,2", "info"
+    )
+    assert _held(info) == {first: [0], second: [1, 2]}
+    assert info["model"]["offloaded_layers"] == 3
+    assert info["profile"]["workers"].startswith(
+        f"layer 0 on {first} device 0 (",
+    )
+    # Fewer than the model has: this computer keeps the first layers; a
+    # worker given 0 holds none.
+    info = _json(
+        _arbor(data_dir, tiny_model, *workers), "--worker-layers", "1,1", "info"
+    )
+    assert _held(info) == {"CPU": [0], first: [1], second: [2]}
+    info = _json(
+        _arbor(data_dir, tiny_model, *workers), "--worker-layers", "0,3", "info"
+    )
+    assert _held(info) == {second: [0, 1, 2]}
+
+
+def test_a_worker_with_several_devices_shares_its_count_evenly():
+    def worker(address: str, n_devices: int) -> rpc_client.Worker:
+        return rpc_client.Worker(
+            address,
+            "7.0.0",
+            tuple(
+                rpc_client.WorkerDevice(f"RPC{i}", i, 0, 2**30)
+                for i in range(n_devices)
+            ),
+        )
+
+    workers = [worker("a:1", 3), worker("b:2", 1), worker("c:3", 2)]
+    # 10 over three devices: 4, 3, 3; 0 leaves both of c's devices empty.
+    assert rpc_client.device_shares(workers, [10, 5, 0]) == [4, 3, 3, 5, 0, 0]
+
+
+def test_more_layers_by_hand_than_the_model_has_is_a_one_line_error(
+    workers, tiny_model, data_dir
+):
+    result = _arbor(data_dir, tiny_model, *workers)("--worker-layers", "2,2", "info")
+    _one_line_error(
+        result, "add up to 4", "tiny.gguf has (3 layers: 0-1 and the output)"
+    )
+
+
+def test_checkpoints_of_another_split_are_not_applied(workers, tiny_model, data_dir):
+    by_memory = _arbor(data_dir, tiny_model, *workers)
+    root = _json(by_memory, "new")["node"]
+    first = _json(by_memory, "send", root, "Tell me about trees.", *GREEDY)
+    # The same workers, split otherwise: another profile (its placement
+    # signature differs), so what the split by memory made is decoded again.
+    moved = _json(
+        by_memory,
+        "--worker-layers",
+        "1,2",
+        "send",
+        first["assistant_node"],
+        "Why?",
+        *GREEDY,
+    )
+    assert moved["stats"]["restored_tokens"] == 0
+    assert moved["stats"]["reprocessed_tokens"] == first["stats"]["context_tokens"]
+    assert any(
+        f"on workers (layers 0-1 on {workers[0]}" in f
+        for f in moved["stats"]["fallbacks"]
+    ), moved["stats"]["fallbacks"]
+    # Under the same split by hand, its own checkpoints restore.
+    again = _json(
+        by_memory,
+        "--worker-layers",
+        "1,2",
+        "send",
+        moved["assistant_node"],
+        "Why?",
+        *GREEDY,
+    )
+    assert again["stats"]["reprocessed_tokens"] == 0
+    assert again["stats"]["fallbacks"] == []
 
 
 def test_cold_resume_on_workers_is_exact(workers, tiny_model, tmp_path):
@@ -139,11 +235,43 @@ def test_models_loaded_together_in_one_process_share_the_workers(
 
 
 def test_the_workers_setting_is_stored_and_read_back():
-    settings = BackendSettings(workers=("10.0.0.2:050052", "gpu-box:50052"))
+    settings = BackendSettings(
+        workers=("10.0.0.2:050052", "gpu-box:50052"), worker_layers=(20, 11)
+    )
     assert settings.workers == ("10.0.0.2:50052", "gpu-box:50052")
     # The preferences keep it as JSON, where a tuple is a list.
     stored = json.loads(json.dumps(settings.as_dict()))
+    assert stored["worker_layers"] == [20, 11]
     assert BackendSettings.from_dict(stored) == settings
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"worker_layers": (3,)}, "1 count for 0 workers"),
+        ({"workers": ("a:1", "b:2"), "worker_layers": (3,)}, "1 count for 2 workers"),
+        ({"workers": ("a:1",), "worker_layers": (-1,)}, "between 0"),
+        ({"workers": ("a:1",), "worker_layers": (True,)}, "whole number"),
+        ({"workers": ("a:1", "b:2"), "worker_layers": (0, 0)}, "at least one worker"),
+        ({"workers": ("a:1",), "worker_layers": 3}, "a list of counts"),
+        (
+            {"workers": ("a:1",), "worker_layers": (3,), "n_gpu_layers": 5},
+            "or make them 3",
+        ),
+    ],
+)
+def test_a_split_by_hand_is_checked(given, says):
+    with pytest.raises(InvalidSetting, match=says):
+        BackendSettings(**given)
+
+
+def test_a_split_by_hand_says_how_many_leave_this_computer():
+    # n_gpu_layers left at auto, or the same count said twice.
+    for n_gpu_layers in (AUTO_GPU_LAYERS, 4):
+        settings = BackendSettings(
+            workers=("a:1", "b:2"), worker_layers=[3, 1], n_gpu_layers=n_gpu_layers
+        )
+        assert settings.worker_layers == (3, 1)
 
 
 def _one_line_error(result: CliResult, *expected: str) -> None:
@@ -196,6 +324,10 @@ def test_a_worker_named_twice_is_refused(tiny_model, data_dir):
         (("--worker", "host"), "HOST:PORT"),
         (("--worker", "host:0"), "HOST:PORT"),
         (("--worker", "host:50052", "--n-gpu-layers", "0"), "at least one layer"),
+        (("--worker", "h:1", "--worker-layers", "2,1"), "2 counts for 1 worker"),
+        (("--worker-layers", "2"), "1 count for 0 workers"),
+        (("--worker", "h:1", "--worker-layers", "2,x"), "separated by commas"),
+        (("--worker", "h:1", "--worker-layers", "0"), "at least one worker"),
     ],
 )
 def test_a_bad_worker_flag_is_a_usage_error(flags, says):

@@ -48,6 +48,7 @@ from app.backend.settings import (
     DEFAULT_N_CTX,
     KV_CACHE_TYPES,
     BackendSettings,
+    layers_text,
 )
 from app.backend.threads import automatic_threads
 from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams, StateKind
@@ -107,6 +108,21 @@ def _size_text(n_bytes: float) -> str:
     if n_bytes >= 2**30:
         return f"{n_bytes / 2**30:.1f} GiB"
     return f"{n_bytes / 2**20:.1f} MiB"
+
+
+def _layer_count(model_path: Path) -> int:
+    """The layers of the model at ``model_path`` as llama.cpp places them:
+    its repeating layers (with any next-token-prediction ones) and the
+    output layer. Read without a weight, on no device (a vocabulary-only
+    load skips the layer counts): a split by hand is checked before any
+    weight goes to a worker."""
+    with offload_plan.sized_model(model_path, on_no_device=True) as model:
+        # load_tensors numbers them 0 to n_layer_all, the output layer last.
+        return (
+            int(llama_cpp.llama_model_n_layer(model))
+            + int(llama_cpp.llama_model_n_layer_nextn(model))
+            + 1
+        )
 
 
 def gpu_offload_supported() -> bool:
@@ -264,6 +280,9 @@ class LlamaEngine:
     def _gpu_layers(self, model_path: Path) -> int:
         """The layers to offload: the setting, or for "auto" the most that fit."""
         wanted = self.settings.n_gpu_layers
+        if self._workers and self.settings.worker_layers:
+            # Split by hand: the counts say how many leave this machine.
+            return sum(self.settings.worker_layers)
         if self._workers:
             # Workers are there to hold what does not fit here: every layer
             # goes to them unless a count is given, split by their free
@@ -336,6 +355,11 @@ class LlamaEngine:
             # tied to the split alone (issue 25).
             model_params.devices = ctypes.cast(self._worker_devices, ctypes.c_void_p)
             model_params.use_extra_bufts = False
+            # Kept in a local until the load returns, like the callback
+            # (llama.cpp copies it then).
+            split = self._split_by_hand(model_path)
+            if split is not None:
+                model_params.tensor_split = split
         elif model_params.n_gpu_layers == 0:
             # No device at all, not merely no layers: llama.cpp would still
             # run large matrix products on a GPU (op offload), whose cells
@@ -359,6 +383,42 @@ class LlamaEngine:
                 f"unsupported architecture). llama.cpp says: {detail}."
             )
         return model
+
+    def _split_by_hand(self, model_path: Path) -> Any:
+        """``llama_model_params.tensor_split`` for the layers split by hand
+        between the workers (None: split by their free memory).
+
+        llama.cpp (``load_tensors``) gives the offloaded layers, the last
+        ``n_gpu_layers`` of the model's layers counting the output layer, to
+        the devices in order: layer ``il`` goes to the first device whose
+        cumulative share of ``tensor_split`` exceeds ``(il - first
+        offloaded) / n_gpu_layers``. With whole counts as the shares and
+        their sum as ``n_gpu_layers`` (``_gpu_layers``), that is exactly:
+        the first worker gets the first ``count`` of the offloaded layers,
+        the next the next ones, and a count of 0 none (the cumulative
+        shares are small whole numbers, exact in floats, and both sides
+        divide by the same sum). A worker with several devices shares its
+        count between them (``rpc_client.device_shares``).
+        """
+        counts = self.settings.worker_layers
+        if not counts:
+            return None
+        layers = _layer_count(model_path)
+        if sum(counts) > layers:
+            raise BackendError(
+                f"The layers split by hand add up to {sum(counts)}, more than "
+                f"{model_path.name} has ({layers_text(layers)}): give the "
+                f"workers {layers} or fewer."
+            )
+        shares = rpc_client.device_shares(self._workers, counts)
+        room = int(llama_cpp.llama_max_devices())
+        if len(shares) > room:
+            raise BackendError(
+                f"The workers serve {len(shares)} devices; llama.cpp splits a "
+                f"model between {room} at most."
+            )
+        # llama.cpp reads llama_max_devices() floats, one per device in order.
+        return (ctypes.c_float * room)(*shares)
 
     def _context_size(self, requested: int, n_ctx_train: int) -> tuple[int, str]:
         """The context size to create, and a note when it is not ``requested``.

@@ -10,8 +10,10 @@ weights each, and the repeating layers share the rest.
 
 from __future__ import annotations
 
+import ctypes
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +40,7 @@ def probe(
     will use, so that the compute buffers are sized as they will be.
     It takes about as long as reading the vocabulary.
     """
-    params = llama_cpp.llama_model_default_params()
-    params.n_gpu_layers = -1
-    params.no_alloc = True
-    params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
-    native_log.clear_errors()
-    model = llama_cpp.llama_model_load_from_file(os.fsencode(model_path), params)
-    if not model:
-        raise ModelFileError(
-            f"{model_path.name} could not be loaded (truncated, corrupt or an "
-            "unsupported architecture). llama.cpp says: "
-            f"{native_log.errors('it gave no reason')}."
-        )
-    try:
+    with sized_model(model_path) as model:
         n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
         if n_ctx_train > 0:
             n_ctx = min(n_ctx, n_ctx_train)
@@ -62,6 +52,35 @@ def probe(
         if ctx:
             llama_cpp.llama_free(ctx)
         return cost(model, kv_cache_type, sum(compute.values())), n_ctx
+
+
+@contextmanager
+def sized_model(model_path: Path, on_no_device: bool = False) -> Iterator[Any]:
+    """The model at ``model_path`` read without its weights (``no_alloc``):
+    its shapes and metadata, nothing allocated; freed on leaving.
+
+    Sized as for offloading every layer, or ``on_no_device`` on none at all.
+    Raises ``ModelFileError`` with llama.cpp's reason if it cannot be read.
+    """
+    params = llama_cpp.llama_model_default_params()
+    params.no_alloc = True
+    params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+    params.n_gpu_layers = -1
+    # Alive until the load returns (llama.cpp reads the list then).
+    no_devices = (ctypes.c_void_p * 1)(None)
+    if on_no_device:
+        params.n_gpu_layers = 0
+        params.devices = ctypes.cast(no_devices, ctypes.c_void_p)
+    native_log.clear_errors()
+    model = llama_cpp.llama_model_load_from_file(os.fsencode(model_path), params)
+    if not model:
+        raise ModelFileError(
+            f"{model_path.name} could not be loaded (truncated, corrupt or an "
+            "unsupported architecture). llama.cpp says: "
+            f"{native_log.errors('it gave no reason')}."
+        )
+    try:
+        yield model
     finally:
         llama_cpp.llama_model_free(model)
 

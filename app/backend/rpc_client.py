@@ -144,6 +144,19 @@ def device_list(workers: Sequence[Worker]) -> Any:
     return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
 
 
+def device_shares(workers: Sequence[Worker], counts: Sequence[int]) -> list[int]:
+    """The layers each of the workers' devices holds, in ``device_list``
+    order, for ``counts`` layers per worker: a worker's count split evenly
+    between its devices, the first ones taking one more where it does not
+    divide (Arbor knows a worker's devices by their memory only, not by
+    their speed)."""
+    shares: list[int] = []
+    for worker, count in zip(workers, counts, strict=True):
+        each, more = divmod(count, len(worker.devices))
+        shares += [each + (index < more) for index in range(len(worker.devices))]
+    return shares
+
+
 def buffer_names(workers: Sequence[Worker]) -> dict[str, str]:
     """The name of each worker device's buffers, by the device's name."""
     return {d.name: w.buffer_name(d) for w in workers for d in w.devices}

@@ -42,6 +42,10 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise InvalidSetting(f"{name} must be between {low:,} and {high:,}.")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def worker_address(text: str) -> str:
     """A worker's ``HOST:PORT``, checked and written one way ("host:50052").
 
@@ -64,6 +68,16 @@ def worker_address(text: str) -> str:
     return f"{host}:{int(port)}"
 
 
+def layers_text(total: int) -> str:
+    """A model's ``total`` layers as llama.cpp places them, for people:
+    "31 layers: 0-29 and the output" (the output layer is number
+    ``total - 1``, after the repeating ones)."""
+    if total <= 1:
+        return "1 layer: the output"
+    repeating = "0" if total == 2 else f"0-{total - 2}"
+    return f"{total} layers: {repeating} and the output"
+
+
 @dataclass(frozen=True)
 class BackendSettings:
     """How to load a model and size its context.
@@ -74,7 +88,11 @@ class BackendSettings:
     Quantized KV caches (q8_0, ...) need flash attention for the V cache.
     ``workers`` are the ``HOST:PORT`` of ``arbor worker``s (llama.cpp's RPC
     servers) whose devices take the offloaded layers instead of this
-    machine's GPUs; with workers "auto" offloads every layer.
+    machine's GPUs; with workers "auto" offloads every layer, split between
+    them by their free memory. ``worker_layers`` splits them by hand
+    instead: one count per worker, in the order of ``workers`` (the output
+    layer counts as the model's last layer); this machine keeps the layers
+    they leave, the first ones. Empty: the split by free memory.
     Out-of-range values raise ``InvalidSetting``; whether
     ``n_ctx`` suits the model (its training length, the memory it needs) is
     checked when the model is loaded.
@@ -87,6 +105,7 @@ class BackendSettings:
     flash_attn: bool = False
     kv_cache_type: str = "f16"
     workers: tuple[str, ...] = ()
+    worker_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_range("The context size (n_ctx)", self.n_ctx, MIN_N_CTX, MAX_N_CTX)
@@ -105,6 +124,7 @@ class BackendSettings:
                 + "."
             )
         self._check_workers()
+        self._check_worker_layers()
 
     def _check_workers(self) -> None:
         # Stored as a JSON list: read back, it is a tuple again.
@@ -121,6 +141,38 @@ class BackendSettings:
                 "0 keeps every layer here)."
             )
         object.__setattr__(self, "workers", workers)
+
+    def _check_worker_layers(self) -> None:
+        # Stored as a JSON list too.
+        if not isinstance(self.worker_layers, tuple | list):
+            raise InvalidSetting(
+                f"The layers split by hand are a list of counts, not "
+                f"{self.worker_layers!r}."
+            )
+        counts = tuple(self.worker_layers)
+        object.__setattr__(self, "worker_layers", counts)
+        if not counts:
+            return
+        if len(counts) != len(self.workers):
+            raise InvalidSetting(
+                f"The layers split by hand are one count per worker: "
+                f"{_count(len(counts), 'count')} for "
+                f"{_count(len(self.workers), 'worker')}."
+            )
+        for count in counts:
+            _check_range("A worker's layer count", count, 0, _INT32_MAX)
+        if not any(counts):
+            raise InvalidSetting(
+                "The layers split by hand give the workers none: give at least "
+                "one worker a layer."
+            )
+        # Two ways of saying how many layers leave this machine: they must agree.
+        if self.n_gpu_layers not in (AUTO_GPU_LAYERS, sum(counts)):
+            raise InvalidSetting(
+                f"With the layers split by hand, the workers get {sum(counts)}: "
+                "leave the GPU layers (n_gpu_layers) at auto (as many as fit), "
+                f"or make them {sum(counts)}."
+            )
 
     @property
     def uses_flash_attn(self) -> bool:

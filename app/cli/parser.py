@@ -87,6 +87,16 @@ def _worker(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _layer_counts(value: str) -> tuple[int, ...]:
+    """``--worker-layers``: whole layer counts, separated by commas."""
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected layer counts separated by commas (20,12), not {value!r}"
+        ) from None
+
+
 def _text_type(what: str) -> Callable[[str], str]:
     """An argparse type for text that goes to the database and the tokenizer.
 
@@ -198,6 +208,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="an `arbor worker` whose devices hold the model's layers (repeatable; "
         "every layer by default, split by the workers' free memory; flash "
         "attention is then always on)",
+    )
+    parser.add_argument(
+        "--worker-layers",
+        type=_layer_counts,
+        default=(),
+        metavar="N,N,...",
+        help="split the layers by hand: how many each --worker holds, in their "
+        "order (the output layer counts as the last; this computer keeps the "
+        "first layers left over; `arbor info` says how many a model has)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -465,6 +484,7 @@ def backend_settings(args: argparse.Namespace) -> BackendSettings:
         flash_attn=args.flash_attn,
         kv_cache_type=args.kv_type,
         workers=tuple(args.workers),
+        worker_layers=args.worker_layers,
     )
 
 

@@ -738,7 +738,10 @@ class WindowPresenter:
         if lost is None or self.generating or self.loading_model or self.read_only:
             return
         workers = lost.remaining if on_workers else ()
-        self.load_model(lost.path, replace(lost.settings, workers=workers))
+        # A split by hand counted the lost worker too: the workers left share
+        # the layers by their free memory.
+        settings = replace(lost.settings, workers=workers, worker_layers=())
+        self.load_model(lost.path, settings)
 
     # --- changing conversations ---------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Settings → Workers (issue 25): each worker's status, devices and free
 memory, checked in a child process; the list kept in the preferences with
-Use workers on or off; OK restarts the engine on the workers in use.
+Use workers on or off and the split, by free memory or by hand; OK restarts
+the engine on the workers in use.
 
 The workers are real ``arbor worker`` processes on 127.0.0.1. A model is
 never loaded on one here: registering a worker in this process would tie
@@ -15,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtWidgets import QDialogButtonBox, QSpinBox
 
 from app.backend.settings import BackendSettings
 from app.backend.values import LayerHolder
@@ -205,6 +206,98 @@ def test_use_workers_needs_a_worker_and_a_layer_for_it(qtbot):
     _press_ok(qtbot, dialog)
     assert dialog.isVisible()
     assert "at least one layer must go to them" in dialog.error_label.text()
+    # Split by hand, with no layer for any worker.
+    dialog = _settings(qtbot, Preferences())
+    dialog.show()
+    tab = dialog.workers_tab
+    with qtbot.waitSignal(tab.checker.finished, timeout=WAIT_MS):
+        _add(qtbot, tab, f"127.0.0.1:{free_port()}")
+    tab.use_workers.setChecked(True)
+    tab.split_by_hand.click()
+    # No model loaded to share out: every count starts at 0.
+    assert tab.layer_counts() == (0,)
+    assert "give at least one worker a layer" in tab.split_label.text()
+    _press_ok(qtbot, dialog)
+    assert dialog.isVisible()
+    assert "give at least one worker a layer" in dialog.error_label.text()
+
+
+def _spins(tab: WorkersTab) -> list[QSpinBox]:
+    """The spin boxes of the workers' layer counts, in the list's order."""
+    spins = [
+        tab.table.indexWidget(tab.model.index(row, LAYERS))
+        for row in range(tab.model.rowCount())
+    ]
+    assert all(isinstance(spin, QSpinBox) for spin in spins), spins
+    return spins
+
+
+def _type(qtbot, spin: QSpinBox, text: str) -> None:
+    spin.selectAll()
+    qtbot.keyClicks(spin, text)
+
+
+def test_a_split_by_hand_is_typed_per_worker_kept_and_loaded_with(
+    qtbot, make_window, monkeypatch, worker
+):
+    window = make_window()
+    assert window.model_info is not None
+    assert window.model_info.offloadable_layers == 3
+    submitted = _loads_on_workers_caught(monkeypatch, window)
+    nobody = f"127.0.0.1:{free_port()}"
+    dialog = _settings(qtbot, window.prefs, window)
+    tab = dialog.workers_tab
+    _add(qtbot, tab, worker)
+    _add(qtbot, tab, nobody)
+    tab.use_workers.setChecked(True)
+    # Split by free memory: no count to type; the model's layers are told.
+    assert tab.split_auto.isChecked()
+    assert tab.table.indexWidget(tab.model.index(0, LAYERS)) is None
+    assert tab.split_label.text() == (
+        "The model loaded now has 3 layers: 0-1 and the output."
+    )
+    tab.split_by_hand.click()
+    # A spin box per worker, starting from the layers shared evenly.
+    first, second = _spins(tab)
+    assert (first.value(), second.value()) == (2, 1)
+    _type(qtbot, first, "1")
+    assert tab.layer_counts() == (1, 1)
+    assert tab.split_label.text().endswith(
+        "The workers get 2; this computer keeps layer 0."
+    )
+    # More than the model has: said under the list, and OK refuses it.
+    _type(qtbot, second, "3")
+    assert "given 4 layers" in tab.split_label.text()
+    _press_ok(qtbot, dialog)
+    assert dialog.result() != SettingsDialog.DialogCode.Accepted
+    assert "give them 3 or fewer" in dialog.error_label.text()
+    _type(qtbot, second, "2")
+    assert tab.split_label.text().endswith("Every layer goes to the workers.")
+    _press_ok(qtbot, dialog)
+    assert dialog.result() == SettingsDialog.DialogCode.Accepted
+    window.apply_preferences(dialog.preferences())
+    [load] = [job for job in submitted if isinstance(job, jobs.LoadModel)]
+    assert load.settings.workers == (worker, nobody)
+    assert load.settings.worker_layers == (1, 2)
+    wait_idle(qtbot, window)
+    stored = load_preferences(window.db)
+    assert stored.workers == WorkerPrefs((worker, nobody), use=True, layers=(1, 2))
+    assert stored.backend.worker_layers == (1, 2)
+
+    # Opened again, the split is as typed; back to the split by free memory.
+    submitted.clear()
+    dialog = _settings(qtbot, window.prefs, window)
+    tab = dialog.workers_tab
+    assert tab.split_by_hand.isChecked()
+    assert [spin.value() for spin in _spins(tab)] == [1, 2]
+    tab.split_auto.click()
+    assert tab.table.indexWidget(tab.model.index(0, LAYERS)) is None
+    _press_ok(qtbot, dialog)
+    window.apply_preferences(dialog.preferences())
+    [load] = [job for job in submitted if isinstance(job, jobs.LoadModel)]
+    assert load.settings.worker_layers == ()
+    wait_idle(qtbot, window)
+    assert load_preferences(window.db).workers.layers == ()
 
 
 def test_the_workers_the_loaded_model_uses_show_its_layers_unchecked(

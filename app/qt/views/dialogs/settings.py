@@ -243,6 +243,11 @@ class SettingsDialog(QDialog):
         model = self.model_combo.currentText().strip() or None
         if model is not None and not Path(model).is_file():
             raise InvalidSetting(f"There is no file at {model}.")
+        # The split by hand is checked against the loaded model's layers; for
+        # another model the engine checks it as it loads.
+        same_model = self._loaded is not None and model in (None, self._loaded.path)
+        if workers.use and same_model and self.workers_tab.split_problem():
+            raise InvalidSetting(self.workers_tab.split_problem())
         models_dir = self.models_dir_edit.text().strip() or None
         if models_dir is not None:
             folder = Path(models_dir).expanduser()

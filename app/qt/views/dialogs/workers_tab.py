@@ -1,12 +1,14 @@
 """Settings → Workers: the ``arbor worker``s whose devices take the model's
-layers, what each offers now, and the layers each holds.
+layers, what each offers now, and the layers each holds or gets.
 
 The list is edited here and kept in the preferences (``WorkerPrefs``) with
-"Use workers" on or off; the Settings dialog turns it into the backend's
-workers, and pressing OK restarts the engine on them. Each worker is checked
-when the tab is first shown, when it is added and on Check, in a child
-process (``WorkerCheck``): never in the window's, where llama.cpp would end
-the whole window over a worker that goes away. A worker the loaded model
+"Use workers" on or off and the split: by the workers' free memory, or by
+hand, a layer count per worker typed in a spin box in its row; the Settings
+dialog turns it into the backend's workers and their split, and pressing OK
+restarts the engine on them. Each worker is checked when the tab is first
+shown, when it is added and on Check, in a child process (``WorkerCheck``):
+never in the window's, where llama.cpp would end the whole window over a
+worker that goes away. A worker the loaded model
 uses is not checked: it serves one client at a time, and that client is
 this window's engine.
 """
@@ -15,7 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QEvent, QModelIndex, QObject, Qt, Slot
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSignalBlocker,
+    Qt,
+    Slot,
+)
 from PySide6.QtGui import (
     QBrush,
     QColor,
@@ -32,14 +43,19 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
 from app.backend.errors import InvalidSetting
-from app.backend.settings import worker_address
+from app.backend.settings import layers_text, worker_address
 from app.backend.values import ModelInfo
+from app.library.catalog import shipped_catalog
 from app.library.units import format_bytes
 from app.preferences import WorkerPrefs
 from app.qt.workers.worker_check import DeviceMemory, WorkerCheck
@@ -52,11 +68,16 @@ SURVEYING = "reading its devices…"
 NOT_SURVEYED = "could not be surveyed"
 IN_USE = "in use by the loaded model"
 
+# A worker's layer count split by hand, on its row's Layers cell.
+LayerCountRole = Qt.ItemDataRole.UserRole + 1
+# The most layers a model has: llama.cpp's LLAMA_MAX_LAYERS and the output.
+_MOST_LAYERS = 513
+
 INTRO = (
     "Put the model's layers on other machines' devices. On each machine run "
     "<code>arbor worker --listen HOST:PORT</code> and add the address it "
     "prints. Every layer goes to the workers, split between them by their "
-    "free memory. Flash attention is always on with workers (without it, "
+    "free memory or by hand. Flash attention is always on with workers (without it, "
     "saving a checkpoint reads the workers one row at a time). RPC has no "
     "password and no encryption: use workers on a network you trust only."
 )
@@ -85,6 +106,74 @@ def layer_runs(layers: Sequence[int], n_layer: int) -> str:
     return text
 
 
+class _LayerSpin(QSpinBox):
+    """A spin box that opens with nothing selected: Qt selects its text as it
+    is set, which in a list of them reads as highlighted values."""
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Drop the selection Qt made."""
+        super().showEvent(event)
+        self.lineEdit().deselect()
+
+
+def layer_spin(parent: QWidget | None = None) -> QSpinBox:
+    """The spin box of a worker's layer count."""
+    spin = _LayerSpin(parent)
+    spin.setObjectName("WorkerLayers")
+    spin.setRange(0, _MOST_LAYERS)
+    spin.setToolTip(
+        "The layers this worker holds. Several devices on one worker share "
+        "its layers evenly."
+    )
+    return spin
+
+
+class LayerCountDelegate(QStyledItemDelegate):
+    """A spin box for a worker's layer count (``LayerCountRole``), kept open
+    on each worker's row while the split is by hand; every step it takes is
+    written to the model at once, so the sum under the list follows."""
+
+    def createEditor(
+        self,
+        parent: QWidget,
+        _option: QStyleOptionViewItem,
+        _index: QModelIndex | QPersistentModelIndex,
+    ) -> QWidget:
+        """A spin box from 0 layers up."""
+        spin = layer_spin(parent)
+        spin.valueChanged.connect(lambda _value: self.commitData.emit(spin))
+        return spin
+
+    def setEditorData(
+        self, editor: QWidget, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
+        """Show the count the row holds."""
+        assert isinstance(editor, QSpinBox)
+        # Not a change to commit: the view calls this before it knows the
+        # editor (it warns about a commit from an editor not its own).
+        with QSignalBlocker(editor):
+            editor.setValue(int(index.data(LayerCountRole) or 0))
+
+    def updateEditorGeometry(
+        self,
+        editor: QWidget,
+        option: QStyleOptionViewItem,
+        _index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        """The whole cell, not the text's rectangle inside the list's padding."""
+        editor.setGeometry(option.rect)
+
+    def setModelData(
+        self,
+        editor: QWidget,
+        model: QAbstractItemModel,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        """Keep the count typed."""
+        assert isinstance(editor, QSpinBox)
+        model.setData(index, editor.value(), LayerCountRole)
+
+
 class WorkersTab(QWidget):
     """The workers' list with each one's status, devices, free memory and
     layers; "Use workers"; Add, Remove and Check.
@@ -94,7 +183,8 @@ class WorkersTab(QWidget):
     prefs
         The workers as the preferences have them.
     loaded
-        The loaded model, whose layers on workers are shown (None: none).
+        The loaded model, whose layers on workers are shown, and whose layer
+        count a split by hand is checked against (None: none).
     parent
         The Qt parent.
     """
@@ -127,6 +217,23 @@ class WorkersTab(QWidget):
             "On: OK reloads the model with its layers on the workers listed. "
             "Off: it loads on this computer alone; the list is kept."
         )
+        self.split_auto = QRadioButton("by the workers' free memory")
+        self.split_auto.setToolTip(
+            "As llama.cpp splits a model between GPUs: each worker gets layers "
+            "in proportion to its free memory."
+        )
+        self.split_by_hand = QRadioButton("by hand")
+        self.split_by_hand.setToolTip(
+            "Type how many layers each worker holds, in its row. This computer "
+            "keeps the first layers they are not given."
+        )
+        (self.split_by_hand if prefs.layers else self.split_auto).setChecked(True)
+        self.split_by_hand.toggled.connect(self._on_split_by_hand_toggled)
+        split_row = QHBoxLayout()
+        split_row.addWidget(QLabel("Split the layers:"))
+        split_row.addWidget(self.split_auto)
+        split_row.addWidget(self.split_by_hand)
+        split_row.addStretch(1)
 
         self.address_edit = QLineEdit()
         self.address_edit.setPlaceholderText("HOST:PORT, e.g. 192.168.1.20:50052")
@@ -160,6 +267,7 @@ class WorkersTab(QWidget):
         self.table.setAlternatingRowColors(True)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setItemDelegateForColumn(LAYERS, LayerCountDelegate(self.table))
         header = self.table.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -187,6 +295,9 @@ class WorkersTab(QWidget):
             Qt.TextInteractionFlag.TextSelectableByMouse
         )
         self.detail_label.hide()
+        self.split_label = QLabel()
+        self.split_label.setObjectName("SplitSummary")
+        self.split_label.setWordWrap(True)
         self.placement_label = QLabel(self._placement_text())
         self.placement_label.setObjectName("Hint")
         self.placement_label.setWordWrap(True)
@@ -195,21 +306,55 @@ class WorkersTab(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addWidget(self.use_workers)
+        layout.addLayout(split_row)
         layout.addLayout(add_row)
         layout.addWidget(self.error_label)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.split_label)
         layout.addLayout(buttons)
         layout.addWidget(self.detail_label)
         layout.addWidget(self.placement_label)
-        for address in prefs.addresses:
-            self._add_row(address)
+        counts = prefs.layers or (0,) * len(prefs.addresses)
+        for address, count in zip(prefs.addresses, counts, strict=True):
+            self._add_row(address, count)
+        self.model.dataChanged.connect(self._on_model_data_changed)
+        self._show_split()
         self._update_buttons()
 
     # --- what the dialog and tests use -------------------------------------------
 
     def workers(self) -> WorkerPrefs:
-        """The workers as edited here."""
-        return WorkerPrefs(self.addresses(), self.use_workers.isChecked())
+        """The workers as edited here, with their split by hand if chosen."""
+        layers = self.layer_counts() if self.split_by_hand.isChecked() else ()
+        return WorkerPrefs(self.addresses(), self.use_workers.isChecked(), layers)
+
+    def layer_counts(self) -> tuple[int, ...]:
+        """The layer count of each worker listed, in order, as typed by hand."""
+        return tuple(
+            int(self.model.item(row, LAYERS).data(LayerCountRole) or 0)
+            for row in range(self.model.rowCount())
+        )
+
+    def set_layer_count(self, address: str, count: int) -> None:
+        """Give the worker at ``address`` ``count`` layers, as its spin box does."""
+        self.model.item(self._row(address), LAYERS).setData(count, LayerCountRole)
+
+    def split_problem(self) -> str:
+        """Why the split by hand cannot be used for the loaded model ("" where
+        it can, or where the split is automatic): no layer for any worker,
+        or more layers than the model has."""
+        if not self.split_by_hand.isChecked() or not self.addresses():
+            return ""
+        given = sum(self.layer_counts())
+        total = self._total_layers()
+        if not given:
+            return "The layers are split by hand: give at least one worker a layer."
+        if total and given > total:
+            return (
+                f"The workers are given {given} layers, but the model loaded now "
+                f"has {layers_text(total)}: give them {total} or fewer."
+            )
+        return ""
 
     def addresses(self) -> tuple[str, ...]:
         """The workers listed, in order."""
@@ -311,6 +456,7 @@ class WorkersTab(QWidget):
         self.model.removeRow(row)
         self._update_buttons()
         self._show_layers()
+        self._show_split_text()
 
     @Slot()
     def _on_check_button_clicked(self) -> None:
@@ -344,6 +490,19 @@ class WorkersTab(QWidget):
             self._set_cell(address, MEMORY, NOT_SURVEYED, _BAD, why)
             self._show_detail()
 
+    @Slot(bool)
+    def _on_split_by_hand_toggled(self, by_hand: bool) -> None:
+        if by_hand and not any(self.layer_counts()):
+            self._fill_counts()
+        self._show_split()
+
+    @Slot(QModelIndex, QModelIndex, list)
+    def _on_model_data_changed(
+        self, top_left: QModelIndex, _bottom_right: QModelIndex, roles: list[int]
+    ) -> None:
+        if top_left.column() == LAYERS and LayerCountRole in roles:
+            self._show_split_text()
+
     @Slot()
     def _on_checker_finished(self) -> None:
         self.progress_label.setText("")
@@ -357,10 +516,12 @@ class WorkersTab(QWidget):
 
     # --- the rows -------------------------------------------------------------------
 
-    def _add_row(self, address: str) -> None:
+    def _add_row(self, address: str, count: int = 0) -> None:
         items = [QStandardItem(address), *(QStandardItem() for _ in COLUMNS[1:])]
+        items[LAYERS].setData(count, LayerCountRole)
         self.model.appendRow(items)
         self._show_layers()
+        self._show_split()
 
     def _row(self, address: str) -> int:
         return self.addresses().index(address)
@@ -454,8 +615,87 @@ class WorkersTab(QWidget):
                 text = ""
             self._set_cell(address, LAYERS, text, tip=tip)
 
+    # --- the split -------------------------------------------------------------------
+
+    def _total_layers(self) -> int:
+        """The loaded model's layers as llama.cpp places them (the output
+        layer included), or 0 where no model says."""
+        return self._loaded.offloadable_layers if self._loaded else 0
+
+    def _fill_counts(self) -> None:
+        """First counts for a split by hand: the layers each worker holds
+        now, where the loaded model is on them all; else the loaded model's
+        layers shared evenly (the first workers one more); else none."""
+        addresses = self.addresses()
+        held = self._held_by_loaded_model()
+        total = self._total_layers()
+        if addresses and all(a in held for a in addresses):
+            counts = [len(held[a]) for a in addresses]
+        elif addresses and total:
+            each, more = divmod(total, len(addresses))
+            counts = [each + (i < more) for i in range(len(addresses))]
+        else:
+            return
+        for address, count in zip(addresses, counts, strict=True):
+            self.set_layer_count(address, count)
+
+    def _show_split(self) -> None:
+        """A spin box on each worker's Layers cell while the split is by
+        hand; the model's layer count and the sum under the list."""
+        by_hand = self.split_by_hand.isChecked()
+        for row in range(self.model.rowCount()):
+            index = self.model.index(row, LAYERS)
+            if by_hand:
+                self.table.openPersistentEditor(index)
+            else:
+                self.table.closePersistentEditor(index)
+        # The rows take the spin boxes' height now, not when they were added.
+        self.table.doItemsLayout()
+        header = self.table.header()
+        if by_hand:
+            # Wide enough for the spin box, whatever the cell's text says.
+            header.setSectionResizeMode(LAYERS, QHeaderView.ResizeMode.Fixed)
+            header.resizeSection(LAYERS, layer_spin().sizeHint().width())
+        else:
+            header.setSectionResizeMode(LAYERS, QHeaderView.ResizeMode.ResizeToContents)
+        self._show_split_text()
+
+    def _show_split_text(self) -> None:
+        loaded = self._loaded
+        total = self._total_layers()
+        known = (
+            f"The model loaded now has {layers_text(total)}."
+            if loaded and total
+            else ""
+        )
+        problem = self.split_problem()
+        if not self.split_by_hand.isChecked() or not self.addresses():
+            text = known
+        elif problem:
+            text = problem
+        else:
+            given = sum(self.layer_counts())
+            if not total:
+                text = (
+                    f"The workers get {given} layers, the model's last ones; this "
+                    "computer keeps any before them. A model's layers are its "
+                    "repeating ones and the output layer (arbor info says how many)."
+                )
+            elif given == total:
+                text = f"{known} Every layer goes to the workers."
+            else:
+                kept = total - given
+                which = "layer 0" if kept == 1 else f"layers 0-{kept - 1}"
+                text = f"{known} The workers get {given}; this computer keeps {which}."
+        self.split_label.setText(text)
+        self.split_label.setStyleSheet("color: #c0392b;" if problem else "")
+        self.split_label.setVisible(bool(text))
+
     def _placement_text(self) -> str:
         loaded = self._loaded
         if loaded is None or not self._held_by_loaded_model():
             return ""
-        return f"The model loaded now ({loaded.name}): {loaded.placement}"
+        # The catalog's name, as the status bar shows it (general.name is
+        # often a build label).
+        name = shipped_catalog().name_for(loaded.path)
+        return f"The model loaded now ({name}): {loaded.placement}"
