@@ -713,7 +713,8 @@ def test_a_lost_engine_offers_to_load_again_on_the_remaining_workers(
     # Neither answers: nothing listens on these ports.
     alive, gone = (f"127.0.0.1:{port}" for port in free_ports(2))
     loaded = next(r for r in s.engine.results if isinstance(r, ModelLoaded))
-    on_workers = replace(p.prefs.backend, workers=(alive, gone))
+    # Split by hand: the lost worker's count goes with it.
+    on_workers = replace(p.prefs.backend, workers=(alive, gone), worker_layers=(1, 2))
     p.on_finished(replace(loaded, job=jobs.LoadModel(loaded.job.path, on_workers)))
     said = f"Worker {gone} was lost (it stopped answering)."
     p.on_finished(
@@ -726,7 +727,8 @@ def test_a_lost_engine_offers_to_load_again_on_the_remaining_workers(
 
     p.reload_after_loss(on_workers=True)
     job = s.engine.submitted[-1]
-    assert job == jobs.LoadModel(loaded.job.path, replace(on_workers, workers=(alive,)))
+    remaining = replace(on_workers, workers=(alive,), worker_layers=())
+    assert job == jobs.LoadModel(loaded.job.path, remaining)
     s.engine.run_jobs()  # that one does not answer either: said, nothing loaded
     assert f"Worker {alive}: nothing listens there" in s.view.said("show_error")[-1][1]
     assert p.model_info is None and p.after_loss is not None
