@@ -29,6 +29,7 @@ window therefore runs a model placed on workers in a child process
 from __future__ import annotations
 
 import ctypes
+import os
 import socket
 from collections import Counter
 from collections.abc import Sequence
@@ -114,6 +115,10 @@ def connect(
     versions = _probe_all([a for a in addresses if not _holding[a]], timeout)
     new = [address for address in addresses if address not in _registered]
     if new:
+        # A worker lost from now on aborts this process, as expected: without
+        # this, llama.cpp first attaches gdb to print a backtrace (seconds,
+        # and pages of it on the terminal) of what is no bug.
+        os.environ.setdefault("GGML_NO_BACKTRACE", "1")
         add_server = _add_server()
         for address in new:
             _registered[address] = _register(add_server, address, versions[address])

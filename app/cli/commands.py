@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.backend.errors import InvalidSetting
 from app.backend.values import SamplingParams
+from app.cli.guarded import needs_guard, run_guarded
 from app.cli.interrupt import StopRequest
 from app.cli.output import emit, reply_json
 from app.cli.parser import (
@@ -60,6 +61,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status."""
     try:
         args = _parse(argv)
+        if needs_guard(args.workers):
+            # A lost worker aborts the process that uses it: not this one.
+            return run_guarded(sys.argv[1:] if argv is None else argv, args.workers)
         _init_logging(args.verbose)
         # The databases a command opens are closed when it ends, so that
         # what their writers hold back (a restore's bookkeeping) is written.

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QProcess, Signal, Slot
+
+from app.platform.launch import arbor_command
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +37,6 @@ class DeviceMemory:
     index: int
     free_bytes: int
     total_bytes: int
-
-
-def arbor_command() -> list[str]:
-    """The command line that runs this Arbor's CLI.
-
-    A frozen app (PyInstaller sets ``sys.frozen``) is its own executable;
-    otherwise the interpreter runs the ``app`` package.
-    """
-    if getattr(sys, "frozen", False):
-        return [sys.executable]
-    return [sys.executable, "-m", "app"]
 
 
 class WorkerCheck(QObject):
