@@ -18,7 +18,13 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
+from app.backend.settings import AUTO_GPU_LAYERS
 from app.preferences import load_preferences, save_preferences
+from app.qt.views.dialogs.gpu_layers import (
+    NO_GPU_EXPLANATION,
+    ON_WORKERS,
+    GpuLayersField,
+)
 from app.runner.host import NOT_ON_WORKERS
 from app.window import jobs
 from app.window.job_results import Failed, JobResult, ModelLoaded
@@ -64,6 +70,9 @@ def test_a_worker_lost_mid_reply_leaves_the_window_and_the_conversation(
     assert window.status.layers_label.text() == layers
     subtitle = window.transcript.empty_state.subtitle.text()
     assert f"running on workers {first}, {second}." in subtitle
+    # Settings' GPU field, with no GPU here, says where the layers are.
+    field = GpuLayersField(AUTO_GPU_LAYERS, 4096, info, gpu_supported=False)
+    assert field.toolTip() == ON_WORKERS + NO_GPU_EXPLANATION
     results: list[JobResult] = []
     window.engine.finished.connect(results.append)
 

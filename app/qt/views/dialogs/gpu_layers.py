@@ -25,11 +25,16 @@ from app.backend.values import ModelInfo
 from app.library.units import format_bytes
 
 NO_GPU_EXPLANATION = (
-    "llama.cpp found no GPU, so every layer runs on the CPU. Arbor drives "
+    "llama.cpp found no GPU here, so without workers every layer runs on the "
+    "CPU. Arbor drives "
     "NVIDIA, AMD and Intel GPUs through Vulkan: install the graphics driver's "
     "Vulkan support (on Debian and Ubuntu: mesa-vulkan-drivers for AMD and "
     "Intel, the NVIDIA driver for NVIDIA), then restart Arbor. `arbor info` "
     "lists the devices found."
+)
+ON_WORKERS = (
+    "The loaded model's layers are on workers (the Workers tab says which); "
+    "this setting is for this computer's own GPU. "
 )
 # The slider's length when no model is loaded to say how many layers it has.
 _UNKNOWN_LAYERS = 100
@@ -98,8 +103,10 @@ class GpuLayersField(QWidget):
             self.auto.setChecked(False)
             self.slider.setValue(0)
             self.setEnabled(False)
-            self.setToolTip(NO_GPU_EXPLANATION)
-            self.estimate_label.setText(NO_GPU_EXPLANATION)
+            # On workers the layers are not "on the CPU": say where they are.
+            why = ON_WORKERS if loaded is not None and loaded.workers else ""
+            self.setToolTip(why + NO_GPU_EXPLANATION)
+            self.estimate_label.setText(why + NO_GPU_EXPLANATION)
         self._show()
 
     def value(self) -> int:
