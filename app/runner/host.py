@@ -165,9 +165,9 @@ class EngineHost:
     def _lost_unless_loaded(result: JobResult, had_model: bool) -> JobResult:
         """A load in a new place that failed after the old model was freed
         in its own: no model is loaded now."""
-        if not isinstance(result, Failed) or not had_model or result.model_lost:
+        if not isinstance(result, Failed) or not had_model:
             return result
-        if result.engine_lost:
+        if result.model_lost or result.engine_lost:  # said so already
             return result
         log.info("the load in a new place failed; no model is loaded")
         return replace(
