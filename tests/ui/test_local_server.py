@@ -118,7 +118,14 @@ def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
     assert marks[conversation][0] == "API"
     assert marks[conversation][1].startswith("Made through the local server\n")
     assert marks[typed][0] is None and "local server" not in marks[typed][1]
-    assert any(" 200 " in line for line in dialog.log_view.toPlainText().splitlines())
+    # The log line crosses from the server's thread as a queued signal: it may
+    # still be waiting in the event queue when the client has its answer.
+    qtbot.waitUntil(
+        lambda: any(
+            " 200 " in line for line in dialog.log_view.toPlainText().splitlines()
+        ),
+        timeout=WAIT_MS,
+    )
 
     # The same client goes on: restored from the tree, nothing reprocessed,
     # though the window's own conversation was in the context between.
