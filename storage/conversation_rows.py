@@ -27,7 +27,14 @@ from storage.models import (
     utcnow,
 )
 from storage.node_rows import delete_nodes
-from storage.records import NodeRecord, conversation_record, node_record, recounted
+from storage.records import (
+    NodeRecord,
+    StartSpan,
+    conversation_record,
+    node_record,
+    pack_tokens,
+    recounted,
+)
 from storage.space import releases_space
 from storage.values import Origin, Role, Status
 
@@ -40,11 +47,14 @@ def create_conversation(
     system_prompt: str | None,
     sampling: dict[str, Any] | None = None,
     origin: Origin | None = None,
+    span: StartSpan | None = None,
 ) -> tuple[ConversationRecord, NodeRecord]:
-    """Create a conversation and its root node (the root's span is rendered later).
+    """Create a conversation and its root node.
 
     ``sampling``: what its replies use, None for the Settings' own.
     ``origin``: where it is made, None for the window and the CLI.
+    ``span``: the root's span, rendered for the loaded model (None: it is
+    rendered later, once a model is loaded).
     """
     with db.write() as s:
         conv = Conversation(
@@ -58,6 +68,11 @@ def create_conversation(
         root = Node(
             conversation_id=conv.id, role=Role.ROOT, text=system_prompt or "", chunks=[]
         )
+        if span is not None:
+            root.tokens = pack_tokens(span.tokens)
+            root.n_tokens = len(span.tokens)
+            root.span_text = span.text
+            root.vocab_id = span.vocab_id
         s.add(root)
         s.flush()
         conv.active_node_id = root.id
@@ -117,14 +132,6 @@ def rename_conversation(db: Database, conversation_id: int, title: str) -> None:
     """Change a conversation's title."""
     with db.write() as s:
         get_row(s, Conversation, conversation_id).title = title
-
-
-def title_if_unnamed(db: Database, conversation_id: int, title: str) -> None:
-    """Give a conversation that still has the default title this one."""
-    with db.write() as s:
-        conv = get_row(s, Conversation, conversation_id)
-        if conv.title == DEFAULT_TITLE:
-            conv.title = title
 
 
 @releases_space

@@ -11,7 +11,10 @@ from sqlalchemy import (
     ColumnElement,
     CursorResult,
     Integer,
+    bindparam,
+    case,
     delete,
+    insert,
     literal,
     select,
     update,
@@ -31,13 +34,21 @@ from storage.lookup import (
     valid_ids,
 )
 from storage.models import (
+    DEFAULT_TITLE,
     Checkpoint,
     CheckpointBlob,
     Conversation,
     Node,
     utcnow,
 )
-from storage.records import DeletedBranch, NodeRecord, node_record, pack_tokens
+from storage.records import (
+    NODE_COLUMNS,
+    DeletedBranch,
+    NodeRecord,
+    node_from_stored,
+    node_record,
+    pack_tokens,
+)
 from storage.space import release_space, releases_space
 from storage.values import Role, Status
 
@@ -58,31 +69,68 @@ def add_node(
     generation: dict[str, Any] | None = None,
     span_text: str | None = None,
     thinking: str = "",
+    title_if_unnamed: str | None = None,
 ) -> NodeRecord:
-    """Add a child of ``parent_id`` and make it its conversation's active node."""
+    """Add a child of ``parent_id`` and make it its conversation's active node
+    (and give the conversation ``title_if_unnamed`` while it has the default
+    title).
+
+    In statements built once rather than through the ORM: a new message and
+    its reply are added before the reply's first token, where the ORM's unit
+    of work cost about 1.4 ms each and these 0.6 (``tools/serve_bench.py``).
+    """
+    require_valid_id(Node, parent_id)
     with db.write() as s:
-        parent = get_row(s, Node, parent_id)
-        node = Node(
-            conversation_id=parent.conversation_id,
-            parent_id=parent.id,
-            role=role,
-            text=text,
-            tokens=pack_tokens(tokens),
-            n_tokens=len(tokens),
-            start_pos=start_pos,
-            chunks=list(chunks),
-            vocab_id=vocab_id,
-            status=status,
-            generation=generation,
-            span_text=span_text,
-            thinking=thinking,
+        connection = s.connection()
+        conversation_id = connection.execute(
+            _CONVERSATION_OF, {"parent": parent_id}
+        ).scalar()
+        if conversation_id is None:
+            raise NotFound(not_found_message(Node, parent_id))
+        now = utcnow()
+        values = {
+            "conversation_id": conversation_id,
+            "parent_id": parent_id,
+            "role": Role(role),
+            "text": text,
+            "tokens": pack_tokens(tokens),
+            "start_pos": start_pos,
+            "chunks": list(chunks),
+            "vocab_id": vocab_id,
+            "status": Status(status),
+            "generation": generation,
+            "created_at": now,
+            "thinking": thinking,
+            "span_text": span_text,
+        }
+        node_id = connection.execute(
+            _INSERT_NODE, {**values, "n_tokens": len(tokens)}
+        ).scalar()
+        activate = {"conversation": conversation_id, "node": node_id, "now": now}
+        if title_if_unnamed is None:
+            connection.execute(_ACTIVATE, activate)
+        else:
+            connection.execute(
+                _ACTIVATE_TITLED, {**activate, "title": title_if_unnamed}
+            )
+        return node_from_stored(
+            [node_id if name == "id" else values[name] for name in NODE_COLUMNS]
         )
-        s.add(node)
-        s.flush()
-        conv = get_row(s, Conversation, parent.conversation_id)
-        conv.active_node_id = node.id
-        conv.updated_at = utcnow()
-        return node_record(node)
+
+
+_CONVERSATION_OF = select(Node.conversation_id).where(Node.id == bindparam("parent"))
+_INSERT_NODE = insert(Node).returning(Node.id)
+_ACTIVATE = (
+    update(Conversation)
+    .where(Conversation.id == bindparam("conversation"))
+    .values(active_node_id=bindparam("node"), updated_at=bindparam("now"))
+)
+_ACTIVATE_TITLED = _ACTIVATE.values(
+    title=case(
+        (Conversation.title == DEFAULT_TITLE, bindparam("title")),
+        else_=Conversation.title,
+    )
+)
 
 
 # "Leave as it is" for update_node: None is a value some fields take.

@@ -53,6 +53,16 @@ class NodeRecord:
 
 
 @dataclass(frozen=True)
+class StartSpan:
+    """The rendered span of a conversation start: at position 0, its
+    ``tokens`` under the vocabulary ``vocab_id``, standing for ``text``."""
+
+    tokens: tuple[int, ...]
+    text: str
+    vocab_id: str
+
+
+@dataclass(frozen=True)
 class NodeSummary:
     """A node as a tree view lists it: no tokens, no blob."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from app.backend.chat_format import Message
 from app.backend.engine import LlamaEngine
 from app.conversation import folding
+from app.conversation.batches import Batches
 from app.conversation.spans import span_tokens, turns_of
 from storage.records import NodeRecord
 
@@ -24,7 +25,8 @@ def held_context(path: list[NodeRecord]) -> list[int]:
     effective spans above it and the reply's opening (its first chunk)."""
     reply = path[-1]
     above = [t for n in folding.effective(path[:-1]) for t in n.tokens]
-    return above + list(reply.tokens[: reply.chunks[0]])
+    first = Batches.of(reply.chunks)
+    return above + list(reply.tokens[: first.first_own])
 
 
 def rendered_context(

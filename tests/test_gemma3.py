@@ -40,6 +40,7 @@ from storage.values import Role
 from tests import template_corpus
 from tests.conftest import run_cli
 from tests.gemma import TEMPLATE_NAME, GemmaModels
+from tests.replay import decode_recorded
 from tests.scripted import held_context
 
 pytestmark = pytest.mark.gemma3
@@ -232,8 +233,7 @@ def test_restoring_an_earlier_node_in_a_fresh_engine_is_exact(
     tail = _llama_tokenize(chat.engine, TAIL)
     with LlamaEngine(gemma3_models.chat, SETTINGS) as fresh:
         # The same tokens in the same batches as they were first decoded.
-        for span in path:
-            fresh.decode(span.tokens, span.chunks)
+        decode_recorded(fresh, path)
         fresh.decode(tail, [len(tail)])
         expected = fresh.logits()
 

@@ -166,3 +166,30 @@ def test_a_context_too_large_for_the_device_is_refused_with_both_figures(
     message = result.stderr.strip().splitlines()[-1]
     assert "A context of 9000000 tokens needs about 2.1 GiB of Vulkan0" in message
     assert "memory for its KV cache, but only 2.0 GiB is free there" in message
+
+
+@pytest.mark.parametrize("lost", ["message", "reply"])
+def test_a_span_that_shared_its_batch_is_decoded_again_exactly_on_the_device(
+    lavapipe, tiny_model, tmp_path, lost
+):
+    """A message decoded in one batch with its reply's opening: on the device
+    too, decoding it again alone (its batch made whole with filler), or the
+    reply (its batch begun with the message's end), gives the cells it had,
+    byte for byte (app/conversation/batches.py)."""
+    result = _run(
+        LAVAPIPE,
+        tiny_model,
+        tmp_path,
+        lost,
+        "--n-gpu-layers",
+        "all",
+        module="tests.batch_replay",
+    )
+    assert result["offloaded_layers"] == 3
+    assert result["shared"]
+    assert result["reprocessed"] == result["below_tokens"]
+    assert result["same_checkpoints"] and result["record_kept"]
+    # The control: on the device a batch's size changes its cells (on the CPU
+    # the tiny model's message gives the same either way), so this test would
+    # see a replay that did not make the shared batch whole.
+    assert result["plain_batches_differ"]

@@ -76,7 +76,6 @@ STORAGE_WRITES = frozenset(
         "save_checkpoints",
         "set_conversation_sampling",
         "rename_conversation",
-        "title_if_unnamed",
         "delete_conversation",
         "set_reasoning",
         "set_conversation_model",

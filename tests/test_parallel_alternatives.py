@@ -13,11 +13,13 @@ import pytest
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.conversation import folding
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
 from app.conversation.streams import AlternativeStreams
 from storage import checkpoint_rows, conversation_rows, node_rows
 from storage.db import open_database
+from tests.replay import decode_recorded
 
 SEEDED = SamplingParams(temperature=0.9, seed=11, max_tokens=16)
 GREEDY = SamplingParams(temperature=0, max_tokens=16)
@@ -45,8 +47,7 @@ def _logits_after_reprocessing(tiny_model: Path, service, node_id: int, tail):
     """The next logits when ``node_id``'s path is decoded from scratch (its
     stored tokens, in its stored batch sizes) in a fresh engine."""
     with LlamaEngine(tiny_model, BackendSettings(n_ctx=1024)) as fresh:
-        for node in service.path(node_id):
-            fresh.decode(node.tokens, node.chunks or None)
+        decode_recorded(fresh, folding.effective(service.path(node_id)))
         fresh.decode(tail)
         return fresh.logits()
 

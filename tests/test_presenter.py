@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.backend.values import SamplingParams
+from app.conversation.batches import Batches
 from app.platform.paths import database_path
 from app.preferences import load_preferences
 from app.qt.workers.engine_worker import EngineWorker
@@ -501,17 +502,20 @@ def test_stop_while_a_long_prompt_is_read_ends_within_a_batch(open_session, tiny
     assert p.send(text, None) is True
     s.engine.run_jobs()
 
-    # Reported batch by batch, and stopped before the fourth batch was read.
+    # Reported batch by batch (its role header first, in a batch of its own),
+    # and stopped before the fourth batch was read.
+    node = p.snapshot.nodes[p.active_id]
+    header, first, *_rest = Batches.of(node_rows.get_node(s.db, node.id).chunks).sizes
+    assert first == 32
     total = reports[0][1]
     assert total > 4 * 32
-    assert [done for done, _ in reports] == [0, 32, 64]
+    assert [done for done, _ in reports] == [0, header, header + 32]
     result = s.engine.results[-1]
     assert isinstance(result, Failed) and result.stopped
     assert s.view.said("show_error") == [] and s.view.said("give_back_text") == []
     busy = [args[0] for args in s.view.said("set_busy") if args[0]]
-    assert f"Reading the prompt… 64 of {total:,} tokens" in busy
+    assert f"Reading the prompt… {header + 32} of {total:,} tokens" in busy
     # The message is kept, unanswered, and is where the conversation stands.
-    node = p.snapshot.nodes[p.active_id]
     assert node.role == "user" and node.text == text
     assert p.snapshot.children[p.active_id] == []
     assert "empty box" in s.view.said("show_message")[-1][0]

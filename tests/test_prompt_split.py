@@ -20,6 +20,7 @@ import pytest
 
 from app.backend.chat_format import ChatFormat, Message
 from app.backend.values import SamplingParams
+from app.conversation.batches import Batches
 from storage.values import Role
 from tests import real_vocab, template_corpus
 from tests.scripted import held_context, rendered_context
@@ -123,7 +124,7 @@ def test_split_is_where_the_pieces_tokenize_as_the_whole(tmp_path, open_service)
         user, opening = path[-2], path[-1]
         # The user span and the generation prompt are the tokens of their
         # joined text, and so the context is that of the whole render.
-        header = list(opening.tokens[: opening.chunks[0]])
+        header = list(opening.tokens[: Batches.of(opening.chunks).first_own])
         joined = user.span_text + engine.detokenize(header)
         assert list(user.tokens) + header == engine.tokenize(joined)
         assert held_context(path) == rendered_context(engine, None, path)

@@ -10,6 +10,7 @@ from pathlib import Path
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.conversation.batches import Batches
 from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.service import ConversationService
 from storage import checkpoint_rows, node_rows
@@ -45,8 +46,11 @@ def test_a_known_system_prompt_is_restored_not_decoded(
     _second, twin = service.new_conversation(SYSTEM)
     again = service.send(twin, "Hello", GREEDY)
     assert again.stats.reprocessed_tokens == 0
-    # The context held the same start's cells: kept, not even restored.
-    assert again.stats.kept_tokens == root_tokens
+    # The context held the same start's cells: kept, not even restored, and
+    # the role header of the message after it (app/conversation/batches.py).
+    assert again.user_node is not None
+    header = Batches.of(node_rows.get_node(service.db, again.user_node).chunks)
+    assert again.stats.kept_tokens == root_tokens + header.sizes[0]
     # The same context as decoding it: the same logits after the same message.
     assert again.stats.logits_digest == decoded.stats.logits_digest
     _close(service)

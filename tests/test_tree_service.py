@@ -10,6 +10,7 @@ from app.backend.engine import LlamaEngine
 from app.backend.errors import ContextFullError
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.conversation.batches import Batches
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
 from app.conversation.streams import Streams
@@ -195,7 +196,7 @@ def test_a_reply_cut_at_the_length_limit_goes_on_as_a_new_branch(service):
     assert streamed[0] == old.text and "".join(streamed) == new.text
     # Its span: the same opening (the first batch), the 4 tokens sampled, then
     # 4 more (and the turn's closing).
-    kept = old.tokens[: old.chunks[0] + 4]
+    kept = old.tokens[: Batches.of(old.chunks).first_own + 4]
     assert new.tokens[: len(kept)] == kept and len(new.tokens) > len(old.tokens)
     assert new.generation["generated_tokens"] == 8
     # It can go on again, and the conversation continues from it.

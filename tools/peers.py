@@ -53,6 +53,8 @@ sys.path.insert(0, str(ROOT))
 from app.backend.engine import LlamaEngine  # noqa: E402
 from app.backend.settings import BackendSettings  # noqa: E402
 from app.bench.workload import SYSTEM_PROMPT, filler_text, greedy  # noqa: E402
+from app.conversation import folding  # noqa: E402
+from app.conversation.batches import redecode  # noqa: E402
 from app.conversation.checkpoint_writer import CheckpointWriter  # noqa: E402
 from app.conversation.service import ConversationService  # noqa: E402
 from app.platform.starter_model import starter_model_path  # noqa: E402
@@ -168,8 +170,11 @@ def measure_arbor(
     path = node_rows.get_path(db, leaf)
     db.close()
     with LlamaEngine(model, settings) as engine:
-        for node in path:
-            engine.decode(list(node.tokens), list(node.chunks) or None)
+        before = None
+        for node in folding.effective(path):
+            if not redecode(engine, node, before):
+                engine.decode(list(node.tokens))
+            before = node
         engine.decode([probe], [1])
         reference = engine.logits().copy()
     times, diff = [], 0.0

@@ -59,6 +59,7 @@ from app.backend.sampling import Sampler  # noqa: E402
 from app.backend.settings import BackendSettings  # noqa: E402
 from app.backend.values import SamplingParams  # noqa: E402
 from app.conversation import folding  # noqa: E402
+from app.conversation.batches import Batches  # noqa: E402
 from app.conversation.service import ConversationService  # noqa: E402
 from app.conversation.spans import span_tokens, system_of, turns_of  # noqa: E402
 from storage.db import open_database  # noqa: E402
@@ -205,7 +206,7 @@ def run_case(case: Case, model: Path, folder: Path) -> list[Turn]:
             path = service.path(reply.assistant_node)
             opening = path[-1]
             context = [t for n in folding.effective(path[:-1]) for t in n.tokens]
-            context += opening.tokens[: opening.chunks[0]]
+            context += opening.tokens[: Batches.of(opening.chunks).first_own]
             _through, text = engine.chat_format.prompt(
                 system_of(path), turns_of(path[:-1])
             )

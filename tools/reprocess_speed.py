@@ -27,6 +27,7 @@ from pathlib import Path
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.conversation.batches import redecode
 from app.conversation.service import ConversationService
 from app.platform.starter_model import starter_model_path
 from storage.db import open_database
@@ -101,8 +102,11 @@ def _time(engine: LlamaEngine, path: list, exact: bool) -> float:
     # ContextSync does.
     engine.truncate(0)
     started = time.perf_counter()
+    before = None
     for node in path:
-        engine.decode(node.tokens, node.chunks if exact else None)
+        if not (exact and redecode(engine, node, before)):
+            engine.decode(node.tokens)
+        before = node
     return time.perf_counter() - started
 
 

@@ -3,9 +3,12 @@
 An agent-like client sends one conversation that grows by a ~150-token user
 turn per request, to ~2,000 tokens over 10 requests, to each server (greedy,
 the same model, context size and threads); then both servers are restarted
-and the conversation goes on; then a new conversation with the same system
-prompt starts. Each row reports the time to the first streamed token and
-the prompt tokens the server decoded (prompt tokens minus the cached ones).
+and the conversation goes on; then new conversations with the same system
+prompt start, in that conversation and from other clients, five of each
+(their medians are reported, being short and so noisy). Each row reports
+the time to the first streamed token and the prompt tokens the server
+decoded (prompt tokens minus the cached ones). Each server has one client,
+which keeps its connection, as an agent's would.
 
     python tools/serve_bench.py --llama-server PATH/llama-server [--model GGUF]
 
@@ -39,6 +42,7 @@ from app.platform.starter_model import starter_model_path  # noqa: E402
 N_CTX = 4096
 THREADS = 2
 REQUESTS = 10
+SHORT_ROUNDS = 5
 REPLY_TOKENS = 24
 # fmt: off
 WORDS = [
@@ -83,11 +87,15 @@ class Server:
         self.command = command
         self.port = port
         self.process: subprocess.Popen[bytes] | None = None
+        self._client: openai.OpenAI | None = None
 
     def start(self, model: str) -> None:
         """Start it and wait until it answers a chat request."""
         self.process = subprocess.Popen(
             self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self._client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{self.port}/v1", api_key="x", max_retries=0
         )
         client = self.client()
         deadline = time.monotonic() + 300
@@ -112,10 +120,9 @@ class Server:
         self.process.wait(timeout=120)
 
     def client(self) -> openai.OpenAI:
-        """An openai client for it."""
-        return openai.OpenAI(
-            base_url=f"http://127.0.0.1:{self.port}/v1", api_key="x", max_retries=0
-        )
+        """Its openai client (made when it started)."""
+        assert self._client is not None
+        return self._client
 
 
 def ask(
@@ -165,14 +172,16 @@ def run(servers: dict[str, Server], model: str) -> dict[str, dict[str, Any]]:
     for server in servers.values():
         server.start(model)
     histories = {name: [{"role": "system", "content": SYSTEM}] for name in servers}
-    results: dict[str, dict[str, Any]] = {name: {"growing": []} for name in servers}
+    results: dict[str, dict[str, Any]] = {
+        name: {key: [] for key in ("growing", *SHORT)} for name in servers
+    }
 
     def step(key: str, name: str, messages: list[dict[str, str]], **kw: Any) -> str:
         row, reply = ask(servers[name], model, messages, **kw)
-        if key == "growing":
-            results[name][key].append(row)
-        else:
+        if key == "restarted":
             results[name][key] = row
+        else:
+            results[name][key].append(row)
         return reply
 
     for index in range(REQUESTS):
@@ -183,18 +192,28 @@ def run(servers: dict[str, Server], model: str) -> dict[str, dict[str, Any]]:
     for server in servers.values():
         server.stop()
         server.start(model)
-    hello = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi."}]
     for name, messages in histories.items():
         messages.append({"role": "user", "content": user_turn(REQUESTS)})
         step("restarted", name, messages)
-        step("new_with_known_system", name, hello)
-        # Another client: for Arbor a new conversation, whose start is the
-        # same system prompt's start of the first one.
-        other = [hello[0], {"role": "user", "content": "Yo."}]
-        step("other_client_known_system", name, other, user="b")
+    system = {"role": "system", "content": SYSTEM}
+    for index in range(SHORT_ROUNDS):
+        for name in servers:
+            hello = [system, {"role": "user", "content": f"Hi, {WORDS[index]}."}]
+            step("new_with_known_system", name, hello)
+            # Another client: for Arbor a new conversation, whose start is
+            # the same system prompt's start of the first one.
+            other = [system, {"role": "user", "content": f"Yo, {WORDS[-index]}."}]
+            step("other_client_known_system", name, other, user=f"client {index}")
     for server in servers.values():
         server.stop()
     return results
+
+
+# The short rows, each asked SHORT_ROUNDS times, and their names.
+SHORT = {
+    "new_with_known_system": "new conversation, known system prompt",
+    "other_client_known_system": "another client, known system prompt",
+}
 
 
 def main() -> None:
@@ -277,14 +296,14 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         for i, (x, y) in enumerate(zip(a["growing"], b["growing"], strict=True))
     ]
     rows.append(("after a restart", a["restarted"], b["restarted"]))
-    for key, name in (
-        ("new_with_known_system", "new conversation, known system prompt"),
-        ("other_client_known_system", "another client, known system prompt"),
-    ):
-        rows.append((name, a[key], b[key]))
     for name, x, y in rows:
         cells = [name, f"{x.prompt:,}", f"{x.ttft_ms:.0f} ms", f"{y.ttft_ms:.0f} ms"]
         cells += [f"{x.decoded:,}", f"{y.decoded:,}"]
+        print("| " + " | ".join(cells) + " |")
+    for key, name in SHORT.items():
+        cells = [f"{name} (median of {len(a[key])})", f"{a[key][0].prompt:,}"]
+        cells += [_spread(a[key]), _spread(b[key])]
+        cells += [f"{a[key][0].decoded:,}", f"{b[key][0].decoded:,}"]
         print("| " + " | ".join(cells) + " |")
     warm_a = statistics.median(r.ttft_ms for r in a["growing"][1:])
     warm_b = statistics.median(r.ttft_ms for r in b["growing"][1:])
@@ -292,6 +311,12 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         f"\nwarm continues (requests 2-{REQUESTS}), median TTFT: "
         f"Arbor {warm_a:.0f} ms, llama-server {warm_b:.0f} ms"
     )
+
+
+def _spread(rows: list[Row]) -> str:
+    """The median time to the first token, with the lowest and highest."""
+    times = sorted(r.ttft_ms for r in rows)
+    return f"{statistics.median(times):.0f} ms ({times[0]:.0f} to {times[-1]:.0f})"
 
 
 if __name__ == "__main__":

@@ -696,9 +696,10 @@ class LlamaEngine:
         ``chunks`` are batch sizes to use (a replay of how the tokens were first
         decoded, which keeps floating-point results bit-identical); by default
         batches of ``n_batch``. Returns the batch sizes used. A decode of
-        more than one batch tells ``decode_watch`` before each batch, and
-        raises ``Interrupted`` (the batches before it decoded) when told to
-        stop.
+        more tokens than one batch holds tells ``decode_watch`` before each
+        batch, and raises ``Interrupted`` (the batches before it decoded)
+        when told to stop; a short one (a message's header apart, then the
+        rest) runs through.
         """
         tokens = list(tokens)
         if not tokens:
@@ -717,7 +718,7 @@ class LlamaEngine:
         ):
             step = self.n_batch
             chunks = [min(step, len(tokens) - i) for i in range(0, len(tokens), step)]
-        watch = self.decode_watch if len(chunks) > 1 else None
+        watch = self.decode_watch if len(tokens) > self.n_batch else None
         offset = 0
         for size in chunks:
             if watch is not None and not watch(offset, len(tokens)):
@@ -895,13 +896,16 @@ class LlamaEngine:
     def capture(self, start: int, end: int) -> bytes:
         """Serialize the KV cells of positions ``[start, end)`` of the conversation.
 
-        For "full" models the whole state at ``end`` is serialized instead.
-        Sliding-window models get one serialized piece per window-aligned
-        stretch (see ``_window_pieces``), each with a length prefix.
+        The context may go on after ``end`` (a span decoded in one batch with
+        the next one's start). For "full" models the whole state at ``end``
+        is serialized instead, so the context must end there. Sliding-window
+        models get one serialized piece per window-aligned stretch (see
+        ``_window_pieces``), each with a length prefix.
         """
-        if end != self.n_past:
+        whole = self.state_kind is StateKind.FULL
+        if end > self.n_past or (whole and end != self.n_past):
             raise BackendError(f"capture at {end} but the context is at {self.n_past}")
-        if self.state_kind is StateKind.FULL:
+        if whole:
             return self._seq_state(MAIN_SEQ)
         if not self.n_swa:
             return self._capture_cells(start, end)

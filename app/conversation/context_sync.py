@@ -29,10 +29,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.backend.values import StateKind
 from app.conversation import folding, profile_difference
+from app.conversation.batches import Batches, redecode
 from app.conversation.results import SyncStats
 from app.conversation.tree_cache import TreeCache
 from storage import checkpoint_rows, node_rows
@@ -129,12 +131,22 @@ class ContextSync:
         """Record that ``node``'s span was just decoded at the end of the context."""
         self.loaded.append(node)
 
-    def move_to(self, path: list[NodeRecord]) -> SyncStats:
-        """Make the context hold exactly the (effective) spans of ``path``."""
+    def move_to(
+        self, path: list[NodeRecord], then: NodeRecord | None = None
+    ) -> SyncStats:
+        """Make the context hold exactly the (effective) spans of ``path``.
+
+        ``then`` is a new node about to be decoded after them. Where the
+        context holds, right after the path, a span whose first batch is
+        the same tokens as ``then``'s first batch (another message's role
+        header under the same start: see ``batches``), those cells are what
+        decoding that batch gives, and they stay: the context then ends
+        inside ``then``'s span, and ``stats.kept_tokens`` counts them.
+        """
         path = folding.effective(path)
         if self._engine.state_kind is StateKind.FULL:
             return self._move_full(path)
-        return self._move_delta(path)
+        return self._move_delta(path, then)
 
     def _common_prefix(self, path: list[NodeRecord]) -> int:
         shared = 0
@@ -147,10 +159,17 @@ class ContextSync:
             shared += 1
         return shared
 
-    def _move_delta(self, path: list[NodeRecord]) -> SyncStats:
+    def _move_delta(self, path: list[NodeRecord], then: NodeRecord | None) -> SyncStats:
         stats = SyncStats()
         shared = self._common_prefix(path)
         fork = path[shared - 1].end_pos if shared else 0
+        head = self._held_head(then, shared) if shared == len(path) else 0
+        if head:
+            self._engine.truncate(fork + head)
+            if self._engine.n_past == fork + head:
+                self.loaded = self.loaded[:shared]
+                stats.kept_tokens = fork + head
+                return stats
         self._engine.truncate(fork)
         if self._engine.n_past != fork:  # the engine could not cut there
             shared, fork = 0, 0
@@ -163,6 +182,30 @@ class ContextSync:
             self._db, [n.id for n in restored if n.tokens], self._profile_id
         )
         return stats
+
+    def _held_head(self, then: NodeRecord | None, kept: int) -> int:
+        """How many cells of ``then``'s first batch the context holds after
+        its first ``kept`` nodes: those of another span there whose first
+        batch was the same tokens (0: none)."""
+        if then is None or len(self.loaded) <= kept:
+            return 0
+        held = self.loaded[kept]
+        if held.start_pos != then.start_pos or held.vocab_id != then.vocab_id:
+            return 0
+        mine, theirs = Batches.of(then.chunks), Batches.of(held.chunks)
+        # Only a batch of the span's own tokens, with more of them after it.
+        if not (
+            mine.describe(len(then.tokens))
+            and theirs.describe(len(held.tokens))
+            and mine.lead == theirs.lead == 0
+            and len(mine.sizes) > 1
+            and len(theirs.sizes) > 1
+        ):
+            return 0
+        size = mine.sizes[0]
+        if theirs.sizes[0] != size or held.tokens[:size] != then.tokens[:size]:
+            return 0
+        return size
 
     def _restore_deltas(
         self, below: list[NodeRecord], stats: SyncStats
@@ -399,12 +442,17 @@ class ContextSync:
         # Decode one span; returns the batch sizes used and its new checkpoint
         # (None for an empty span), which the caller saves.
         started = time.perf_counter()
-        used = self._engine.decode(
-            node.tokens, (node.chunks or None) if exact else None
-        )
+        before = self.loaded[-1] if self.loaded else None
+        if exact and redecode(self._engine, node, before):
+            used = list(node.chunks)
+        else:
+            used = self._engine.decode(node.tokens)
         stats.reprocess_ms += (time.perf_counter() - started) * 1000
         stats.reprocessed_tokens += len(node.tokens)
-        self.loaded.append(node)
+        # Held as decoded now: a span kept later is judged by its batches.
+        self.loaded.append(
+            node if used == list(node.chunks) else replace(node, chunks=tuple(used))
+        )
         if not node.tokens:
             return used, None
         # Repair: the next visit restores instead of reprocessing.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
 from app.backend.values import PENALTY_LAST_N, SamplingParams, StateKind
 from app.conversation import spans
+from app.conversation.batches import Batches
 from app.conversation.results import Reply, ReplyStats, StopReason
 from app.conversation.spans import Placement
 from app.conversation.streams import Streams
@@ -64,9 +65,9 @@ NOTHING_EARLIER = Earlier()
 
 @dataclass
 class ReplyStream:
-    """One reply while it is sampled."""
+    """One reply while it is sampled; its ``node`` is stored once its first
+    token is out."""
 
-    node: NodeRecord
     params: SamplingParams
     streams: Streams
     sampler: Sampler
@@ -74,6 +75,7 @@ class ReplyStream:
     text: ReplyText
     index: int  # its rank among alternatives generated together (0: alone)
     earlier: Earlier
+    node: NodeRecord | None = None
     # Its fork while alternatives are sampled together; None: it is decoded
     # on the main sequence as it is sampled.
     seq: int | None = None
@@ -108,10 +110,8 @@ class ReplyStream:
 
 @dataclass(frozen=True)
 class ReplyPlan:
-    """One reply to generate: its node (stored "generating"), how it samples
-    and where it streams."""
+    """One reply to generate: how it samples and where it streams."""
 
-    node: NodeRecord
     params: SamplingParams
     streams: Streams
 
@@ -120,9 +120,13 @@ class ReplyPipeline:
     """The replies that follow one decoded opening, from their first token to
     their checkpoints.
 
-    ``opening`` was decoded at position ``start`` of the main sequence and
-    ends there now; ``store_checkpoint`` saves a node's checkpoint (returns
-    the bytes written) and ``move_to`` positions the engine on a path.
+    ``opening`` was decoded at position ``start`` of the main sequence, in
+    the batch ``first``, and ends there now; ``store_checkpoint`` saves a
+    node's checkpoint (returns the bytes written) and ``move_to`` positions
+    the engine on a path. ``store_replies`` stores the replies' nodes
+    ("generating", in the order of the plans) and returns them; it is called
+    once their first tokens are sampled, so that what it waits for comes
+    after the first token rather than before it.
     """
 
     def __init__(
@@ -131,17 +135,21 @@ class ReplyPipeline:
         db: Database,
         sync: ContextSync,
         opening: Placement,
+        first: Batches,
         start: int,
         store_checkpoint: Callable[[NodeRecord, bytes], int],
         move_to: Callable[[list[NodeRecord]], object],
+        store_replies: Callable[[], list[NodeRecord]],
     ) -> None:
         self._engine = engine
         self._db = db
         self._sync = sync
         self._opening = opening
+        self._first_batch = first.recorded()
         self._start = start
         self._store_checkpoint = store_checkpoint
         self._move_to = move_to
+        self._store_replies = store_replies
         self._first = start + len(opening.tokens)  # where sampled tokens go
         self._limit = engine.n_ctx  # set for the replies sampled (``_sample``)
 
@@ -173,7 +181,6 @@ class ReplyPipeline:
                 splitter = ReasoningSplitter(engine.reasoning_format, thinking_first)
                 sampling.append(
                     ReplyStream(
-                        node=reply.node,
                         params=reply.params,
                         streams=reply.streams,
                         sampler=samplers.enter_context(
@@ -199,7 +206,7 @@ class ReplyPipeline:
                 stream, replace(stats, fallbacks=list(stats.fallbacks))
             )
             if stream.index:
-                self._sync.drop(stream.node.id)
+                self._sync.drop(_node(stream).id)
         return [done[k] for k in range(len(sampling))]
 
     def _sample(self, streams: list[ReplyStream], forked: bool) -> None:
@@ -224,6 +231,7 @@ class ReplyPipeline:
         finally:
             if forked:
                 engine.end_fork()
+        self._stored(streams)  # stopped before a first token
         for stream in streams:
             cut = stream.text.finish()
             if cut is not None:  # the reply ends inside a character: before it
@@ -247,6 +255,8 @@ class ReplyPipeline:
                 if (token := self._next_token(stream, rows[stream.index], first_step))
                 is not None
             ]
+            if first_step:
+                self._stored(streams)
             first_step = False
             if len(step) < len(live):  # some stopped at this step
                 live = [s for s, _token in step]
@@ -263,6 +273,12 @@ class ReplyPipeline:
                 last_save = time.perf_counter()
                 for stream in streams:
                     self._save_partial(stream)
+
+    def _stored(self, streams: list[ReplyStream]) -> None:
+        """Store the replies' nodes, once."""
+        if streams[0].node is None:
+            for stream, node in zip(streams, self._store_replies(), strict=True):
+                stream.node = node
 
     def _next_token(
         self, stream: ReplyStream, row: int, first_step: bool
@@ -347,21 +363,21 @@ class ReplyPipeline:
         """Write a reply in progress, so that a crash loses little of it."""
         engine = self._engine
         tokens = stream.tokens
-        if stream.node.status != Status.GENERATING or not tokens:
+        if _node(stream).status != Status.GENERATING or not tokens:
             return
         header = self._opening.tokens
         span = [*header, *tokens]
         # A fork's cells are never checkpointed: its batch sizes are those of
         # the re-decode its node would get.
         chunks = (
-            [len(header)] + [1] * len(tokens)
+            [*self._first_batch, *[1] * len(tokens)]
             if stream.seq is None
             else engine.batch_sizes(len(span))
         )
-        with self._db.changing([stream.node.id]):
+        with self._db.changing([_node(stream).id]):
             stream.node = node_rows.update_node(
                 self._db,
-                stream.node.id,
+                _node(stream).id,
                 text=stream.answer,
                 thinking=stream.thinking,
                 tokens=span,
@@ -378,7 +394,7 @@ class ReplyPipeline:
         if stats.generate_ms > 0:
             stats.tokens_per_second = generated / (stats.generate_ms / 1000)
         stats.stop_reason = reason = stream.stop_reason
-        node = stream.node
+        node = _node(stream)
         assert node.generation is not None
         with self._db.changing([node.id]):
             node = node_rows.update_node(
@@ -427,7 +443,7 @@ class ReplyPipeline:
         span = [*header, *decoded, *closing]
         if stream.seq is None:
             # Its tokens are in the context as sampled: the closing follows.
-            chunks = [len(header)] + [1] * len(decoded)
+            chunks = [*self._first_batch, *[1] * len(decoded)]
             if closing:
                 engine.decode(closing, [len(closing)])
                 chunks.append(len(closing))
@@ -462,3 +478,9 @@ class ReplyPipeline:
         decoded = stream.tokens if ended_by_model or not pending else stream.tokens[:-1]
         text = engine.detokenize([*decoded, *pending]) + footer_text
         return decoded, closing, text
+
+
+def _node(stream: ReplyStream) -> NodeRecord:
+    """A stream's node, stored by now (``ReplyPipeline._stored``)."""
+    assert stream.node is not None, "a reply's node is stored at its first token"
+    return stream.node

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from app.backend.errors import ContextFullError
 from app.backend.reasoning import ANSWER, THINKING
 from app.backend.values import MAX_FORKS, SamplingParams, StateKind
-from app.conversation import spans, summary
+from app.conversation import batches, spans, summary
+from app.conversation.batches import Batches
 from app.conversation.checkpoint_writer import CheckpointSink, DirectWriter
 from app.conversation.context_sync import ContextSync, write_batches
 from app.conversation.errors import ServiceError
@@ -58,13 +59,16 @@ from storage import (
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
-from storage.records import DeletedBranch, NodeRecord, NodeSummary
+from storage.records import DeletedBranch, NodeRecord, NodeSummary, StartSpan
 from storage.values import Origin, Role, Status
 
 if TYPE_CHECKING:
     from app.backend.engine import LlamaEngine
 
 log = logging.getLogger(__name__)
+
+# Starts' spans ``_start_span`` remembers (system prompts in use at once).
+_REMEMBERED_STARTS = 16
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,10 @@ class ConversationService:
             )
         # The open conversation's tree, so that a move reads only checkpoints.
         self._tree = TreeCache(db, self.profile_id)
+        # The role header of messages under a start (``_header_length``), and
+        # the spans of starts (``_start_span``), for the loaded model.
+        self._headers: dict[tuple[str, tuple[int, ...], str], list[int]] = {}
+        self._start_spans: dict[tuple[str, str, str], StartSpan] = {}
         if engine is not None:
             assert self.profile_id is not None
             self._sync = ContextSync(
@@ -229,9 +237,13 @@ class ConversationService:
         _check_text(system_prompt, "system prompt")
         _check_text(title, "title")
         conversation, root = conversation_rows.create_conversation(
-            self.db, title, system_prompt, stored_sampling(sampling, preset), origin
+            self.db,
+            title,
+            system_prompt,
+            stored_sampling(sampling, preset),
+            origin,
+            self._start_span(system_prompt),
         )
-        self._render_root(conversation.id, root)
         return conversation.id, root.id
 
     def new_system_prompt(self, conversation_id: int, system_prompt: str) -> int:
@@ -260,13 +272,16 @@ class ConversationService:
         if role not in (Role.USER, Role.ASSISTANT) or parent.role not in expected:
             raise ServiceError(f"A {role} message cannot follow a {parent.role} node.")
         _check_text(text, "message")
+        first = role == Role.USER and parent.parent_id is None
         with self.db.adding() as added:
-            node = node_rows.add_node(self.db, parent_id, role, text)
-            added.add(node.id)
-        if role == Role.USER and parent.parent_id is None:
-            conversation_rows.title_if_unnamed(
-                self.db, node.conversation_id, title_from(text)
+            node = node_rows.add_node(
+                self.db,
+                parent_id,
+                role,
+                text,
+                title_if_unnamed=title_from(text) if first else None,
             )
+            added.add(node.id)
         return node.id
 
     def stored_sampling(self, node_id: int) -> dict[str, Any] | None:
@@ -287,6 +302,23 @@ class ConversationService:
         conversation_rows.set_conversation_sampling(
             self.db, conversation_id, stored_sampling(sampling, preset)
         )
+
+    def _start_span(self, system_prompt: str | None) -> StartSpan | None:
+        """The span a new conversation starts with (None without a model):
+        rendered once per system prompt, then remembered, since a client of
+        the local server starts many conversations with the same one."""
+        if self.engine is None:
+            return None
+        variables = self._variables(None)
+        key = (self.engine.vocab_id, system_prompt or "", repr(variables))
+        span = self._start_spans.get(key)
+        if span is None:
+            placement = spans.start_span(self.engine, system_prompt, variables)
+            span = StartSpan(tuple(placement.tokens), placement.text, key[0])
+            if len(self._start_spans) >= _REMEMBERED_STARTS:
+                self._start_spans.pop(next(iter(self._start_spans)))
+            self._start_spans[key] = span
+        return span
 
     def _render_root(self, conversation_id: int, root: NodeRecord) -> None:
         # The root's span is rendered now where a model is loaded, so its
@@ -417,7 +449,7 @@ class ConversationService:
         earlier attempt whose reply failed), that message is answered instead
         of adding a copy; ``Reply.user_node`` is then its id.
         """
-        parent = node_rows.get_node(self.db, parent_id)
+        parent = self._tree.path(parent_id)[-1]
         if parent.role == Role.USER:
             raise ServiceError(
                 f"Node {parent_id} is a user message; send continues from an "
@@ -640,6 +672,7 @@ class ConversationService:
         self._check_room(
             placement.start_pos + len(placement.tokens) + len(prompt_tokens)
         )
+        planned = self._message_batches(path, placement, len(prompt_tokens), variables)
         # The user's words are committed before any model work, so nothing they
         # typed is lost if generation fails or the process dies.
         with self.db.adding() as added:
@@ -650,19 +683,50 @@ class ConversationService:
                 text,
                 tokens=placement.tokens,
                 start_pos=placement.start_pos,
+                chunks=planned.recorded(),
                 vocab_id=engine.vocab_id,
                 span_text=placement.text,
+                title_if_unnamed=title_from(text) if parent_id == path[0].id else None,
             )
             added.add(user.id)
-        if parent_id == path[0].id:
-            conversation_rows.title_if_unnamed(
-                self.db, user.conversation_id, title_from(text)
-            )
-        stats = ReplyStats.after(self._move_to(placement.base))
+        stats = ReplyStats.after(self._move_to(placement.base, then=user))
         # The template's generation prompt follows the user's turn directly.
         opening = Placement([*placement.base, user], prompt_text, prompt_tokens)
         choice = _Choice(params.with_seed(), streams)
         return self._generate(user, opening, user, [choice], stats)[0]
+
+    def _message_batches(
+        self,
+        path: list[NodeRecord],
+        placement: Placement,
+        n_opening: int,
+        variables: dict[str, Any],
+    ) -> Batches:
+        """How a new message's span is decoded (``batches``): with its
+        reply's opening where they fit one batch and the context can be cut
+        back between them; its role header apart where it follows a start."""
+        engine = self._require_engine()
+        if engine.state_kind is StateKind.FULL:
+            return batches.for_message(len(placement.tokens), 0, 0, engine.n_batch)
+        header = 0
+        if [n.id for n in placement.base] == [path[0].id]:
+            header = self._header_length(path, placement.tokens, variables)
+        return batches.for_message(
+            len(placement.tokens), header, n_opening, engine.n_batch
+        )
+
+    def _header_length(
+        self, path: list[NodeRecord], tokens: list[int], variables: dict[str, Any]
+    ) -> int:
+        """How many of a message's first ``tokens`` under the start of
+        ``path`` any message there begins with (0: none)."""
+        engine = self._require_engine()
+        key = (engine.vocab_id, path[0].tokens, repr(sorted(variables.items())))
+        header = self._headers.get(key)
+        if header is None:
+            header = spans.message_header(engine, path[:1], variables)
+            self._headers[key] = header
+        return len(header) if tokens[: len(header)] == header else 0
 
     def _unanswered_user(self, parent_id: int, text: str) -> NodeRecord | None:
         """A user message ``text`` under ``parent_id`` that has no reply, if any."""
@@ -704,6 +768,10 @@ class ConversationService:
         fails, the context is forgotten (its contents are unknown) and each
         reply left "generating" is removed, or kept as "interrupted" when it
         has text.
+
+        The message's checkpoint and the replies' nodes are stored once the
+        first tokens are out (``store_replies``): the wait for them would
+        otherwise come before the first token.
         """
         engine = self._require_engine()
         sync = self._sync
@@ -711,39 +779,53 @@ class ConversationService:
         replies: list[NodeRecord] = []
         try:
             prompt_started = time.perf_counter()
+            first = Batches((len(opening.tokens),))
             if user is not None:
-                user = self._decode_user(user, stats)
+                captured = self._decode_user(user, opening, stats)
+                first = Batches.of(user.chunks).opening_after(len(opening.tokens))
             start = engine.n_past
-            engine.decode(opening.tokens, [len(opening.tokens)])
+            if first.lead:  # decoded with the message: it ends the context
+                start -= len(opening.tokens)
+            else:
+                engine.decode(opening.tokens, first.sizes)
             stats.prompt_tokens += len(opening.tokens)
             stats.prompt_ms = (time.perf_counter() - prompt_started) * 1000
             stats.logits_digest = hashlib.sha256(engine.logits().tobytes()).hexdigest()
-            if user is not None:
-                # Its write ran while the opening was decoded. A message whose
-                # checkpoint cannot be stored (a full disk) fails here, still
-                # unanswered, so that a retry answers it instead of a copy.
-                self._checkpoints.settle([user.id])
-                self._raise_write_failure()
-            plans = []
-            for choice in choices:
-                generation = {
-                    "params": choice.params.as_dict(),
-                    "model": engine.info.name,
-                    **choice.generation,
-                }
-                reply = self._add_generating_reply(
-                    parent.id, opening, start, generation
-                )
-                replies.append(reply)
-                plans.append(ReplyPlan(reply, choice.params, choice.streams))
+
+            def store_replies() -> list[NodeRecord]:
+                if user is not None:
+                    stats.checkpoint_bytes_written += self._store_checkpoint(
+                        user, captured
+                    )
+                    # A message whose checkpoint cannot be stored (a full
+                    # disk) fails here, still unanswered, so that a retry
+                    # answers it instead of a copy.
+                    self._checkpoints.settle([user.id])
+                    self._raise_write_failure()
+                for choice in choices:
+                    generation = {
+                        "params": choice.params.as_dict(),
+                        "model": engine.info.name,
+                        **choice.generation,
+                    }
+                    replies.append(
+                        self._add_generating_reply(
+                            parent.id, opening, start, first, generation
+                        )
+                    )
+                return replies
+
+            plans = [ReplyPlan(choice.params, choice.streams) for choice in choices]
             pipeline = ReplyPipeline(
                 engine,
                 self.db,
                 sync,
                 opening,
+                first,
                 start,
                 self._store_checkpoint,
                 self._move_to,
+                store_replies,
             )
             made = pipeline.run(plans, stats, forked, earlier)
         except Exception:
@@ -759,9 +841,11 @@ class ConversationService:
         parent_id: int,
         opening: Placement,
         start: int,
+        first: Batches,
         generation: dict[str, Any],
     ) -> NodeRecord:
-        """Store a reply as soon as its opening is decoded, status "generating".
+        """Store a reply as soon as its opening is decoded (in the batch
+        ``first``), status "generating".
 
         Its span so far is the generation prompt; sampled tokens are added as
         they come, so a killed process leaves what was written. The
@@ -775,7 +859,7 @@ class ConversationService:
                 "",
                 tokens=opening.tokens,
                 start_pos=start,
-                chunks=[len(opening.tokens)],
+                chunks=first.recorded(),
                 vocab_id=self._require_engine().vocab_id,
                 status=Status.GENERATING,
                 generation=generation,
@@ -814,19 +898,27 @@ class ConversationService:
             return None
         return path
 
-    def _decode_user(self, user: NodeRecord, stats: ReplyStats) -> NodeRecord:
-        """Decode a new user message at the end of the context and checkpoint it."""
+    def _decode_user(
+        self, user: NodeRecord, opening: Placement, stats: ReplyStats
+    ) -> bytes:
+        """Decode a new user message at the end of the context in the batches
+        it records, with its reply's opening where they share one; return
+        its checkpoint, for the caller to store. The cells of its first batch
+        may be held already (``ContextSync.move_to``): the same header under
+        the same start."""
         engine = self._require_engine()
         assert self._sync is not None
-        chunks = engine.decode(user.tokens)
-        with self.db.changing([user.id]):
-            user = node_rows.update_node(self.db, user.id, chunks=chunks)
+        planned = Batches.of(user.chunks)
+        sizes = list(planned.sizes)
+        held = engine.n_past - user.start_pos
+        if held:
+            assert held == sizes.pop(0), "only a whole first batch is kept"
+        tokens = [*user.tokens[held:], *opening.tokens[: planned.tail]]
+        used = engine.decode(tokens, sizes)
+        assert used == sizes, f"batches {sizes} decoded as {used}"
         self._sync.append(user)
-        stats.prompt_tokens += len(user.tokens)
-        stats.checkpoint_bytes_written += self._store_checkpoint(
-            user, engine.capture(user.start_pos, user.end_pos)
-        )
-        return user
+        stats.prompt_tokens += len(user.tokens) - held
+        return engine.capture(user.start_pos, user.end_pos)
 
     def _abandon(self, reply_id: int) -> None:
         """Tidy up after a reply whose generation failed.
@@ -852,11 +944,14 @@ class ConversationService:
 
     # --- internals ------------------------------------------------------------------
 
-    def _variables(self, conversation_id: int) -> dict[str, Any]:
-        # The template variables of the conversation's reasoning choice.
+    def _variables(self, conversation_id: int | None) -> dict[str, Any]:
+        # The template variables of the conversation's reasoning choice (None:
+        # a conversation not made yet, which has the default).
         switch = self.engine.reasoning_switch if self.engine is not None else None
         if switch is None:
             return {}
+        if conversation_id is None:
+            return switch.variables(None)
         conversation = self._tree.conversation(
             conversation_id
         ) or conversation_rows.get_conversation(self.db, conversation_id)
@@ -919,13 +1014,15 @@ class ConversationService:
             raise ServiceError("No model is loaded.")
         return self.engine
 
-    def _move_to(self, path: list[NodeRecord]) -> SyncStats:
+    def _move_to(
+        self, path: list[NodeRecord], then: NodeRecord | None = None
+    ) -> SyncStats:
         assert self._sync is not None
         try:
             # A move writes only the path's nodes (checkpoints made anew,
             # batch sizes recorded): named, so the tree cache follows.
             with self.db.changing(n.id for n in path):
-                return self._sync.move_to(path)
+                return self._sync.move_to(path, then)
         except Exception:
             # A failed decode leaves the context somewhere unknown; start clean
             # next time rather than trust it.

@@ -86,6 +86,15 @@ def closing_tokens(engine: LlamaEngine, marker: int | None, text: str) -> list[i
     return engine.tokenize(text)
 
 
+def start_span(
+    engine: LlamaEngine, system: str | None, variables: Variables
+) -> Placement:
+    """The span of a conversation start with the system prompt ``system``
+    (see ``ChatFormat.root_text``)."""
+    text = engine.chat_format.root_text(system, variables)
+    return Placement([], text, span_tokens(engine, text, True))
+
+
 def place(engine: LlamaEngine, path: Sequence[NodeRecord], target: str) -> Placement:
     """Place a span so that the context after ``path`` reads ``target``.
 
@@ -160,6 +169,28 @@ def _place_user(
         placement.base, head, span_tokens(engine, head, not placement.base)
     )
     return moved, placement.text[cut:] + prompt
+
+
+# Two messages without a first character in common: what their spans share
+# is the template's.
+_PROBES = ("A", "Z")
+
+
+def message_header(
+    engine: LlamaEngine, path: Sequence[NodeRecord], variables: Variables
+) -> list[int]:
+    """The first tokens of the span of any user message after ``path``: its
+    role header, and whatever else of the template comes before the words
+    (a system prompt that the template puts in the first turn)."""
+    first, second = (place_user(engine, path, probe, variables)[0] for probe in _PROBES)
+    if first.start_pos != second.start_pos:
+        return []
+    shared = 0
+    for a, b in zip(first.tokens, second.tokens, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return first.tokens[:shared]
 
 
 def place_reply(
@@ -393,8 +424,7 @@ def _rerender(
 ) -> dict[str, Any]:
     # A span rendered anew after the nodes of ``chain``: the fields to write.
     if node.role == Role.ROOT:
-        text = engine.chat_format.root_text(node.text or None, variables)
-        placement = Placement([], text, span_tokens(engine, text, True))
+        placement = start_span(engine, node.text or None, variables)
     else:
         target = texts.at(index)
         if isinstance(target, path_texts.UserText):

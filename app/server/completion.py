@@ -97,8 +97,11 @@ def complete(
     client's copy of it matches the next time. Raises ``NotFound`` for an
     unknown conversation.
     """
-    conversation_id, start = _start(service, request, conversation_id)
-    node, matched = _deepest_match(service, start, request.turns)
+    conversation_id, start, made = _start(service, request, conversation_id)
+    # A start just made has nothing below it to match.
+    node, matched = (
+        (start, 0) if made else _deepest_match(service, start, request.turns)
+    )
     remaining = request.turns[matched:]
     streams = Streams(on_text, on_thinking, cancelled.is_set)
     if not remaining:  # the request ends on a user message already stored
@@ -112,9 +115,9 @@ def complete(
 
 def _start(
     service: ConversationService, request: ChatRequest, conversation_id: int | None
-) -> tuple[int, int]:
+) -> tuple[int, int, bool]:
     """The conversation and the start (root) whose system prompt is the
-    request's, made if there is none."""
+    request's, made if there is none; and whether it was made now."""
     db = service.db
     if conversation_id is None:
         conversation_id = _client_conversation(service, request)
@@ -129,12 +132,13 @@ def _start(
         setting_rows.set_setting(
             db, _CLIENT_KEY + (request.user or ""), conversation_id
         )
-        return conversation_id, root
+        return conversation_id, root, True
     wanted = request.system.strip()
     for root_id, text in node_rows.root_texts(db, conversation_id):
         if text.strip() == wanted:
-            return conversation_id, root_id
-    return conversation_id, service.new_system_prompt(conversation_id, request.system)
+            return conversation_id, root_id, False
+    root = service.new_system_prompt(conversation_id, request.system)
+    return conversation_id, root, True
 
 
 def _client_conversation(

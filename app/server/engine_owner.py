@@ -27,6 +27,14 @@ EngineJob = Callable[["ConversationService"], Any]
 Submit = Callable[[EngineJob], "Future[Any]"]
 
 
+# Work that follows a reply waits for a pause in the requests, so that a
+# client that sends its next request at once does not wait behind it: it runs
+# once no request has run or waited for QUIET_S, and at the latest LATEST_S
+# after it was asked for while requests keep coming.
+QUIET_S = 0.1
+LATEST_S = 2.0
+
+
 class Busy(Exception):
     """The queue is full."""
 
@@ -42,6 +50,9 @@ class EngineOwner:
         self._submit = submit
         self._queue_limit = queue_limit
         self._jobs = 0  # running and waiting
+        self._later: EngineJob | None = None  # work after replies, not yet queued
+        self._later_since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     async def run(self, job: Callable[[ConversationService], T]) -> T:
         """Run ``job`` on the engine's thread; raise ``Busy`` at once when
@@ -54,10 +65,44 @@ class EngineOwner:
             return result
         finally:
             self._jobs -= 1
+            self._wait_for_quiet()
 
     def after(self, job: EngineJob) -> None:
-        """Queue ``job`` behind the others without waiting for it (work that
-        follows a reply, such as writing its checkpoints out)."""
+        """Queue ``job``, work that follows a reply (writing its checkpoints
+        out, keeping the storage budget), for the next pause in the requests
+        (``QUIET_S``), without waiting for it. Such work does the same each
+        time: one asked for later stands for those still waiting."""
+        if self._later is None:
+            self._later_since = asyncio.get_running_loop().time()
+        self._later = job
+        self._wait_for_quiet()
+
+    def close(self) -> None:
+        """Queue the work after replies still waiting for a pause, now (the
+        server stops)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._later_since = -LATEST_S  # overdue
+        self._queue_later()
+
+    def _wait_for_quiet(self) -> None:
+        # (Re)start the wait for a pause, within LATEST_S of the first ask.
+        if self._later is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        when = min(loop.time() + QUIET_S, self._later_since + LATEST_S)
+        self._timer = loop.call_at(when, self._queue_later)
+
+    def _queue_later(self) -> None:
+        self._timer = None
+        overdue = asyncio.get_running_loop().time() >= self._later_since + LATEST_S
+        if self._jobs and not overdue:
+            return  # a request runs or waits: its end starts the wait again
+        job, self._later = self._later, None
+        if job is None:
+            return
 
         def reported(future: Future[Any]) -> None:
             if not future.cancelled() and future.exception() is not None:

@@ -147,6 +147,7 @@ async def _serve(
         say("Stopping…")
     finally:
         await runner.cleanup()
+        owner.close()
         await asyncio.to_thread(engine.close)
 
 
@@ -220,6 +221,7 @@ class LocalServer:
                 await self._stopping.wait()
             finally:
                 await runner.cleanup()
+                owner.close()
 
         self._thread = threading.Thread(
             target=self._loop.run_until_complete,

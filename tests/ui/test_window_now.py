@@ -96,7 +96,9 @@ def test_stop_while_a_long_prompt_is_read_returns_within_a_batch(qtbot, make_win
     # Stopped at the first check after Esc: at most one more batch was read
     # (the one under way when Esc was pressed).
     assert reports[-1][0] <= pressed_at[0] + 32 < total
-    assert "Reading the prompt… 64 of" in " ".join(notes)
+    # Its role header apart (a batch of its own), then 32 at a time.
+    assert f"Reading the prompt… {reports[2][0]} of" in " ".join(notes)
+    assert reports[2][0] - reports[1][0] == 32
     sent = next(r for r in results if isinstance(r.job, jobs.Send))
     assert isinstance(sent, Failed) and sent.stopped
     # The message is kept, no error dialog, and the window says how to go on.
