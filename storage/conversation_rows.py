@@ -11,13 +11,19 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    bindparam,
+    insert,
     select,
     update,
 )
 from sqlalchemy.orm import Session
 
 from storage import catalog
-from storage.catalog import ConversationRecord
+from storage.catalog import (
+    CONVERSATION_COLUMNS,
+    ConversationRecord,
+    conversation_from_stored,
+)
 from storage.db import Database
 from storage.lookup import get_row
 from storage.models import (
@@ -28,9 +34,11 @@ from storage.models import (
 )
 from storage.node_rows import delete_nodes
 from storage.records import (
+    NODE_COLUMNS,
     NodeRecord,
     StartSpan,
     conversation_record,
+    node_from_stored,
     node_record,
     pack_tokens,
     recounted,
@@ -57,26 +65,63 @@ def create_conversation(
     rendered later, once a model is loaded).
     """
     with db.write() as s:
-        conv = Conversation(
-            title=title or DEFAULT_TITLE,
-            system_prompt=system_prompt,
-            sampling=sampling,
-            origin=origin,
+        # Statements built once rather than the ORM's unit of work: a client
+        # of the local server starts a conversation before its first reply.
+        connection = s.connection()
+        conversation_id = connection.execute(
+            _INSERT_CONVERSATION,
+            {
+                "title": title or DEFAULT_TITLE,
+                "system_prompt": system_prompt,
+                "sampling": sampling,
+                "origin": origin,
+            },
+        ).scalar_one()
+        now = utcnow()
+        root: dict[str, Any] = {
+            "conversation_id": conversation_id,
+            "parent_id": None,
+            "role": Role.ROOT,
+            "text": system_prompt or "",
+            "tokens": pack_tokens(span.tokens if span else ()),
+            "start_pos": 0,
+            "chunks": [],
+            "vocab_id": span.vocab_id if span else None,
+            "status": Status.COMPLETE,
+            "generation": None,
+            "created_at": now,
+            "thinking": "",
+            "span_text": span.text if span else None,
+        }
+        n_tokens = len(span.tokens) if span else 0
+        root_id = connection.execute(
+            _INSERT_ROOT, {**root, "n_tokens": n_tokens}
+        ).scalar_one()
+        connection.execute(
+            _SET_ACTIVE, {"conversation": conversation_id, "node": root_id}
         )
-        s.add(conv)
-        s.flush()
-        root = Node(
-            conversation_id=conv.id, role=Role.ROOT, text=system_prompt or "", chunks=[]
+        # Read back: the counts are the triggers'.
+        row = connection.execute(
+            _CONVERSATION_ROW, {"conversation": conversation_id}
+        ).one()
+        return (
+            conversation_from_stored(row),
+            node_from_stored(
+                [root_id if name == "id" else root[name] for name in NODE_COLUMNS]
+            ),
         )
-        if span is not None:
-            root.tokens = pack_tokens(span.tokens)
-            root.n_tokens = len(span.tokens)
-            root.span_text = span.text
-            root.vocab_id = span.vocab_id
-        s.add(root)
-        s.flush()
-        conv.active_node_id = root.id
-        return recounted(s, conv), node_record(root)
+
+
+_INSERT_CONVERSATION = insert(Conversation).returning(Conversation.id)
+_INSERT_ROOT = insert(Node).returning(Node.id)
+_SET_ACTIVE = (
+    update(Conversation)
+    .where(Conversation.id == bindparam("conversation"))
+    .values(active_node_id=bindparam("node"))
+)
+_CONVERSATION_ROW = select(
+    *(getattr(Conversation, name) for name in CONVERSATION_COLUMNS)
+).where(Conversation.id == bindparam("conversation"))
 
 
 def add_root(db: Database, conversation_id: int, system_prompt: str) -> NodeRecord:

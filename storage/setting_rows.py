@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from storage.db import Database
 from storage.models import Setting
@@ -14,14 +15,17 @@ from storage.models import Setting
 def get_setting(db: Database, key: str, default: Any = None) -> Any:
     """Return a stored preference, or ``default``."""
     with db.read() as s:
-        row = s.get(Setting, key)
-        return default if row is None else row.value
+        row = s.connection().execute(_VALUE_OF, {"key": key}).first()
+        return default if row is None else row[0]
+
+
+# Built once: the local server looks up its client's conversation per request.
+_VALUE_OF = select(Setting.value).where(Setting.key == bindparam("key"))
 
 
 def set_setting(db: Database, key: str, value: Any) -> None:
     """Store a preference (any JSON value)."""
-    with db.write() as s:
-        s.merge(Setting(key=key, value=value))
+    set_settings(db, {key: value})
 
 
 def get_settings(db: Database, keys: Iterable[str]) -> dict[str, Any]:
@@ -34,6 +38,19 @@ def get_settings(db: Database, keys: Iterable[str]) -> dict[str, Any]:
 
 def set_settings(db: Database, values: Mapping[str, Any]) -> None:
     """Store several preferences (JSON values) in one transaction."""
+    if not values:
+        return
+    rows = [{"key": key, "value": value} for key, value in values.items()]
     with db.write() as s:
-        for key, value in values.items():
-            s.merge(Setting(key=key, value=value))
+        # One statement, built once: a client of the local server has its
+        # conversation remembered before its first reply.
+        s.connection().execute(_UPSERT, rows)
+
+
+_UPSERT = (
+    sqlite_insert(Setting)
+    .values(key=bindparam("key"), value=bindparam("value"))
+    .on_conflict_do_update(
+        index_elements=[Setting.key], set_={"value": bindparam("value")}
+    )
+)

@@ -730,13 +730,16 @@ class ConversationService:
 
     def _unanswered_user(self, parent_id: int, text: str) -> NodeRecord | None:
         """A user message ``text`` under ``parent_id`` that has no reply, if any."""
-        for child in node_rows.get_children(self.db, parent_id):
+        self._tree.refresh(parent_id)
+        if not self._tree.has_children(parent_id):
+            return None  # a start just made, a reply just written: no lookup
+        for child_id, role, child_text in node_rows.child_texts(self.db, parent_id):
             if (
-                child.role == Role.USER
-                and child.text == text
-                and not node_rows.get_children(self.db, child.id)
+                role == Role.USER
+                and child_text == text
+                and not self._tree.has_children(child_id)
             ):
-                return child
+                return node_rows.get_node(self.db, child_id)
         return None
 
     def _check_room(self, needed: int) -> None:
@@ -781,7 +784,7 @@ class ConversationService:
             prompt_started = time.perf_counter()
             first = Batches((len(opening.tokens),))
             if user is not None:
-                captured = self._decode_user(user, opening, stats)
+                whole_state = self._decode_user(user, opening, stats)
                 first = Batches.of(user.chunks).opening_after(len(opening.tokens))
             start = engine.n_past
             if first.lead:  # decoded with the message: it ends the context
@@ -794,8 +797,13 @@ class ConversationService:
 
             def store_replies() -> list[NodeRecord]:
                 if user is not None:
+                    # A delta's cells are as decoded: the opening and the
+                    # first token only came after them.
+                    checkpoint = whole_state or engine.capture(
+                        user.start_pos, user.end_pos
+                    )
                     stats.checkpoint_bytes_written += self._store_checkpoint(
-                        user, captured
+                        user, checkpoint
                     )
                     # A message whose checkpoint cannot be stored (a full
                     # disk) fails here, still unanswered, so that a retry
@@ -900,12 +908,16 @@ class ConversationService:
 
     def _decode_user(
         self, user: NodeRecord, opening: Placement, stats: ReplyStats
-    ) -> bytes:
+    ) -> bytes | None:
         """Decode a new user message at the end of the context in the batches
-        it records, with its reply's opening where they share one; return
-        its checkpoint, for the caller to store. The cells of its first batch
-        may be held already (``ContextSync.move_to``): the same header under
-        the same start."""
+        it records, with its reply's opening where they share one. The cells
+        of its first batch may be held already (``ContextSync.move_to``): the
+        same header under the same start.
+
+        Its checkpoint is the caller's to capture (from its range, once the
+        first token is out) and store; but a whole-state model's is the state
+        at the message's end, so it is taken now and returned (else None).
+        """
         engine = self._require_engine()
         assert self._sync is not None
         planned = Batches.of(user.chunks)
@@ -918,7 +930,9 @@ class ConversationService:
         assert used == sizes, f"batches {sizes} decoded as {used}"
         self._sync.append(user)
         stats.prompt_tokens += len(user.tokens) - held
-        return engine.capture(user.start_pos, user.end_pos)
+        if engine.state_kind is StateKind.FULL:
+            return engine.capture(user.start_pos, user.end_pos)
+        return None
 
     def _abandon(self, reply_id: int) -> None:
         """Tidy up after a reply whose generation failed.

@@ -124,6 +124,11 @@ class TreeCache:
             packed = self._packed[node.id] = pack_tokens(node.tokens)
         return packed
 
+    def has_children(self, node_id: int) -> bool:
+        """Whether ``node_id`` has children in the cached tree (as of the
+        last ``path`` or ``refresh`` call)."""
+        return bool(self._children_map().get(node_id))
+
     def below(self, node_id: int) -> list[int]:
         """Every node under ``node_id`` in the cached tree (not itself)."""
         children = self._children_map()

@@ -27,7 +27,6 @@ from app.conversation.results import StopReason
 from app.conversation.streams import Streams
 from app.server.requests import ChatRequest, Turn
 from storage import conversation_rows, node_rows, setting_rows
-from storage.errors import NotFound
 from storage.values import Origin, Role
 
 if TYPE_CHECKING:
@@ -119,10 +118,16 @@ def _start(
     """The conversation and the start (root) whose system prompt is the
     request's, made if there is none; and whether it was made now."""
     db = service.db
+    starts: list[tuple[int, str]] = []
     if conversation_id is None:
-        conversation_id = _client_conversation(service, request)
+        known = setting_rows.get_setting(db, _CLIENT_KEY + (request.user or ""))
+        if isinstance(known, int):
+            # None when deleted in the window since: a new one is made.
+            starts = node_rows.root_texts(db, known)
+            conversation_id = known if starts else None
     else:
         conversation_rows.get_conversation(db, conversation_id)  # NotFound if unknown
+        starts = node_rows.root_texts(db, conversation_id)
     if conversation_id is None:
         conversation_id, root = service.new_conversation(
             request.system or None,
@@ -134,24 +139,11 @@ def _start(
         )
         return conversation_id, root, True
     wanted = request.system.strip()
-    for root_id, text in node_rows.root_texts(db, conversation_id):
+    for root_id, text in starts:
         if text.strip() == wanted:
             return conversation_id, root_id, False
     root = service.new_system_prompt(conversation_id, request.system)
     return conversation_id, root, True
-
-
-def _client_conversation(
-    service: ConversationService, request: ChatRequest
-) -> int | None:
-    known = setting_rows.get_setting(service.db, _CLIENT_KEY + (request.user or ""))
-    if not isinstance(known, int):
-        return None
-    try:
-        conversation_rows.get_conversation(service.db, known)
-    except NotFound:
-        return None  # deleted in the window since: a new one is made
-    return known
 
 
 def _client_title(user: str | None) -> str:
