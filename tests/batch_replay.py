@@ -24,9 +24,8 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.cli.parser import backend_settings, build_parser
 from app.conversation.batches import Batches
-from app.conversation.service import ConversationService
 from storage import node_rows
-from storage.db import open_database
+from tests.real_service import opened_service
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
 SYSTEM = "You answer in one short sentence, about trees and nothing else."
@@ -34,7 +33,7 @@ SYSTEM = "You answer in one short sentence, about trees and nothing else."
 
 def replay_check(model: Path, path: Path, lost: str, settings: BackendSettings) -> Any:
     """Make, damage and restore; what the test asserts (see the module)."""
-    with _opened(model, path, settings) as service:
+    with opened_service(path, model, settings) as service:
         _conv, root = service.new_conversation(SYSTEM)
         first = service.send(root, "Which tree is the tallest?", GREEDY)
         second = service.send(first.assistant_node, "And the oldest?", GREEDY)
@@ -51,7 +50,7 @@ def replay_check(model: Path, path: Path, lost: str, settings: BackendSettings) 
     with sqlite3.connect(path) as con:
         con.execute("DELETE FROM checkpoint WHERE node_id = ?", (node,))
 
-    with _opened(model, path, settings) as service:
+    with opened_service(path, model, settings) as service:
         stats = service.restore(second.assistant_node)
         service.flush_checkpoints()
         after = {n: _blob(path, n) for n in below}
@@ -79,23 +78,6 @@ def _plain_cells(engine: LlamaEngine, path: list[Any]) -> bytes:
     engine.truncate(node.start_pos)
     engine.decode(node.tokens)
     return engine.capture(node.start_pos, node.end_pos)
-
-
-class _opened:
-    """A service on ``path`` with the model loaded, closed after."""
-
-    def __init__(self, model: Path, path: Path, settings: BackendSettings) -> None:
-        self._db = open_database(path)
-        self._engine = LlamaEngine(model, settings)
-        self._service = ConversationService(self._db, self._engine)
-
-    def __enter__(self) -> ConversationService:
-        return self._service
-
-    def __exit__(self, *_exc: object) -> None:
-        self._service.close()
-        self._engine.close()
-        self._db.close()
 
 
 def _blob(db_path: Path, node_id: int) -> bytes:

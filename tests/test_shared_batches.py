@@ -13,18 +13,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.batches import Batches
 from app.conversation.service import ConversationService
 from storage import node_rows
-from storage.db import open_database
 from tests.batch_replay import replay_check
+from tests.real_service import opened_service
 from tests.replay import replayed_digest
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
@@ -38,19 +38,14 @@ def model(request, tiny_model: Path, tiny_swa_model: Path) -> Path:
     return tiny_model if request.param == "tiny" else tiny_swa_model
 
 
-def _service(path: Path, model: Path) -> ConversationService:
-    return ConversationService(open_database(path), LlamaEngine(model, SETTINGS))
+@pytest.fixture
+def service(tmp_path: Path, model: Path) -> Iterator[ConversationService]:
+    """A service on a fresh database with the model loaded."""
+    with opened_service(tmp_path / "a.sqlite3", model, SETTINGS) as opened:
+        yield opened
 
 
-def _close(service: ConversationService) -> None:
-    service.close()
-    assert service.engine is not None
-    service.engine.close()
-    service.db.close()
-
-
-def test_a_message_and_its_opening_share_a_batch(tmp_path, model):
-    service = _service(tmp_path / "a.sqlite3", model)
+def test_a_message_and_its_opening_share_a_batch(service, model):
     _conv, root = service.new_conversation(SYSTEM)
     first = service.send(root, "Which tree is the tallest?", GREEDY)
     second = service.send(first.assistant_node, "And the oldest?", GREEDY)
@@ -71,11 +66,9 @@ def test_a_message_and_its_opening_share_a_batch(tmp_path, model):
     under_start = Batches.of(node_rows.get_node(service.db, first.user_node).chunks)
     under_reply = Batches.of(node_rows.get_node(service.db, second.user_node).chunks)
     assert len(under_start.sizes) == 2 and len(under_reply.sizes) == 1
-    _close(service)
 
 
-def test_a_new_conversation_keeps_the_header_of_the_last(tmp_path, model):
-    service = _service(tmp_path / "a.sqlite3", model)
+def test_a_new_conversation_keeps_the_header_of_the_last(service, model):
     _conv, root = service.new_conversation(SYSTEM)
     first = service.send(root, "Which tree is the tallest?", GREEDY)
     _other, other_root = service.new_conversation(SYSTEM)
@@ -100,7 +93,6 @@ def test_a_new_conversation_keeps_the_header_of_the_last(tmp_path, model):
     _third, third_root = service.new_conversation("Answer about rivers instead.")
     third = service.send(third_root, "Which river is the longest?", GREEDY)
     assert third.stats.kept_tokens == 0
-    _close(service)
 
 
 @pytest.mark.parametrize("lost", ["message", "reply"])
