@@ -852,8 +852,8 @@ class ConversationService:
         first: Batches,
         generation: dict[str, Any],
     ) -> NodeRecord:
-        """Store a reply as soon as its opening is decoded (in the batch
-        ``first``), status "generating".
+        """Store a reply, status "generating", once its first token is out
+        (its opening decoded in the batch ``first``).
 
         Its span so far is the generation prompt; sampled tokens are added as
         they come, so a killed process leaves what was written. The
