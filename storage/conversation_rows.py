@@ -16,6 +16,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from storage import catalog
@@ -32,15 +33,12 @@ from storage.models import (
     Node,
     utcnow,
 )
-from storage.node_rows import delete_nodes
+from storage.node_rows import delete_nodes, insert_node
 from storage.records import (
-    NODE_COLUMNS,
     NodeRecord,
     StartSpan,
     conversation_record,
-    node_from_stored,
     node_record,
-    pack_tokens,
     recounted,
 )
 from storage.space import releases_space
@@ -77,43 +75,34 @@ def create_conversation(
                 "origin": origin,
             },
         ).scalar_one()
-        now = utcnow()
-        root: dict[str, Any] = {
-            "conversation_id": conversation_id,
-            "parent_id": None,
-            "role": Role.ROOT,
-            "text": system_prompt or "",
-            "tokens": pack_tokens(span.tokens if span else ()),
-            "start_pos": 0,
-            "chunks": [],
-            "vocab_id": span.vocab_id if span else None,
-            "status": Status.COMPLETE,
-            "generation": None,
-            "created_at": now,
-            "thinking": "",
-            "span_text": span.text if span else None,
-        }
-        n_tokens = len(span.tokens) if span else 0
-        root_id = connection.execute(
-            _INSERT_ROOT, {**root, "n_tokens": n_tokens}
-        ).scalar_one()
+        root = _insert_root(connection, conversation_id, system_prompt or "", span)
         connection.execute(
-            _SET_ACTIVE, {"conversation": conversation_id, "node": root_id}
+            _SET_ACTIVE, {"conversation": conversation_id, "node": root.id}
         )
         # Read back: the counts are the triggers'.
         row = connection.execute(
             _CONVERSATION_ROW, {"conversation": conversation_id}
         ).one()
-        return (
-            conversation_from_stored(row),
-            node_from_stored(
-                [root_id if name == "id" else root[name] for name in NODE_COLUMNS]
-            ),
-        )
+        return conversation_from_stored(row), root
+
+
+def _insert_root(
+    connection: Connection, conversation_id: int, text: str, span: StartSpan | None
+) -> NodeRecord:
+    """A conversation's new start, with its span where it is rendered."""
+    return insert_node(
+        connection,
+        conversation_id,
+        None,
+        Role.ROOT,
+        text,
+        tokens=span.tokens if span else (),
+        vocab_id=span.vocab_id if span else None,
+        span_text=span.text if span else None,
+    )
 
 
 _INSERT_CONVERSATION = insert(Conversation).returning(Conversation.id)
-_INSERT_ROOT = insert(Node).returning(Node.id)
 _SET_ACTIVE = (
     update(Conversation)
     .where(Conversation.id == bindparam("conversation"))
@@ -124,24 +113,26 @@ _CONVERSATION_ROW = select(
 ).where(Conversation.id == bindparam("conversation"))
 
 
-def add_root(db: Database, conversation_id: int, system_prompt: str) -> NodeRecord:
+def add_root(
+    db: Database,
+    conversation_id: int,
+    system_prompt: str,
+    span: StartSpan | None = None,
+) -> NodeRecord:
     """Start a new branch of a conversation from a new root holding
-    ``system_prompt``: the earlier roots and everything below them stay.
+    ``system_prompt`` (and ``span``, as for ``create_conversation``): the
+    earlier roots and everything below them stay.
 
     The new root becomes the active node and its prompt the conversation's
     (what a new branch, an export's header and the list show).
     """
     with db.write() as s:
         conv = get_row(s, Conversation, conversation_id)
-        root = Node(
-            conversation_id=conv.id, role=Role.ROOT, text=system_prompt, chunks=[]
-        )
-        s.add(root)
-        s.flush()
+        root = _insert_root(s.connection(), conv.id, system_prompt, span)
         conv.system_prompt = system_prompt or None
         conv.active_node_id = root.id
         conv.updated_at = utcnow()
-        return node_record(root)
+        return root
 
 
 def set_conversation_sampling(

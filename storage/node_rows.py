@@ -19,6 +19,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from storage import catalog
@@ -87,35 +88,75 @@ def add_node(
         ).scalar()
         if conversation_id is None:
             raise NotFound(not_found_message(Node, parent_id))
-        now = utcnow()
-        values = {
-            "conversation_id": conversation_id,
-            "parent_id": parent_id,
-            "role": Role(role),
-            "text": text,
-            "tokens": pack_tokens(tokens),
-            "start_pos": start_pos,
-            "chunks": list(chunks),
-            "vocab_id": vocab_id,
-            "status": Status(status),
-            "generation": generation,
-            "created_at": now,
-            "thinking": thinking,
-            "span_text": span_text,
+        node = insert_node(
+            connection,
+            conversation_id,
+            parent_id,
+            role,
+            text,
+            tokens=tokens,
+            start_pos=start_pos,
+            chunks=chunks,
+            vocab_id=vocab_id,
+            status=status,
+            generation=generation,
+            span_text=span_text,
+            thinking=thinking,
+        )
+        activate = {
+            "conversation": conversation_id,
+            "node": node.id,
+            "now": node.created_at,
         }
-        node_id = connection.execute(
-            _INSERT_NODE, {**values, "n_tokens": len(tokens)}
-        ).scalar()
-        activate = {"conversation": conversation_id, "node": node_id, "now": now}
         if title_if_unnamed is None:
             connection.execute(_ACTIVATE, activate)
         else:
             connection.execute(
                 _ACTIVATE_TITLED, {**activate, "title": title_if_unnamed}
             )
-        return node_from_stored(
-            [node_id if name == "id" else values[name] for name in NODE_COLUMNS]
-        )
+        return node
+
+
+def insert_node(
+    connection: Connection,
+    conversation_id: int,
+    parent_id: int | None,
+    role: Role,
+    text: str,
+    *,
+    tokens: Sequence[int] = (),
+    start_pos: int = 0,
+    chunks: Sequence[int] = (),
+    vocab_id: str | None = None,
+    status: Status = Status.COMPLETE,
+    generation: dict[str, Any] | None = None,
+    span_text: str | None = None,
+    thinking: str = "",
+) -> NodeRecord:
+    """Insert a node row in the transaction of ``connection`` (one statement,
+    built once) and return its record; its conversation is the caller's to
+    update."""
+    values = {
+        "conversation_id": conversation_id,
+        "parent_id": parent_id,
+        "role": Role(role),
+        "text": text,
+        "tokens": pack_tokens(tokens),
+        "start_pos": start_pos,
+        "chunks": list(chunks),
+        "vocab_id": vocab_id,
+        "status": Status(status),
+        "generation": generation,
+        "created_at": utcnow(),
+        "thinking": thinking,
+        "span_text": span_text,
+    }
+    node_id = connection.execute(
+        _INSERT_NODE, {**values, "n_tokens": len(tokens)}
+    ).scalar_one()
+    return node_from_stored(
+        [node_id if name == "id" else values[name] for name in NODE_COLUMNS]
+    )
 
 
 _CONVERSATION_OF = select(Node.conversation_id).where(Node.id == bindparam("parent"))

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.backend.errors import ContextFullError
 from app.backend.reasoning import ANSWER, THINKING
@@ -67,8 +67,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Starts' spans ``_start_span`` remembers (system prompts in use at once).
+# Starts whose span and message header the service remembers (system
+# prompts in use at once).
 _REMEMBERED_STARTS = 16
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remembered(cache: dict[K, V], key: K, make: Callable[[], V]) -> V:
+    """``cache[key]``, made first if missing; the oldest entry goes beyond
+    ``_REMEMBERED_STARTS``."""
+    if key not in cache:
+        if len(cache) >= _REMEMBERED_STARTS:
+            cache.pop(next(iter(cache)))
+        cache[key] = make()
+    return cache[key]
 
 
 @dataclass(frozen=True)
@@ -251,10 +265,10 @@ class ConversationService:
         ``system_prompt``; return the root's id. Nothing is erased: the earlier
         system prompts keep their branches."""
         _check_text(system_prompt, "system prompt")
+        text = system_prompt.strip()
         root = conversation_rows.add_root(
-            self.db, conversation_id, system_prompt.strip()
+            self.db, conversation_id, text, self._start_span(text, conversation_id)
         )
-        self._render_root(conversation_id, root)
         return root.id
 
     def add_message(self, parent_id: int, role: Role, text: str) -> int:
@@ -303,31 +317,26 @@ class ConversationService:
             self.db, conversation_id, stored_sampling(sampling, preset)
         )
 
-    def _start_span(self, system_prompt: str | None) -> StartSpan | None:
-        """The span a new conversation starts with (None without a model):
-        rendered once per system prompt, then remembered, since a client of
-        the local server starts many conversations with the same one."""
-        if self.engine is None:
+    def _start_span(
+        self, system_prompt: str | None, conversation_id: int | None = None
+    ) -> StartSpan | None:
+        """The span of a start with ``system_prompt`` in the conversation
+        (None: a new one), for the loaded model (None without one), so that
+        its first visit decodes it, or restores or keeps the cells of another
+        start with the same span (``context_sync``). Rendered once per prompt
+        and reasoning choice: a client of the local server starts many
+        conversations with the same system prompt."""
+        engine = self.engine
+        if engine is None:
             return None
-        variables = self._variables(None)
-        key = (self.engine.vocab_id, system_prompt or "", repr(variables))
-        span = self._start_spans.get(key)
-        if span is None:
-            placement = spans.start_span(self.engine, system_prompt, variables)
-            span = StartSpan(tuple(placement.tokens), placement.text, key[0])
-            if len(self._start_spans) >= _REMEMBERED_STARTS:
-                self._start_spans.pop(next(iter(self._start_spans)))
-            self._start_spans[key] = span
-        return span
+        variables = self._variables(conversation_id)
 
-    def _render_root(self, conversation_id: int, root: NodeRecord) -> None:
-        # The root's span is rendered now where a model is loaded, so its
-        # first restore decodes it and saves its checkpoint (or restores the
-        # checkpoint of a start with the same span: context_sync).
-        if self.engine is not None:
-            spans.ensure_spans(
-                self.db, self.engine, [root], self._variables(conversation_id)
-            )
+        def render() -> StartSpan:
+            placement = spans.start_span(engine, system_prompt, variables)
+            return StartSpan(tuple(placement.tokens), placement.text, engine.vocab_id)
+
+        key = (engine.vocab_id, system_prompt or "", repr(sorted(variables.items())))
+        return _remembered(self._start_spans, key, render)
 
     def set_reasoning(self, conversation_id: int, choice: str | None) -> None:
         """Store a conversation's reasoning choice; None is the template's default."""
@@ -722,10 +731,11 @@ class ConversationService:
         ``path`` any message there begins with (0: none)."""
         engine = self._require_engine()
         key = (engine.vocab_id, path[0].tokens, repr(sorted(variables.items())))
-        header = self._headers.get(key)
-        if header is None:
-            header = spans.message_header(engine, path[:1], variables)
-            self._headers[key] = header
+        header = _remembered(
+            self._headers,
+            key,
+            lambda: spans.message_header(engine, path[:1], variables),
+        )
         return len(header) if tokens[: len(header)] == header else 0
 
     def _unanswered_user(self, parent_id: int, text: str) -> NodeRecord | None:
