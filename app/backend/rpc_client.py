@@ -38,6 +38,7 @@ from typing import Any
 
 from app.backend import devices, rpc_worker
 from app.backend.errors import BackendError, WorkerUnavailable
+from app.backend.settings import consecutive_runs
 from app.backend.values import LayerHolder
 
 # RPC_PROTO_MAJOR_VERSION and _MINOR_VERSION in ggml-rpc.h, as vendored by the
@@ -179,7 +180,7 @@ def signature(workers: Sequence[Worker], holders: Sequence[LayerHolder]) -> str:
     served = {d.name: (w, d) for w in workers for d in w.devices}
     runs = []
     for holder in holders:
-        for first, last in _runs(holder.layers):
+        for first, last in consecutive_runs(holder.layers):
             span = f"layer {first}" if first == last else f"layers {first}-{last}"
             if holder.device in served:
                 worker, device = served[holder.device]
@@ -194,17 +195,6 @@ def signature(workers: Sequence[Worker], holders: Sequence[LayerHolder]) -> str:
     # Weights are never repacked with workers (the engine turns it off), so
     # that this machine's layers compute as the workers' would.
     return f"{placed}; weights not repacked"
-
-
-def _runs(layers: Sequence[int]) -> list[tuple[int, int]]:
-    """Consecutive layer numbers as (first, last) pairs."""
-    runs: list[tuple[int, int]] = []
-    for layer in layers:
-        if runs and runs[-1][1] == layer - 1:
-            runs[-1] = (runs[-1][0], layer)
-        else:
-            runs.append((layer, layer))
-    return runs
 
 
 class CheckFailed(WorkerUnavailable):

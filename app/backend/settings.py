@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -66,6 +67,18 @@ def worker_address(text: str) -> str:
             "name only, not by IPv6 address."
         )
     return f"{host}:{int(port)}"
+
+
+def consecutive_runs(layers: Iterable[int]) -> list[tuple[int, int]]:
+    """Layer numbers, in the order given, as runs of consecutive ones:
+    (first, last) pairs."""
+    runs: list[tuple[int, int]] = []
+    for layer in layers:
+        if runs and runs[-1][1] == layer - 1:
+            runs[-1] = (runs[-1][0], layer)
+        else:
+            runs.append((layer, layer))
+    return runs
 
 
 def layers_text(total: int) -> str:

@@ -53,7 +53,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.errors import InvalidSetting
-from app.backend.settings import layers_text, worker_address
+from app.backend.settings import consecutive_runs, layers_text, worker_address
 from app.backend.values import ModelInfo
 from app.library.catalog import shipped_catalog
 from app.library.units import format_bytes
@@ -92,14 +92,7 @@ def layer_runs(layers: Sequence[int], n_layer: int) -> str:
 
     Layer ``n_layer`` is llama.cpp's number for the output layer.
     """
-    runs: list[list[int]] = []
-    for layer in sorted(layers):
-        if layer == n_layer:
-            continue
-        if runs and runs[-1][1] == layer - 1:
-            runs[-1][1] = layer
-        else:
-            runs.append([layer, layer])
+    runs = consecutive_runs(sorted(layer for layer in layers if layer != n_layer))
     text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
     if n_layer in layers:
         return f"{text} + output" if text else "output"
