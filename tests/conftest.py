@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
-from storage.db import open_database
+from storage.db import Database, open_database
 from tests import gemma, real_vocab, template_corpus
 from tests.scripted import ScriptedEngine
 from tests.tiny_model import (
@@ -44,6 +45,14 @@ def other_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def real_vocabs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """llama.cpp's vocab-only GGUFs and tokenizer tests, extracted once a session."""
     return real_vocab.extract_vocabs(tmp_path_factory.mktemp("real-vocabs"))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    """A fresh database file in ``tmp_path``, closed afterwards."""
+    database = open_database(tmp_path / "arbor.sqlite3")
+    yield database
+    database.close()
 
 
 @pytest.fixture

@@ -68,13 +68,6 @@ class Gate:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
-
-
-@pytest.fixture
 def engine(tiny_model: Path) -> Iterator[LlamaEngine]:
     with LlamaEngine(tiny_model, BackendSettings(n_ctx=4096)) as loaded:
         yield loaded

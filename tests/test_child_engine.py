@@ -29,7 +29,7 @@ from app.runner.job_runner import Reports
 from app.window import jobs
 from app.window.job_results import Created, Failed, ModelLoaded, Replied
 from storage import node_rows
-from storage.db import Database, open_database
+from storage.db import Database
 from tests.workers import free_port, running_worker
 
 SHORT = SamplingParams(temperature=0, max_tokens=12)
@@ -59,13 +59,6 @@ class Heard:
             on_progress=lambda done, total: self.progress.append((done, total)),
             should_stop=lambda: bool(self.stop.value),
         )
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
 
 
 @pytest.fixture

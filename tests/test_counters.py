@@ -7,8 +7,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from storage import checkpoint_rows, conversation_rows, exchange, node_rows
 from storage.db import Database, open_database
 from storage.probe import SCHEMA_VERSION
@@ -21,13 +19,6 @@ from tools.scale_delete import (
 )
 
 CHECKPOINT_BYTES = 300
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
 
 
 def _counted_from_rows(path: Path) -> dict[int, tuple[int, int]]:

@@ -38,13 +38,6 @@ from tools.scale_delete import add_nodes, new_conversation, path_shape
 CHECKPOINT_BYTES = 64
 
 
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
-
-
 def _what_is_stored(db: Database) -> dict[str, set[int]]:
     """The node ids that have a row of each kind: the node itself, a
     checkpoint, a checkpoint's blob, an entry in the search index."""

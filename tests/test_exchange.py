@@ -30,13 +30,6 @@ from tests.conftest import run_cli
 GREEDY = SamplingParams(temperature=0, max_tokens=12)
 
 
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
-
-
 def _branching(db) -> int:
     """A conversation with a fork, reasoning, generation settings; its id."""
     conv, root = conversation_rows.create_conversation(db, "Birds", "Answer briefly.")

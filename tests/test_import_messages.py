@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from storage import conversation_rows, exchange
-from storage.db import open_database
 from storage.exchange import ExchangeError
 
 # Words of Python's json module (and of UnicodeDecodeError) that must not reach
@@ -32,13 +31,6 @@ PYTHON_WORDS = (
     "JSONDecodeError",
 )
 NOT_OURS = "is not a conversation exported by Arbor"
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
 
 
 def _export(title: str | None = "Birds") -> dict[str, Any]:

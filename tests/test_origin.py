@@ -24,13 +24,6 @@ from storage.values import Origin
 from tests.conftest import run_cli
 
 
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
-
-
 def _origins(db: Database) -> dict[int, Origin | None]:
     return {c.id: c.origin for c in conversation_rows.list_conversations(db)}
 

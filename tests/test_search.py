@@ -23,13 +23,6 @@ from storage.models import Base
 from storage.text_search import MATCH_END, MATCH_START
 
 
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
-
-
 def _ids(db, query: str) -> list[int]:
     return [hit.node_id for hit in text_search.search(db, query)]
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,13 +15,6 @@ from storage.errors import StorageUnavailable
 from storage.values import Role
 
 WAIT_S = 10
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "arbor.sqlite3")
-    yield database
-    database.close()
 
 
 def _conversation(db: Database) -> tuple[int, int, int]:
