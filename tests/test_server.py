@@ -36,10 +36,16 @@ class Server:
         self.process = process
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.clients: list[openai.OpenAI] = []
 
     def client(self, api_key: str = "unused") -> openai.OpenAI:
-        """An openai client that reports refusals instead of retrying them."""
-        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0)
+        """An openai client that reports refusals instead of retrying them
+        (closed with the server: its kept connection is a socket that
+        would otherwise be left to the garbage collector, whose warning
+        then fails whichever test it lands in)."""
+        client = openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0)
+        self.clients.append(client)
+        return client
 
     def stop(self) -> str:
         """SIGINT, as Ctrl+C; returns what it wrote to stderr (the request log)."""
@@ -82,7 +88,11 @@ def serving(
         assert found, listening + process.stderr.read()  # type: ignore[union-attr]
         assert process.stdout.readline().startswith("Ready:")
         server = Server(process, int(found.group(1)))
-        yield server
+        try:
+            yield server
+        finally:
+            for client in server.clients:
+                client.close()
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
@@ -464,6 +474,7 @@ def test_while_loading_the_server_answers_503(tiny_model: Path) -> None:
         assert "Traceback" not in json.dumps(failed.value.body)
         assert ran and ran[0].startswith("ThreadPoolExecutor")
     finally:
+        client.close()
         server.stop()
         lent.shutdown()
     assert any(" 503 " in line for line in lines)
@@ -490,8 +501,8 @@ def test_a_site_that_fails_to_start_is_an_error_not_a_url(
     monkeypatch.setattr(serve_module, "_start_site", real_start)
     url = server.start(Listen(port=0))
     try:
-        client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
-        assert client.models.list().data == []
+        with openai.OpenAI(base_url=url, api_key="x", max_retries=0) as client:
+            assert client.models.list().data == []
     finally:
         server.stop()
 

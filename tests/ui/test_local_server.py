@@ -165,6 +165,7 @@ def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
     )
     refused = _in_thread(lambda: client.models.list())
     refused["thread"].join(30)
+    client.close()
     assert isinstance(refused.get("error"), openai.APIConnectionError)
 
 
