@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from app.backend import fallback_formats
 from app.backend.chat_template import ChatTemplate, TemplateError
 from app.backend.fallback_formats import CHATML_TEMPLATE
+from app.backend.tool_syntax import ToolSyntax, learn_tool_syntax
 
 __all__ = ["CHATML_TEMPLATE", "ChatFormat", "Message", "TemplateError", "load"]
 
@@ -36,22 +38,43 @@ _OTHER_PROBE = "\x02arbor-probe\x02"
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message as a template sees it; ``thinking`` is a reply's reasoning."""
+    """One chat message as a template sees it; ``thinking`` is a reply's
+    reasoning, ``tool_calls`` the calls a reply made (each ``{"id", "name",
+    "arguments"}``, arguments as JSON text), and a ``tool`` message's
+    ``tool_call_id`` and ``name`` the call it answers."""
 
     role: str
     content: str
     thinking: str = ""
+    tool_calls: tuple[Mapping[str, str], ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
 
-    def as_dict(self) -> dict[str, str]:
-        """The mapping chat templates expect.
+    def as_dict(self) -> dict[str, Any]:
+        """The mapping chat templates expect (OpenAI's message shape).
 
         A reply's reasoning goes in as ``reasoning_content``, as llama.cpp
         sends it; ``ChatTemplate`` copies it where a template reads another
         name (gpt-oss's ``thinking``), and a template that reads none drops it.
         """
-        data = {"role": self.role, "content": self.content}
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.thinking:
             data["reasoning_content"] = self.thinking
+        if self.tool_calls:
+            data["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": call["arguments"],
+                    },
+                }
+                for call in self.tool_calls
+            ]
+        if self.role == "tool":
+            data["tool_call_id"] = self.tool_call_id
+            data["name"] = self.name
         return data
 
 
@@ -91,6 +114,12 @@ class ChatFormat:
         # What a render ending with a reply has after the reply's content;
         # the footer is its start, or all of it.
         self._ending, self.footer = self._probe_footer()
+
+    @cached_property
+    def tool_syntax(self) -> ToolSyntax:
+        """How the template writes a reply's tool calls (learned when first
+        asked: most conversations call no tool)."""
+        return learn_tool_syntax(self._template)
 
     def render(
         self,

@@ -24,15 +24,26 @@ three steps:
    the next message with a newline; the few model families llama.cpp special
    cases (GPT-OSS, LFM2, Ministral 3, StepFun) get the same message rewrites;
    ``enable_thinking``, ``datetime`` and ``date_string`` are defined.
+4. **Tool use**, probed on first need (most conversations call no tool):
+   whether the template describes ``tools``, writes an assistant's
+   ``tool_calls``, shows a ``tool`` message, and reads arguments as an object.
+   A call's arguments get the shape the template reads (an object, or JSON
+   text); what a template lacks is polyfilled as minja's ``chat-template.hpp``
+   did for llama.cpp: tools described in the system prompt with the generic
+   format's instruction, calls written as that format's JSON, tool results
+   as user messages holding ``{"tool_response": ...}``.
 
 No Qt and no llama_cpp here: this module only needs Jinja2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import jinja2
@@ -273,6 +284,13 @@ class ChatTemplate:
         Whether message content may be a string, or a list of typed parts
         (``[{"type": "text", "text": ...}]``); :meth:`render` converts content
         to a shape the template takes.
+    supports_tools, supports_tool_calls, supports_tool_responses : bool
+        Whether the template describes a ``tools`` variable, writes an
+        assistant's ``tool_calls``, and shows a ``tool`` message's content
+        (probed on first use); :meth:`render` polyfills what it lacks.
+    requires_object_arguments : bool
+        Whether the template reads a call's arguments as an object rather
+        than JSON text; :meth:`render` converts them to what it reads.
 
     Raises
     ------
@@ -327,8 +345,10 @@ class ChatTemplate:
             If the template refuses the conversation (``raise_exception``) or
             fails in any other way.
         """
+        tools = variables.get("tools")
+        listed = list(tools) if isinstance(tools, list | tuple) else None
         try:
-            prepared = self._polyfill(messages)
+            prepared = self._polyfill(messages, listed)
         except TemplateError:
             raise
         except Exception as exc:  # malformed messages (a non-mapping, a bad part)
@@ -395,9 +415,17 @@ class ChatTemplate:
                 context.setdefault(name, not preserve)
         return context
 
-    def _polyfill(self, messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        # The order follows common_chat_templates_apply_jinja.
+    def _polyfill(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        tools: list[Any] | None = None,
+        tool_use: bool = True,
+    ) -> list[dict[str, Any]]:
+        # The order follows common_chat_templates_apply_jinja; tool use first,
+        # as minja's polyfills ran before llama.cpp's own.
         prepared = [_as_llama_message(m) for m in messages]
+        if tool_use and (tools or any(_uses_tools(m) for m in prepared)):
+            prepared = self._tool_polyfill(prepared, tools)
         if _is_stepfun(self.source):
             # Leftover whitespace drives StepFun into reasoning loops.
             for message in prepared:
@@ -486,6 +514,252 @@ class ChatTemplate:
             [turn("user", "a"), turn("assistant", "b"), turn("assistant", "c")]
         )
         return not (two_users and two_replies)
+
+    # -- tool use: capabilities (probed on first need) and polyfills --
+
+    @property
+    def supports_tools(self) -> bool:
+        """Whether the template describes the ``tools`` it is given."""
+        return self._tool_caps.tools
+
+    @property
+    def supports_tool_calls(self) -> bool:
+        """Whether the template writes an assistant's ``tool_calls``."""
+        return self._tool_caps.calls
+
+    @property
+    def supports_tool_responses(self) -> bool:
+        """Whether the template shows a ``tool`` message's content."""
+        return self._tool_caps.responses
+
+    @property
+    def requires_object_arguments(self) -> bool:
+        """Whether the template reads a call's arguments as an object."""
+        return self._tool_caps.object_arguments
+
+    def _render_probe(
+        self, messages: list[dict[str, Any]], tools: list[Any] | None = None
+    ) -> str | None:
+        # The template as it is, with llama.cpp's other polyfills only.
+        try:
+            prepared = self._polyfill(messages, tool_use=False)
+            for message in prepared:
+                if message.get("content") == _NULL_CONTENT:
+                    message["content"] = None
+            variables = {"tools": tools} if tools else {}
+            return self._render(self._context(prepared, False, variables))
+        except Exception:  # a probe only observes; any failure is an answer
+            return None
+
+    @cached_property
+    def _tool_caps(self) -> _ToolCaps:
+        user = {"role": "user", "content": "User message"}
+        described = self._render_probe([user], _PROBE_TOOLS)
+        tools = described is not None and _PROBE_TOOL in described
+        # A call shows where the function's name appears more often than in
+        # a plain reply: the tools' description names it too.
+        plain = self._render_probe(
+            [user, {"role": "assistant", "content": "Reply"}], _PROBE_TOOLS
+        )
+        named = (plain or described or "").count(_PROBE_TOOL)
+        shown: dict[tuple[bool, bool], str | None] = {}
+        # Some templates (DeepSeek R1's Llama distill) write calls only when
+        # the reply's content is null; llama.cpp sends "" and loses them.
+        for null_content in (False, True):
+            for as_object in (True, False):
+                reply = _probe_call_message(as_object, null_content)
+                text = self._render_probe([user, reply], _PROBE_TOOLS)
+                shown[(null_content, as_object)] = (
+                    text
+                    if text is not None and text.count(_PROBE_TOOL) > named
+                    else None
+                )
+            if any(shown[(null_content, o)] for o in (True, False)):
+                break
+        by_object, by_text = shown[(null_content, True)], shown[(null_content, False)]
+        calls = bool(by_object or by_text)
+        # Objects are required where only they show the arguments as written:
+        # a template that dumps them (tojson) escapes JSON text, one that
+        # iterates them fails on it; one that concatenates them fails on an
+        # object, and one that prints them prints nothing for an object.
+        object_ok = by_object is not None and _PROBE_VALUE in by_object
+        text_ok = (
+            by_text is not None
+            and _PROBE_VALUE in by_text
+            and f'\\"{_PROBE_ARG}\\"' not in by_text
+        )
+        object_arguments = object_ok and not text_ok
+        answer = {"role": "tool", "tool_call_id": "call00001", "content": _PROBE_RESULT}
+        reply = _probe_call_message(object_arguments, null_content and calls)
+        text = self._render_probe([user, reply, answer], _PROBE_TOOLS)
+        responses = text is not None and _PROBE_RESULT in text
+        return _ToolCaps(
+            tools, calls, responses, object_arguments, null_content and calls
+        )
+
+    def _tool_polyfill(
+        self, messages: list[dict[str, Any]], tools: list[Any] | None
+    ) -> list[dict[str, Any]]:
+        caps = self._tool_caps
+        names: dict[str, str] = {}
+        out: list[dict[str, Any]] = []
+        for message in messages:
+            calls = message.get("tool_calls")
+            if message.get("role") == "assistant" and isinstance(calls, list) and calls:
+                for call in calls:
+                    names[str(call.get("id", ""))] = _call_function(call).get(
+                        "name", ""
+                    )
+                if caps.calls:
+                    message["tool_calls"] = [
+                        _shape_arguments(call, caps.object_arguments) for call in calls
+                    ]
+                    if caps.null_content and not message.get("content"):
+                        message["content"] = None
+                else:
+                    message["content"] = _generic_calls(calls, message.get("content"))
+                    del message["tool_calls"]
+            elif message.get("role") == "tool" and not caps.responses:
+                message = _generic_response(message, names)
+            out.append(message)
+        if tools and not caps.tools:
+            prompt = _TOOLS_PROMPT + json.dumps(tools, indent=2, ensure_ascii=False)
+            if not caps.calls:
+                prompt += "\n\n" + _GENERIC_PROMPT
+            out = _add_system(out, prompt)
+        return out
+
+
+# --- Tool use ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ToolCaps:
+    tools: bool
+    calls: bool
+    responses: bool
+    object_arguments: bool
+    null_content: bool  # calls are written only when the content is null
+
+
+_PROBE_TOOL = "tool_probe_fn"
+_PROBE_ARG = "probe_arg"
+_PROBE_VALUE = "PROBE_VALUE_X"
+_PROBE_RESULT = "PROBE_RESULT_R"
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": _PROBE_TOOL,
+            "description": "Tool description",
+            "parameters": {
+                "type": "object",
+                "properties": {_PROBE_ARG: {"type": "string", "description": "Arg"}},
+                "required": [_PROBE_ARG],
+            },
+        },
+    }
+]
+# Stands for a null content through _as_llama_message, which makes it "".
+_NULL_CONTENT = "\0null"
+
+# minja's polyfill texts (the llama.cpp that had them: common/chat.cpp,
+# common_chat_params_init_generic).
+_TOOLS_PROMPT = (
+    "You can call any of the following tools to satisfy the user's requests: "
+)
+_GENERIC_PROMPT = (
+    "Respond in JSON format, either with `tool_call` (a request to call tools) "
+    "or with `response` reply to the user's request"
+)
+
+
+def _probe_call_message(as_object: bool, null_content: bool) -> dict[str, Any]:
+    arguments: Any = {_PROBE_ARG: _PROBE_VALUE}
+    return {
+        "role": "assistant",
+        "content": _NULL_CONTENT if null_content else "",
+        "tool_calls": [
+            {
+                "id": "call00001",
+                "type": "function",
+                "function": {
+                    "name": _PROBE_TOOL,
+                    "arguments": arguments if as_object else json.dumps(arguments),
+                },
+            }
+        ],
+    }
+
+
+def _uses_tools(message: Mapping[str, Any]) -> bool:
+    return bool(message.get("tool_calls")) or message.get("role") == "tool"
+
+
+def _call_function(call: Any) -> dict[str, Any]:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    return dict(function) if isinstance(function, Mapping) else {}
+
+
+def _shape_arguments(call: Any, as_object: bool) -> Any:
+    # llama.cpp keeps arguments as the JSON text clients send, and parses them
+    # for templates that read an object (func_args_not_string).
+    function = _call_function(call)
+    if not function:
+        return call
+    arguments = function.get("arguments")
+    if as_object and isinstance(arguments, str):
+        # Not JSON: the template gets the text, as sent.
+        with contextlib.suppress(json.JSONDecodeError):
+            function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+    elif not as_object and not isinstance(arguments, str):
+        function["arguments"] = json.dumps(arguments, ensure_ascii=False)
+    # As llama.cpp sends a call (common_chat_msg's to_json_oaicompat).
+    return {"type": "function", **call, "function": function}
+
+
+def _generic_calls(calls: list[Any], content: Any) -> str:
+    """An assistant's calls as the generic format's JSON (minja's polyfill)."""
+    written = []
+    for call in calls:
+        function = _call_function(call)
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                arguments = json.loads(arguments)
+        item: dict[str, Any] = {"name": function.get("name"), "arguments": arguments}
+        if isinstance(call, Mapping) and call.get("id"):
+            item["id"] = call["id"]
+        written.append(item)
+    value: dict[str, Any] = {"tool_calls": written}
+    text = _content_text(content)
+    if text:
+        value["content"] = text
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _generic_response(
+    message: dict[str, Any], names: Mapping[str, str]
+) -> dict[str, Any]:
+    """A tool message as a user message (minja's polyfill), named by its call."""
+    response: dict[str, Any] = {}
+    call_id = message.get("tool_call_id")
+    name = message.get("name") or names.get(str(call_id))
+    if name:
+        response["tool"] = name
+    response["content"] = _content_text(message.get("content"))
+    if call_id:
+        response["tool_call_id"] = call_id
+    content = json.dumps({"tool_response": response}, indent=2, ensure_ascii=False)
+    return {"role": "user", "content": content}
+
+
+def _add_system(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    if messages and messages[0].get("role") == "system":
+        existing = _content_text(messages[0].get("content"))
+        first = {"role": "system", "content": f"{existing}\n\n{prompt}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": prompt}, *messages]
 
 
 # --- Message rewrites --------------------------------------------------------

@@ -51,6 +51,7 @@ from app.backend.settings import (
     layers_text,
 )
 from app.backend.threads import automatic_threads
+from app.backend.tool_calls import Constraint
 from app.backend.values import MAX_FORKS, ModelInfo, SamplingParams, StateKind
 
 log = logging.getLogger(__name__)
@@ -844,9 +845,16 @@ class LlamaEngine:
             llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
         self._forks.clear()
 
-    def sampler(self, params: SamplingParams, history: list[int]) -> Sampler:
-        """A sampler chain for ``params``, primed with the context's recent tokens."""
-        return Sampler(params, history, self.n_vocab)
+    def sampler(
+        self,
+        params: SamplingParams,
+        history: list[int],
+        constraint: Constraint | None = None,
+    ) -> Sampler:
+        """A sampler chain for ``params``, primed with the context's recent
+        tokens, that follows ``constraint``'s grammar if one is given
+        (``GrammarError`` if llama.cpp refuses it)."""
+        return Sampler(params, history, self.n_vocab, self._vocab, constraint)
 
     def sample(self, sampler: Sampler, row: int = -1) -> int:
         """Pick the next token with ``sampler`` from the logits of batch ``row``."""
