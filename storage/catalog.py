@@ -23,7 +23,7 @@ from typing import Any
 
 from storage import probe
 from storage.errors import StorageUnavailable
-from storage.values import Origin
+from storage.values import HIDDEN_ORIGINS, Origin
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ class ConversationRecord:
     # Where it was made, when not in the window or the CLI (None): the local
     # server, for a conversation an API client began.
     origin: Origin | None = None
+    # The program that made it, where an API client said (its user agent or
+    # a header); None for the window, the CLI and clients that said nothing.
+    client: str | None = None
 
 
 # A conversation's stored columns, in the order ``conversation_from_stored``
@@ -65,13 +68,19 @@ CONVERSATION_COLUMNS = (
     "model_identity",
     "sampling",
     "origin",
+    "client",
 )
 _COLUMNS = ", ".join(f"c.{name}" for name in CONVERSATION_COLUMNS)
+
+# Scratch conversations (``HIDDEN_ORIGINS``: a local server's background
+# tasks) exist for one answer and are never listed.
+_HIDDEN = ", ".join(f"'{origin}'" for origin in sorted(HIDDEN_ORIGINS))
+_SHOWN = f"(c.origin IS NULL OR c.origin NOT IN ({_HIDDEN}))"
 
 _LISTING = f"""
 SELECT {_COLUMNS}
 FROM conversation AS c
-{{where}}
+WHERE {_SHOWN} {{where}}
 ORDER BY c.updated_at DESC, c.id DESC
 """
 
@@ -81,8 +90,8 @@ CONVERSATION_BY_ID = f"SELECT {_COLUMNS} FROM conversation AS c WHERE c.id = ?"
 # The filter matches the title or any message's text, case-insensitively
 # (SQLite's LIKE folds ASCII case); % and _ in it are matched literally.
 _FILTER = """
-WHERE c.title LIKE :pattern ESCAPE '\\'
-   OR c.id IN (SELECT conversation_id FROM node WHERE text LIKE :pattern ESCAPE '\\')
+AND (c.title LIKE :pattern ESCAPE '\\'
+   OR c.id IN (SELECT conversation_id FROM node WHERE text LIKE :pattern ESCAPE '\\'))
 """
 
 
@@ -110,6 +119,72 @@ def list_conversations(
     return [conversation_from_stored(row) for row in rows]
 
 
+@dataclass(frozen=True)
+class Opening:
+    """A start of a conversation (its system prompt and the tools it offers)
+    under which a first message with a given text was sent."""
+
+    conversation_id: int
+    start_id: int
+    system: str
+    tool_use: dict[str, Any] | None
+
+
+# The starts, among the ``:limit`` most recently updated conversations of one
+# origin and client, that have a user message ``:text`` as a child. Bounded
+# by the limit, not by the file: the conversations come in ``updated_at``
+# order from its index, each one's starts from ``ix_node_conversation_parent``
+# and their children from ``ix_node_parent``; only first messages are read.
+# (CROSS JOIN keeps that order: SQLite would otherwise start from every
+# start in the file.)
+_OPENINGS = """
+SELECT r.conversation_id, r.id, r.text, r.tool_use
+FROM (
+    SELECT id, updated_at FROM conversation
+    WHERE origin = :origin AND client IS :client
+    ORDER BY updated_at DESC, id DESC
+    LIMIT :limit
+) AS c
+CROSS JOIN node AS r ON r.conversation_id = c.id AND r.parent_id IS NULL
+WHERE EXISTS (
+    SELECT 1 FROM node AS u
+    WHERE u.parent_id = r.id AND u.role = 'user' AND u.text = :text
+)
+ORDER BY c.updated_at DESC, c.id DESC, r.id DESC
+"""
+
+
+def openings(
+    connection: sqlite3.Connection,
+    text: str,
+    origin: Origin,
+    client: str | None,
+    limit: int,
+) -> list[Opening]:
+    """The starts under which a first message ``text`` was sent, in the
+    ``limit`` most recently updated conversations made by ``client`` (None:
+    one that did not say) from ``origin``; the most recent first."""
+    rows = connection.execute(
+        _OPENINGS,
+        {"origin": origin, "client": client, "limit": limit, "text": text},
+    )
+    return [
+        Opening(conversation_id, start_id, system or "", stored_json(tool_use))
+        for conversation_id, start_id, system, tool_use in rows
+    ]
+
+
+def hidden_conversations(connection: sqlite3.Connection, origin: Origin) -> list[int]:
+    """The ids of the conversations of ``origin``, one of ``HIDDEN_ORIGINS``
+    (which no listing shows)."""
+    if origin not in HIDDEN_ORIGINS:
+        raise ValueError(f"{origin!r} is listed; hidden_conversations is for the rest")
+    rows = connection.execute(
+        "SELECT id FROM conversation WHERE origin = ? ORDER BY id", (origin,)
+    )
+    return [conversation_id for (conversation_id,) in rows]
+
+
 def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
     """The record of a conversation's stored values in ``CONVERSATION_COLUMNS``
     order: the one mapping, for rows sqlite3 reads (text) and for the ORM's
@@ -128,6 +203,7 @@ def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
         model_identity,
         sampling,
         origin,
+        client,
     ) = values
     return ConversationRecord(
         id=conversation_id,
@@ -143,6 +219,7 @@ def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
         model_identity=model_identity,
         sampling=stored_json(sampling),
         origin=None if origin is None else Origin(origin),
+        client=client,
     )
 
 

@@ -54,13 +54,16 @@ def create_conversation(
     sampling: dict[str, Any] | None = None,
     origin: Origin | None = None,
     span: StartSpan | None = None,
+    client: str | None = None,
+    tool_use: dict[str, Any] | None = None,
 ) -> tuple[ConversationRecord, NodeRecord]:
     """Create a conversation and its root node.
 
     ``sampling``: what its replies use, None for the Settings' own.
-    ``origin``: where it is made, None for the window and the CLI.
-    ``span``: the root's span, rendered for the loaded model (None: it is
-    rendered later, once a model is loaded).
+    ``origin``: where it is made, None for the window and the CLI; ``client``
+    the program that made it, where known. ``span``: the root's span,
+    rendered for the loaded model (None: it is rendered later, once a model
+    is loaded). ``tool_use``: the root's (the tools offered), if any.
     """
     with db.write() as s:
         # Statements built once rather than the ORM's unit of work: a client
@@ -73,9 +76,12 @@ def create_conversation(
                 "system_prompt": system_prompt,
                 "sampling": sampling,
                 "origin": origin,
+                "client": client,
             },
         ).scalar_one()
-        root = _insert_root(connection, conversation_id, system_prompt or "", span)
+        root = _insert_root(
+            connection, conversation_id, system_prompt or "", span, tool_use
+        )
         connection.execute(
             _SET_ACTIVE, {"conversation": conversation_id, "node": root.id}
         )
@@ -87,7 +93,11 @@ def create_conversation(
 
 
 def _insert_root(
-    connection: Connection, conversation_id: int, text: str, span: StartSpan | None
+    connection: Connection,
+    conversation_id: int,
+    text: str,
+    span: StartSpan | None,
+    tool_use: dict[str, Any] | None = None,
 ) -> NodeRecord:
     """A conversation's new start, with its span where it is rendered."""
     return insert_node(
@@ -99,6 +109,7 @@ def _insert_root(
         tokens=span.tokens if span else (),
         vocab_id=span.vocab_id if span else None,
         span_text=span.text if span else None,
+        tool_use=tool_use,
     )
 
 
@@ -118,17 +129,19 @@ def add_root(
     conversation_id: int,
     system_prompt: str,
     span: StartSpan | None = None,
+    tool_use: dict[str, Any] | None = None,
 ) -> NodeRecord:
     """Start a new branch of a conversation from a new root holding
-    ``system_prompt`` (and ``span``, as for ``create_conversation``): the
-    earlier roots and everything below them stay.
+    ``system_prompt`` (and ``span`` and ``tool_use``, as for
+    ``create_conversation``): the earlier roots and everything below them
+    stay.
 
     The new root becomes the active node and its prompt the conversation's
     (what a new branch, an export's header and the list show).
     """
     with db.write() as s:
         conv = get_row(s, Conversation, conversation_id)
-        root = _insert_root(s.connection(), conv.id, system_prompt, span)
+        root = _insert_root(s.connection(), conv.id, system_prompt, span, tool_use)
         conv.system_prompt = system_prompt or None
         conv.active_node_id = root.id
         conv.updated_at = utcnow()
@@ -257,6 +270,7 @@ class NewNode:
     status: Status = Status.COMPLETE
     generation: dict[str, Any] | None = None
     created_at: datetime | None = None
+    tool_use: dict[str, Any] | None = None
 
 
 def read_conversation(
@@ -283,6 +297,7 @@ def insert_conversation(
     nodes: Sequence[NewNode],
     active_key: Hashable | None = None,
     origin: Origin | None = None,
+    client: str | None = None,
 ) -> tuple[ConversationRecord, dict[Hashable, int]]:
     """Insert a whole conversation in one transaction: all of it or nothing.
 
@@ -302,6 +317,7 @@ def insert_conversation(
             created_at=created_at or utcnow(),
             updated_at=utcnow(),
             origin=origin,
+            client=client,
         )
         s.add(conv)
         s.flush()
@@ -325,6 +341,7 @@ def insert_conversation(
                 status=new.status,
                 generation=new.generation,
                 created_at=new.created_at or utcnow(),
+                tool_use=new.tool_use,
             )
             s.add(node)
             s.flush()

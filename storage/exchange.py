@@ -25,14 +25,19 @@ The JSON format, version 1::
     {"format": "arbor-conversation", "version": 1,
      "title": str, "system_prompt": str | null, "reasoning": str | null,
      "created_at": ISO 8601, "active": node id, "origin": "local server" | null,
-     "nodes": [{"id": int, "parent": int | null, "role": "root"|"user"|"assistant",
+     "client": str | null,
+     "nodes": [{"id": int, "parent": int | null,
+                "role": "root"|"user"|"assistant"|"tool",
                 "text": str, "thinking": str, "status": str,
-                "created_at": ISO 8601, "generation": {...} | null}, ...]}
+                "created_at": ISO 8601, "generation": {...} | null,
+                "tool_use": {...} | null}, ...]}
 
 Node ids are the exporting database's; they only link nodes within the file.
 ``origin`` (where the conversation was made, null for the window or the
 CLI) came after the first files of version 1: a file without it imports as
-made in the window.
+made in the window. So did ``client`` (the program that made it) and
+``tool_use`` (a start's tools, a reply's calls, a tool result's call): a
+file without them has none.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from storage import conversation_rows
+from storage import conversation_rows, tool_use
 from storage.catalog import ConversationRecord
 from storage.conversation_rows import NewNode
 from storage.db import Database
@@ -74,9 +79,12 @@ _IMPORTED_STATUS: dict[str, Status] = {
 }
 # Who may follow whom: the tree alternates as the service builds it.
 _PARENT_ROLES = {
-    Role.USER: (Role.ROOT, Role.ASSISTANT),
-    Role.ASSISTANT: (Role.USER,),
+    Role.USER: (Role.ROOT, Role.ASSISTANT, Role.TOOL),
+    Role.ASSISTANT: (Role.USER, Role.TOOL),
+    # A reply's calls are answered one result after another.
+    Role.TOOL: (Role.ASSISTANT, Role.TOOL),
 }
+_MAX_CLIENT = 100
 _MAX_TITLE = 200
 # Appended to an imported conversation's title (not again to a copy's copy).
 IMPORTED_MARK = " (imported)"
@@ -87,7 +95,12 @@ _IMPORT_HINT = "Arbor imports the .json files it exports."
 _SNIFF_CHARS = 4096
 _MAX_REASONING = 16
 
-SPEAKERS = {Role.ROOT: "System", Role.USER: "You", Role.ASSISTANT: "Assistant"}
+SPEAKERS = {
+    Role.ROOT: "System",
+    Role.USER: "You",
+    Role.ASSISTANT: "Assistant",
+    Role.TOOL: "Tool",
+}
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,7 @@ def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
         "created_at": _iso(conversation.created_at),
         "active": conversation.active_node_id,
         "origin": conversation.origin,
+        "client": conversation.client,
         "nodes": [
             {
                 "id": node.id,
@@ -125,6 +139,7 @@ def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
                 "status": node.status,
                 "created_at": _iso(node.created_at),
                 "generation": node.generation,
+                "tool_use": node.tool_use,
             }
             for node in nodes
         ],
@@ -177,6 +192,8 @@ def _markdown(conversation: ConversationRecord, path: list[NodeRecord]) -> str:
                 parts.append(f"## {SPEAKERS[Role.ROOT]}\n\n{node.text.strip()}")
             continue
         heading = f"## {SPEAKERS[node.role]}"
+        if node.role == Role.TOOL:
+            heading += f" ({_one_line(tool_use.answered_call(node.tool_use)[1])})"
         model = (node.generation or {}).get("model")
         if node.role == Role.ASSISTANT and isinstance(model, str) and model:
             heading += f" ({_one_line(model)})"
@@ -188,6 +205,8 @@ def _markdown(conversation: ConversationRecord, path: list[NodeRecord]) -> str:
             )
         if node.text.strip():
             body.append(node.text.strip())
+        for call in tool_use.calls_of(node.tool_use):
+            body.append(f"Calls `{call['name']}` with `{call['arguments']}`")
         parts.append("\n\n".join(body))
     return "\n\n".join(parts) + "\n"
 
@@ -369,8 +388,17 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]
         "reasoning": reasoning,
         "created_at": _moment(data.get("created_at"), "the conversation"),
         "origin": _origin(data.get("origin")),
+        "client": _client(data),
     }
     return header, ordered, active
+
+
+def _client(data: dict[str, Any]) -> str | None:
+    """The program that made the exported conversation (absent in older files)."""
+    client = _optional_text(data, "client", "the conversation")
+    if client is not None and len(client) > _MAX_CLIENT:
+        raise ExchangeError(f'The "client" {client[:20]!r}… is too long.')
+    return client
 
 
 def _origin(value: Any) -> Origin | None:
@@ -422,6 +450,11 @@ def _node(raw: Any, index: int) -> NewNode:
         _check_utf8(
             json.dumps(generation, ensure_ascii=False), f'the "generation" of {where}'
         )
+    use = raw.get("tool_use")
+    if use is not None and not isinstance(use, dict):
+        raise ExchangeError(f'The "tool_use" of {where} is not a JSON object.')
+    if use is not None:
+        _check_utf8(json.dumps(use, ensure_ascii=False), f'the "tool_use" of {where}')
     return NewNode(
         key=key,
         parent_key=parent,
@@ -431,6 +464,7 @@ def _node(raw: Any, index: int) -> NewNode:
         status=_IMPORTED_STATUS[status],
         generation=generation,
         created_at=_moment(raw.get("created_at"), where),
+        tool_use=use,
     )
 
 

@@ -316,6 +316,16 @@ def _add_origin(raw: sqlite3.Connection) -> None:
     )
 
 
+def _add_tool_use_and_client(raw: sqlite3.Connection) -> None:
+    # Version 9: tool calls (a start's tools, a reply's calls, a tool
+    # result's call: node.tool_use) and the program that made a conversation
+    # through the local server (conversation.client). NULL for what is there.
+    if "tool_use" not in _column_names(raw, "node"):
+        raw.execute("ALTER TABLE node ADD COLUMN tool_use JSON")
+    if "client" not in _column_names(raw, "conversation"):
+        raw.execute("ALTER TABLE conversation ADD COLUMN client VARCHAR(100)")
+
+
 def _column_names(raw: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
 
@@ -329,4 +339,5 @@ _STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
     5: _add_parent_index_and_sampling,
     6: _add_counters,
     7: _add_origin,
+    8: _add_tool_use_and_client,
 }

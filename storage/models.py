@@ -61,6 +61,9 @@ class Conversation(Base):
     # Where it was made, when elsewhere than in the window or the CLI (an
     # ``Origin``: "local server"); the list marks such conversations.
     origin: Mapped[str | None] = mapped_column(String(32))
+    # The program that made it, where known (an API client's name: its user
+    # agent or what it said in a header); None for the window and the CLI.
+    client: Mapped[str | None] = mapped_column(String(100))
     # Its nodes (roots included) and the bytes of their checkpoints, what the
     # list shows; kept by the triggers of storage/counters.py, never by Python.
     node_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -102,7 +105,7 @@ class Node(Base):
     parent_id: Mapped[int | None] = mapped_column(
         ForeignKey("node.id", ondelete="CASCADE")
     )
-    role: Mapped[str] = mapped_column(String(16))  # root | user | assistant
+    role: Mapped[str] = mapped_column(String(16))  # root | user | assistant | tool
     text: Mapped[str] = mapped_column(Text, default="")
     thinking: Mapped[str] = mapped_column(Text, default="", server_default="")
     span_text: Mapped[str | None] = mapped_column(Text)
@@ -115,6 +118,10 @@ class Node(Base):
     status: Mapped[str] = mapped_column(String(16), default=Status.COMPLETE)
     generation: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The node's part in tool use, None where it has none (``ToolUse``): on a
+    # start, the tools offered to the model; on a reply, the calls it made;
+    # on a tool node, the call it answers.
+    tool_use: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class BackendProfile(Base):

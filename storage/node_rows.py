@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -56,6 +56,15 @@ from storage.values import Role, Status
 log = logging.getLogger(__name__)
 
 
+class StoredText(NamedTuple):
+    """A node as matching a message list reads it: its message, no span."""
+
+    id: int
+    role: Role
+    text: str
+    tool_use: dict[str, Any] | None
+
+
 def add_node(
     db: Database,
     parent_id: int,
@@ -70,6 +79,7 @@ def add_node(
     generation: dict[str, Any] | None = None,
     span_text: str | None = None,
     thinking: str = "",
+    tool_use: dict[str, Any] | None = None,
     title_if_unnamed: str | None = None,
 ) -> NodeRecord:
     """Add a child of ``parent_id`` and make it its conversation's active node
@@ -102,6 +112,7 @@ def add_node(
             generation=generation,
             span_text=span_text,
             thinking=thinking,
+            tool_use=tool_use,
         )
         activate = {
             "conversation": conversation_id,
@@ -132,6 +143,7 @@ def insert_node(
     generation: dict[str, Any] | None = None,
     span_text: str | None = None,
     thinking: str = "",
+    tool_use: dict[str, Any] | None = None,
 ) -> NodeRecord:
     """Insert a node row in the transaction of ``connection`` (one statement,
     built once) and return its record; its conversation is the caller's to
@@ -150,6 +162,7 @@ def insert_node(
         "created_at": utcnow(),
         "thinking": thinking,
         "span_text": span_text,
+        "tool_use": tool_use,
     }
     node_id = connection.execute(
         _INSERT_NODE, {**values, "n_tokens": len(tokens)}
@@ -191,6 +204,7 @@ def update_node(
     status: Status = _KEEP,
     vocab_id: str | None = _KEEP,
     generation: dict[str, Any] | None = _KEEP,
+    tool_use: dict[str, Any] | None = _KEEP,
 ) -> NodeRecord:
     """Change the given fields of a node (the others stay); return the node."""
     with db.write() as s:
@@ -214,6 +228,8 @@ def update_node(
             node.vocab_id = vocab_id
         if generation is not _KEEP:
             node.generation = generation
+        if tool_use is not _KEEP:
+            node.tool_use = tool_use
         return node_record(node)
 
 
@@ -345,31 +361,32 @@ def get_children(db: Database, node_id: int) -> list[NodeRecord]:
         return [node_record(n) for n in rows]
 
 
-def child_texts(db: Database, node_id: int) -> list[tuple[int, Role, str]]:
-    """(id, role, text) of each child of a node, oldest first: what matching
-    a message list against the tree reads (no tokens, no blobs)."""
+def child_texts(db: Database, node_id: int) -> list[StoredText]:
+    """Each child of a node, oldest first: what matching a message list
+    against the tree reads (no tokens, no blobs)."""
     if not valid_id(node_id):
         return []
     with db.read() as s:
         rows = s.execute(
-            select(Node.id, Node.role, Node.text)
+            select(Node.id, Node.role, Node.text, Node.tool_use)
             .where(Node.parent_id == node_id)
             .order_by(Node.id)
         )
-        return [(row[0], Role(row[1]), row[2]) for row in rows]
+        return [StoredText(row[0], Role(row[1]), row[2], row[3]) for row in rows]
 
 
-def root_texts(db: Database, conversation_id: int) -> list[tuple[int, str]]:
-    """(id, system prompt) of each start of a conversation, oldest first."""
+def root_texts(db: Database, conversation_id: int) -> list[StoredText]:
+    """Each start of a conversation (its text is the system prompt), oldest
+    first."""
     if not valid_id(conversation_id):
         return []
     with db.read() as s:
         rows = s.execute(
-            select(Node.id, Node.text)
+            select(Node.id, Node.text, Node.tool_use)
             .where(Node.conversation_id == conversation_id, Node.parent_id.is_(None))
             .order_by(Node.id)
         )
-        return [(row[0], row[1]) for row in rows]
+        return [StoredText(row[0], Role.ROOT, row[1], row[2]) for row in rows]
 
 
 @releases_space

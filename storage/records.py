@@ -45,6 +45,8 @@ class NodeRecord:
     created_at: datetime
     thinking: str = ""
     span_text: str | None = None
+    # Its part in tool use (see ``storage.tool_use``), None where it has none.
+    tool_use: dict[str, Any] | None = None
 
     @property
     def end_pos(self) -> int:
@@ -79,6 +81,8 @@ class NodeSummary:
     # A start with no checkpoint of its own restores from that of a start
     # with the same tokens (``twin_root``): its size, else 0.
     shared_checkpoint_bytes: int = 0
+    # Its part in tool use (``storage.tool_use``), None where it has none.
+    tool_use: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def is_saved(self) -> bool:
@@ -167,6 +171,7 @@ NODE_COLUMNS = (
     "created_at",
     "thinking",
     "span_text",
+    "tool_use",
 )
 
 
@@ -189,6 +194,7 @@ def node_from_stored(values: Sequence[Any]) -> NodeRecord:
         created_at,
         thinking,
         span_text,
+        tool_use,
     ) = values
     return NodeRecord(
         id=node_id,
@@ -205,6 +211,7 @@ def node_from_stored(values: Sequence[Any]) -> NodeRecord:
         created_at=timestamp(created_at),
         thinking=thinking or "",
         span_text=span_text,
+        tool_use=stored_json(tool_use),
     )
 
 

@@ -146,7 +146,7 @@ def get_nodes(db: Database, node_ids: Sequence[int]) -> dict[int, NodeRecord]:
 # through the ORM a 10,000-node tree took 0.41 s, most of it making rows.
 _TREE = f"""
 SELECT n.id, n.parent_id, n.role, n.text, n.n_tokens, n.status, n.created_at,
-       n.generation, n.thinking,
+       n.generation, n.thinking, n.tool_use,
        (SELECT sum(c.byte_size) FROM checkpoint AS c
         WHERE c.node_id = n.id AND (:profile IS NULL OR c.profile_id = :profile)),
        CASE WHEN n.parent_id IS NULL AND n.n_tokens > 0 THEN (
@@ -189,6 +189,7 @@ def tree(
             generation=catalog.stored_json(generation),
             thinking=thinking or "",
             shared_checkpoint_bytes=0 if size else twin_size or 0,
+            tool_use=catalog.stored_json(use),
         )
         for (
             node_id,
@@ -200,6 +201,7 @@ def tree(
             created_at,
             generation,
             thinking,
+            use,
             size,
             twin_size,
         ) in rows

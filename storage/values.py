@@ -16,6 +16,7 @@ class Role(StrEnum):
     ROOT = "root"
     USER = "user"
     ASSISTANT = "assistant"
+    TOOL = "tool"  # what a tool returned to a reply's call
 
 
 class Status(StrEnum):
@@ -33,3 +34,11 @@ class Origin(StrEnum):
     (those store None): the list marks it."""
 
     LOCAL_SERVER = "local server"  # by a client of the OpenAI-compatible API
+    # Scratch of the local server for a client's background task (a title,
+    # tags, follow-up questions): lives for one answer, never listed.
+    LOCAL_SERVER_TASK = "local server task"
+
+
+# Conversations that no list shows (the window's, ``arbor list``): scratch
+# that lives for one answer and is deleted after it.
+HIDDEN_ORIGINS = frozenset({Origin.LOCAL_SERVER_TASK})

@@ -162,7 +162,7 @@ def test_parallel_calls_all_validate(engine):
     syntax = _syntax("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use")
     constraint = syntax.constraint(TOOLS, "required", parallel=True)
     counts = set()
-    for seed in range(1, 9):
+    for seed in range(1, 25):
         text, ended = _generate(engine, constraint, seed, limit=600)
         if ended:
             counts.add(len(_valid_calls(syntax, text)))

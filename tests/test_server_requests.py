@@ -64,9 +64,29 @@ def test_a_request_in_arbor_terms() -> None:
         (_body(max_tokens=0), "max_tokens"),
         (_body(top_k=1.5), "top_k"),
         (_body(stream="yes"), "stream"),
-        (_body(n=3), "n"),
-        (_body(tools=[{"type": "function"}]), "tools"),
-        (_body(response_format={"type": "json_object"}), "response_format"),
+        (_body(n=9), "n"),
+        (_body(n=0), "n"),
+        (_body(tools=[{"type": "function"}]), "tools[0]"),
+        (_body(tools={"type": "function"}), "tools"),
+        (_body(tool_choice="required"), "tool_choice"),
+        (_body(functions=[{"name": "f"}]), "functions"),
+        (_body(response_format={"type": "xml"}), "response_format"),
+        (_body(response_format={"type": "json_schema"}), "response_format"),
+        (_body(top_logprobs=2), "top_logprobs"),
+        (_body(logprobs=True, top_logprobs=21), "top_logprobs"),
+        (
+            _body(messages=[{"role": "user", "content": "a"}, {"role": "tool"}]),
+            "messages[1]",
+        ),
+        (
+            _body(
+                messages=[
+                    {"role": "user", "content": "a"},
+                    {"role": "tool", "tool_call_id": "x", "content": "r"},
+                ]
+            ),
+            "messages[1]",
+        ),
         (_body(stop=["a"] * 5), "stop"),
     ],
 )
@@ -132,3 +152,79 @@ def test_a_character_split_before_the_stop_is_kept_whole() -> None:
     assert text.kept == "café"
     assert text.finish() is None
     assert "".join(shown) == "café"
+
+
+def test_tool_turns_and_options_in_arbor_terms() -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {"type": "object", "properties": {}},
+            "strict": True,  # a client's extra key: not part of the start
+        },
+    }
+    chat = parse_chat_request(
+        _body(
+            messages=[
+                {"role": "user", "content": "Time?"},
+                {"role": "assistant", "content": "Checking."},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            # Some clients send the arguments as an object.
+                            "function": {"name": "get_time", "arguments": {}},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "12:00"},
+            ],
+            tools=[tool],
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+            parallel_tool_calls=False,
+            n=2,
+            logprobs=True,
+        )
+    )
+    # Text and calls of one reply are one turn; each result its own.
+    assert [(t.role, t.text, t.calls) for t in chat.turns] == [
+        ("user", "Time?", ()),
+        (
+            "assistant",
+            "Checking.",
+            ({"id": "call_1", "name": "get_time", "arguments": "{}"},),
+        ),
+        ("tool", "12:00", ()),
+    ]
+    assert (chat.turns[-1].call_id, chat.turns[-1].name) == ("call_1", "get_time")
+    assert chat.tools.tools == (
+        {
+            "type": "function",
+            "function": {
+                "name": "get_time",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        },
+    )
+    assert (chat.tools.choice, chat.tools.parallel) == ("get_time", False)
+    assert (chat.n, chat.logprobs) == (2, 0)
+
+
+def test_a_last_assistant_turn_is_a_prefill() -> None:
+    chat = parse_chat_request(
+        _body(
+            messages=[
+                {"role": "user", "content": "Story?"},
+                {"role": "assistant", "content": "Once"},
+            ],
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "s", "schema": {"type": "object"}},
+            },
+        )
+    )
+    assert [t.role for t in chat.turns] == ["user"] and chat.prefill == "Once"
+    assert chat.output.json and chat.output.schema == {"type": "object"}

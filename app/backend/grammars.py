@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import cache
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from app.backend.integer_ranges import integer_bounds, integer_rule
 from app.backend.tool_calls import (
     ARGUMENTS,
     CALL_ID,
@@ -51,13 +53,57 @@ _SLOT_RULES = {CALL_ID: "call-id", GENERATED_ID: "generated-id"}
 
 
 def _converter() -> Any:
-    # Imported here: the converter is plain Python, but its package's
-    # __init__ loads libllama, which naming a syntax must not need. Typed
-    # Any: llama-cpp-python leaves the converter unannotated.
+    return _converter_class()(
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
+
+
+# JSON as ``json.dumps`` and templates' ``tojson`` write it: ", " and ": ",
+# nothing else between tokens. The converter's ``space`` allows a space
+# anywhere, so a model could write {"a":1} where the template renders
+# {"a": 1}, and the next request would decode the call again (its span and
+# the template's rendering of it would differ).
+_CANONICAL_SPACING = (
+    ('"{" space', '"{"'),
+    ('"[" space', '"["'),
+    ('"," space', '", "'),
+    ('":" space', '": "'),
+)
+
+
+@cache
+def _converter_class() -> Any:
+    """llama-cpp-python's schema converter, with integer bounds
+    (``integer_ranges``) and canonical spacing.
+
+    Imported here: the converter is plain Python, but its package's
+    __init__ loads libllama, which naming a syntax must not need. Typed Any:
+    llama-cpp-python leaves the converter unannotated.
+    """
     from llama_cpp import llama_grammar
 
-    converter: Any = llama_grammar.SchemaConverter
-    return converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    base: Any = llama_grammar.SchemaConverter
+
+    class Converter(base):  # type: ignore[misc, valid-type]
+        def visit(self, schema: Any, name: str) -> Any:
+            if isinstance(schema, dict) and schema.get("type") == "integer":
+                low, high = integer_bounds(schema)
+                if low is not None or high is not None:
+                    if low is not None and high is not None and low > high:
+                        raise ValueError(f"no integer lies in [{low}, {high}]")
+                    rule = f"{name}-" if name in llama_grammar.RESERVED_NAMES else name
+                    return self._add_rule(
+                        rule or "root", f"{integer_rule(low, high)} space"
+                    )
+            return super().visit(schema, name)
+
+        def format_grammar(self) -> str:
+            text = str(super().format_grammar())
+            for spaced, canonical in _CANONICAL_SPACING:
+                text = text.replace(spaced, canonical)
+            return text.replace('space ::= " "?', 'space ::= ""')
+
+    return Converter
 
 
 _CONVERTER_ERRORS = (AssertionError, KeyError, ValueError, TypeError, RecursionError)

@@ -288,6 +288,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     "start": n.start_pos,
                     "status": n.status,
                     **({"generation": n.generation} if n.generation else {}),
+                    **({"tool_use": n.tool_use} if n.tool_use else {}),
                 }
                 for n in path
             ],
@@ -311,6 +312,7 @@ def _cmd_tree(args: argparse.Namespace) -> int:
                     "checkpoint_bytes": n.checkpoint_bytes,
                     "status": n.status,
                     "text": n.text,
+                    **({"tool_use": n.tool_use} if n.tool_use else {}),
                 }
                 for n in nodes
             ],
@@ -340,6 +342,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                     # "local server" for one an API client began; null: made
                     # in the window or the CLI.
                     "origin": c.origin,
+                    "client": c.client,
                 }
                 for c in records
             ]

@@ -18,6 +18,7 @@ def reply_json(reply: Reply, extra: dict[str, Any] | None = None) -> dict[str, A
         "assistant_node": reply.assistant_node,
         "text": reply.text,
         **({"thinking": reply.thinking} if reply.thinking else {}),
+        **({"tool_calls": list(reply.tool_calls)} if reply.tool_calls else {}),
         "stats": reply.stats.as_dict(),
     }
     data.update(extra or {})

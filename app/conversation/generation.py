@@ -17,17 +17,20 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from app.backend.reasoning import ReasoningSplitter, starts_in_thinking
+from app.backend.reasoning import ReasoningSplitter, split_reply, starts_in_thinking
 from app.backend.values import PENALTY_LAST_N, SamplingParams, StateKind
 from app.conversation import spans
 from app.conversation.batches import Batches
+from app.conversation.call_catcher import CallCatcher
+from app.conversation.logprobs import token_logprobs
+from app.conversation.reply_shape import FREE, ReplyShape
 from app.conversation.results import Reply, ReplyStats, StopReason
 from app.conversation.spans import Placement
 from app.conversation.streams import Streams
 from app.conversation.turn_markers import ReplyText
-from storage import node_rows
+from storage import node_rows, tool_use
 from storage.db import Database
 from storage.records import NodeRecord
 from storage.values import Status
@@ -75,6 +78,11 @@ class ReplyStream:
     text: ReplyText
     index: int  # its rank among alternatives generated together (0: alone)
     earlier: Earlier
+    shape: ReplyShape = FREE
+    # Where its tool calls are kept from its text (None: it makes none).
+    catcher: CallCatcher | None = None
+    # Each sampled token's log probabilities, when the shape asks for them.
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
     node: NodeRecord | None = None
     # Its fork while alternatives are sampled together; None: it is decoded
     # on the main sequence as it is sampled.
@@ -114,6 +122,7 @@ class ReplyPlan:
 
     params: SamplingParams
     streams: Streams
+    shape: ReplyShape = FREE
 
 
 class ReplyPipeline:
@@ -184,7 +193,9 @@ class ReplyPipeline:
                         params=reply.params,
                         streams=reply.streams,
                         sampler=samplers.enter_context(
-                            engine.sampler(reply.params, history)
+                            engine.sampler(
+                                reply.params, history, reply.shape.constraint
+                            )
                         ),
                         splitter=splitter,
                         text=ReplyText(
@@ -195,6 +206,8 @@ class ReplyPipeline:
                         ),
                         index=index,
                         earlier=earlier,
+                        shape=reply.shape,
+                        catcher=_catcher(reply.shape),
                     )
                 )
             self._sample(sampling, forked)
@@ -233,6 +246,8 @@ class ReplyPipeline:
                 engine.end_fork()
         self._stored(streams)  # stopped before a first token
         for stream in streams:
+            if stream.catcher is not None:
+                self._push(stream, stream.catcher.release())
             cut = stream.text.finish()
             if cut is not None:  # the reply ends inside a character: before it
                 self._cut(stream, cut)
@@ -301,6 +316,10 @@ class ReplyPipeline:
             stream.sampler.accept(token)
         else:
             token = engine.sample(stream.sampler, row)
+        if stream.shape.logprobs is not None:
+            stream.logprobs.append(
+                token_logprobs(engine, row, token, stream.shape.logprobs)
+            )
         if engine.is_end_of_generation(token):
             stream.stop(StopReason.END_OF_TURN)
             marker = engine.token_text(token)
@@ -308,9 +327,11 @@ class ReplyPipeline:
                 stream.pending.append(token)
             return None
         stream.tokens.append(token)
-        cut = stream.text.push(
-            engine.token_bytes(token, special=True), engine.is_special(token)
-        )
+        catcher = stream.catcher
+        if catcher is None:
+            cut = self._push(stream, [token])
+        else:
+            cut = self._push(stream, catcher.take(token, engine.token_text(token)))
         if cut is not None:
             # The model wrote a turn marker or a stop string: the reply ends
             # before it (the format's own footer closes the turn instead, and
@@ -327,6 +348,19 @@ class ReplyPipeline:
             stream.pending.append(token)
             return None
         return token
+
+    def _push(self, stream: ReplyStream, tokens: list[int]) -> int | None:
+        """Show ``tokens`` as the reply's text; where one completes a turn
+        marker or a stop string, return the index of the first token to drop
+        (the later ones are not shown)."""
+        engine = self._engine
+        for token in tokens:
+            cut = stream.text.push(
+                engine.token_bytes(token, special=True), engine.is_special(token)
+            )
+            if cut is not None:
+                return cut
+        return None
 
     def _cut(self, stream: ReplyStream, cut: int) -> None:
         """Drop the stream's tokens from ``cut`` on, then add the text the
@@ -396,12 +430,14 @@ class ReplyPipeline:
         stats.stop_reason = reason = stream.stop_reason
         node = _node(stream)
         assert node.generation is not None
+        answer, thinking, calls = self._calls(stream)
         with self._db.changing([node.id]):
             node = node_rows.update_node(
                 self._db,
                 node.id,
-                text=stream.answer,
-                thinking=stream.thinking,
+                text=answer,
+                thinking=thinking,
+                tool_use=tool_use.calling(calls),
                 tokens=span,
                 chunks=chunks,
                 span_text=self._opening.text + closing_text,
@@ -430,7 +466,31 @@ class ReplyPipeline:
             stats=stats,
             conversation_id=node.conversation_id,
             thinking=node.thinking,
+            tool_calls=tuple(calls),
+            # A turn's end marker or the token cut at max_tokens is no content.
+            logprobs=tuple(stream.logprobs[: len(stream.tokens)]),
         )
+
+    def _calls(self, stream: ReplyStream) -> tuple[str, str, list[dict[str, str]]]:
+        """The reply's answer, its reasoning and the calls it made: read
+        from the text the catcher kept aside; a call that does not parse
+        (cut at max_tokens, broken JSON) is shown as text instead."""
+        catcher, syntax = stream.catcher, stream.shape.tools
+        if catcher is None or syntax is None or not catcher.call_tokens:
+            return stream.answer, stream.thinking, []
+        engine = self._engine
+        parsed = syntax.parse(engine.detokenize(catcher.call_tokens))
+        answer, thinking = stream.answer, stream.thinking
+        if parsed.content:
+            # What the call text holds besides calls, reasoning split off.
+            more_thinking, more = split_reply(engine.reasoning_format, parsed.content)
+            answer = f"{answer.rstrip()}\n\n{more}".strip() if answer.strip() else more
+            thinking = (thinking + more_thinking).strip()
+        calls = [
+            {"id": call.id, "name": call.name, "arguments": call.arguments}
+            for call in parsed.calls
+        ]
+        return answer, thinking, calls
 
     def _place_span(
         self, stream: ReplyStream, stats: ReplyStats
@@ -478,6 +538,16 @@ class ReplyPipeline:
         decoded = stream.tokens if ended_by_model or not pending else stream.tokens[:-1]
         text = engine.detokenize([*decoded, *pending]) + footer_text
         return decoded, closing, text
+
+
+def _catcher(shape: ReplyShape) -> CallCatcher | None:
+    """The catcher of a reply that may call tools (None: it may not)."""
+    if shape.tools is None:
+        return None
+    # A grammar that applies from the first token (no lazy trigger) writes
+    # nothing but the calls.
+    calling = shape.constraint is not None and not shape.constraint.triggers
+    return CallCatcher(shape.tools.trigger, calling)
 
 
 def _node(stream: ReplyStream) -> NodeRecord:

@@ -76,12 +76,15 @@ class UserText:
 Target = UserText | str
 """A user turn's ``UserText``, or the text through a reply."""
 
+# The turns a reply answers: the generation prompt follows them.
+INPUT_ROLES = ("user", "tool")
+
 
 def exact(
     fmt: ChatFormat, system: str | None, turns: Sequence[Message], variables: Variables
 ) -> Target:
     """The target of the last of ``turns``, rendered over all of them."""
-    if turns[-1].role == "user":
+    if turns[-1].role in INPUT_ROLES:
         through, with_prompt = fmt.prompt(system, turns, variables)
         return UserText(through, with_prompt[len(through) :])
     return fmt.reply_history(system, turns, variables)

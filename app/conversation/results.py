@@ -94,3 +94,7 @@ class Reply:
     stats: ReplyStats
     conversation_id: int
     thinking: str = ""
+    # The tools it called, each {"id", "name", "arguments"} (storage.tool_use).
+    tool_calls: tuple[dict[str, str], ...] = ()
+    # Its tokens' log probabilities, where asked for (``logprobs``); not stored.
+    logprobs: tuple[dict[str, Any], ...] = ()

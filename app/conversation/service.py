@@ -10,6 +10,7 @@ add siblings.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from app.conversation.generation import (
     ReplyPlan,
 )
 from app.conversation.presets import stored_sampling
+from app.conversation.reply_shape import FREE, ReplyShape
 from app.conversation.results import (
     Reply,
     ReplyStats,
@@ -54,6 +56,7 @@ from storage import (
     exchange,
     node_rows,
     setting_rows,
+    tool_use,
     tree_reads,
 )
 from storage.catalog import ConversationRecord
@@ -85,6 +88,23 @@ def _remembered(cache: dict[K, V], key: K, make: Callable[[], V]) -> V:
     return cache[key]
 
 
+def _variables_key(variables: dict[str, Any]) -> str:
+    """Template variables as a cache key (tools are lists of dicts)."""
+    return json.dumps(variables, sort_keys=True, default=str)
+
+
+# The nodes a reply answers.
+_ANSWERED_ROLES = (Role.USER, Role.TOOL)
+
+# Who may follow whom in a conversation's tree.
+_PARENT_ROLES = {
+    Role.USER: (Role.ROOT, Role.ASSISTANT, Role.TOOL),
+    Role.ASSISTANT: (Role.USER, Role.TOOL),
+    # A reply's calls are answered one result after another.
+    Role.TOOL: (Role.ASSISTANT, Role.TOOL),
+}
+
+
 @dataclass(frozen=True)
 class _Choice:
     """One reply to generate: how it samples, where it streams, and what
@@ -93,6 +113,7 @@ class _Choice:
     params: SamplingParams
     streams: Streams
     generation: dict[str, Any] = field(default_factory=dict)
+    shape: ReplyShape = FREE
 
 
 def _check_text(text: str | None, what: str) -> None:
@@ -241,12 +262,16 @@ class ConversationService:
         sampling: SamplingParams | None = None,
         preset: str | None = None,
         origin: Origin | None = None,
+        client: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> tuple[int, int]:
         """Create a conversation; return its id and its root node's id.
 
         ``sampling``: what its replies use (None: the Settings'), from the
         preset named ``preset`` if any. ``origin``: where it is made, when
-        not in the window or the CLI (the list marks it).
+        not in the window or the CLI (the list marks it); ``client``: the
+        program that made it, where known. ``tools``: those its start offers
+        the model (OpenAI's shape).
         """
         _check_text(system_prompt, "system prompt")
         _check_text(title, "title")
@@ -256,34 +281,50 @@ class ConversationService:
             system_prompt,
             stored_sampling(sampling, preset),
             origin,
-            self._start_span(system_prompt),
+            self._start_span(system_prompt, tools=tools),
+            client=client,
+            tool_use=tool_use.offering(tools or []),
         )
         return conversation.id, root.id
 
-    def new_system_prompt(self, conversation_id: int, system_prompt: str) -> int:
+    def new_system_prompt(
+        self,
+        conversation_id: int,
+        system_prompt: str,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> int:
         """Start a branch of the conversation from a new root with
-        ``system_prompt``; return the root's id. Nothing is erased: the earlier
-        system prompts keep their branches."""
+        ``system_prompt`` (and ``tools`` offered); return the root's id.
+        Nothing is erased: the earlier system prompts keep their branches."""
         _check_text(system_prompt, "system prompt")
         text = system_prompt.strip()
         root = conversation_rows.add_root(
-            self.db, conversation_id, text, self._start_span(text, conversation_id)
+            self.db,
+            conversation_id,
+            text,
+            self._start_span(text, conversation_id, tools),
+            tool_use.offering(tools or []),
         )
         return root.id
 
-    def add_message(self, parent_id: int, role: Role, text: str) -> int:
+    def add_message(
+        self,
+        parent_id: int,
+        role: Role,
+        text: str,
+        use: dict[str, Any] | None = None,
+    ) -> int:
         """Add a message written elsewhere under ``parent_id``, without
-        generating: a user message under a start or a reply, or a reply under
-        a user message (a history an API client sends). Returns its id.
+        generating: a user message under a start or a reply, a reply under a
+        user message or a tool result, or a tool result under a reply that
+        called tools or another result (a history an API client sends).
+        ``use`` is its part in tool use (``storage.tool_use``). Returns its id.
 
         Its span is rendered and decoded on the way to a node below it, and
         checkpointed then, like an imported message's.
         """
         parent = node_rows.get_node(self.db, parent_id)
-        expected = (
-            (Role.USER,) if role == Role.ASSISTANT else (Role.ROOT, Role.ASSISTANT)
-        )
-        if role not in (Role.USER, Role.ASSISTANT) or parent.role not in expected:
+        if parent.role not in _PARENT_ROLES.get(role, ()):
             raise ServiceError(f"A {role} message cannot follow a {parent.role} node.")
         _check_text(text, "message")
         first = role == Role.USER and parent.parent_id is None
@@ -293,6 +334,7 @@ class ConversationService:
                 parent_id,
                 role,
                 text,
+                tool_use=use,
                 title_if_unnamed=title_from(text) if first else None,
             )
             added.add(node.id)
@@ -318,7 +360,10 @@ class ConversationService:
         )
 
     def _start_span(
-        self, system_prompt: str | None, conversation_id: int | None = None
+        self,
+        system_prompt: str | None,
+        conversation_id: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> StartSpan | None:
         """The span of a start with ``system_prompt`` in the conversation
         (None: a new one), for the loaded model (None without one), so that
@@ -330,12 +375,14 @@ class ConversationService:
         if engine is None:
             return None
         variables = self._variables(conversation_id)
+        if tools:
+            variables["tools"] = tools
 
         def render() -> StartSpan:
             placement = spans.start_span(engine, system_prompt, variables)
             return StartSpan(tuple(placement.tokens), placement.text, engine.vocab_id)
 
-        key = (engine.vocab_id, system_prompt or "", repr(sorted(variables.items())))
+        key = (engine.vocab_id, system_prompt or "", _variables_key(variables))
         return _remembered(self._start_spans, key, render)
 
     def set_reasoning(self, conversation_id: int, choice: str | None) -> None:
@@ -449,14 +496,16 @@ class ConversationService:
         text: str,
         params: SamplingParams,
         streams: Streams = NO_STREAMS,
+        shape: ReplyShape = FREE,
     ) -> Reply:
         """Add a user message under ``parent_id`` (root or reply) and reply to it.
 
         The answer and the reasoning of a model that thinks go to
         ``streams`` as they come; its ``should_stop`` ends the reply early.
-        If ``parent_id`` already holds this very message with no reply (an
-        earlier attempt whose reply failed), that message is answered instead
-        of adding a copy; ``Reply.user_node`` is then its id.
+        ``shape``: a grammar the reply follows, and the tool syntax its calls
+        are read with. If ``parent_id`` already holds this very message with
+        no reply (an earlier attempt whose reply failed), that message is
+        answered instead of adding a copy; ``Reply.user_node`` is then its id.
         """
         parent = self._tree.path(parent_id)[-1]
         if parent.role == Role.USER:
@@ -465,7 +514,7 @@ class ConversationService:
                 "assistant reply or the conversation start (regenerate answers "
                 "a user message)."
             )
-        return self._add_user_and_reply(parent_id, text, params, streams)
+        return self._add_user_and_reply(parent_id, text, params, streams, shape)
 
     def edit(
         self,
@@ -497,9 +546,18 @@ class ConversationService:
         user_node_id: int,
         params: SamplingParams,
         streams: Streams = NO_STREAMS,
+        shape: ReplyShape = FREE,
+        prefix: str = "",
     ) -> Reply:
-        """Generate a (new) assistant reply to the user message ``user_node_id``."""
-        return self._reply(user_node_id, params, streams)
+        """Generate a (new) assistant reply to the user message (or the tool
+        result) ``user_node_id``, in ``shape`` (see ``send``).
+
+        ``prefix``: the reply's beginning, written elsewhere (an API client's
+        last assistant turn): the reply goes on from it, and its text and
+        span hold it; it is not streamed.
+        """
+        _check_text(prefix, "reply")
+        return self._reply(user_node_id, params, streams, shape=shape, prefix=prefix)
 
     def continue_reply(
         self,
@@ -526,6 +584,7 @@ class ConversationService:
         params: SamplingParams,
         n: int,
         streams: AlternativeStreams = NO_ALTERNATIVE_STREAMS,
+        shape: ReplyShape = FREE,
     ) -> list[Reply]:
         """Generate ``n`` new replies to a user message together, as siblings.
 
@@ -572,7 +631,7 @@ class ConversationService:
         node = node_rows.get_node(self.db, node_id)
         if node.role == Role.ASSISTANT and node.parent_id is not None:
             user_id = node.parent_id
-        elif node.role == Role.USER:
+        elif node.role in _ANSWERED_ROLES:
             user_id = node.id
         else:
             raise ServiceError(
@@ -583,11 +642,12 @@ class ConversationService:
         seeded = [replace(params, seed=(seed + k) % 2**32) for k in range(n)]
         if engine.state_kind is StateKind.FULL:
             replies = [
-                self.reply(user_id, p, streams.of(k)) for k, p in enumerate(seeded)
+                self.reply(user_id, p, streams.of(k), shape)
+                for k, p in enumerate(seeded)
             ]
             return self._first_active(node.conversation_id, replies)
         path, variables = self._ensured_path(user_id)
-        if path[-1].role != Role.USER:
+        if path[-1].role not in _ANSWERED_ROLES:
             raise ServiceError(f"Node {user_id} is not a user message.")
         opening = spans.place_reply(engine, path, variables)
         self._check_room(opening.start_pos + len(opening.tokens) + 8 * n)
@@ -597,7 +657,9 @@ class ConversationService:
             alternative: dict[str, Any] = {"index": k, "of": n}
             if p.temperature == 0 and k:
                 alternative["first_token_rank"] = k
-            choices.append(_Choice(p, streams.of(k), {"alternative": alternative}))
+            choices.append(
+                _Choice(p, streams.of(k), {"alternative": alternative}, shape)
+            )
         replies = self._generate(path[-1], opening, None, choices, stats, forked=True)
         return self._first_active(node.conversation_id, replies)
 
@@ -618,13 +680,16 @@ class ConversationService:
         params: SamplingParams,
         streams: Streams,
         going_on: NodeRecord | None = None,
+        shape: ReplyShape = FREE,
+        prefix: str = "",
     ) -> Reply:
         """A reply to ``user_node_id``; one that goes on from ``going_on``
-        (a reply cut at the length limit) starts with its tokens."""
+        (a reply cut at the length limit) starts with its tokens, one with a
+        ``prefix`` with that text's."""
         engine = self._require_engine()
         self._raise_write_failure()
         path, variables = self._ensured_path(user_node_id)
-        if path[-1].role != Role.USER:
+        if path[-1].role not in _ANSWERED_ROLES:
             raise ServiceError(f"Node {user_node_id} is not a user message.")
         opening = spans.place_reply(engine, path, variables)
         earlier = NOTHING_EARLIER
@@ -636,9 +701,15 @@ class ConversationService:
             )
             # What the user sees first is the reply as it was.
             streams.emit([(THINKING, going_on.thinking), (ANSWER, going_on.text)])
+        elif prefix:
+            begun = engine.tokenize(prefix)
+            opening = Placement(
+                opening.base, opening.text + prefix, [*opening.tokens, *begun]
+            )
+            earlier = Earlier(prefix, "", len(begun))
         self._check_room(opening.start_pos + len(opening.tokens))
         stats = ReplyStats.after(self._move_to(opening.base))
-        choice = _Choice(params.with_seed(), streams)
+        choice = _Choice(params.with_seed(), streams, shape=shape)
         return self._generate(
             path[-1], opening, None, [choice], stats, earlier=earlier
         )[0]
@@ -662,7 +733,12 @@ class ConversationService:
         )
 
     def _add_user_and_reply(
-        self, parent_id: int, text: str, params: SamplingParams, streams: Streams
+        self,
+        parent_id: int,
+        text: str,
+        params: SamplingParams,
+        streams: Streams,
+        shape: ReplyShape = FREE,
     ) -> Reply:
         engine = self._require_engine()
         self._raise_write_failure()
@@ -673,7 +749,7 @@ class ConversationService:
         if unanswered is not None:
             # An earlier attempt saved this message, then failed to reply (a
             # full disk, a model error): answer it rather than add a twin.
-            reply = self._reply(unanswered.id, params, streams)
+            reply = self._reply(unanswered.id, params, streams, shape=shape)
             return replace(reply, user_node=unanswered.id)
         path, variables = self._ensured_path(parent_id)
         placement, prompt_text = spans.place_user(engine, path, text, variables)
@@ -701,7 +777,7 @@ class ConversationService:
         stats = ReplyStats.after(self._move_to(placement.base, then=user))
         # The template's generation prompt follows the user's turn directly.
         opening = Placement([*placement.base, user], prompt_text, prompt_tokens)
-        choice = _Choice(params.with_seed(), streams)
+        choice = _Choice(params.with_seed(), streams, shape=shape)
         return self._generate(user, opening, user, [choice], stats)[0]
 
     def _message_batches(
@@ -730,7 +806,7 @@ class ConversationService:
         """How many of a message's first ``tokens`` under the start of
         ``path`` any message there begins with (0: none)."""
         engine = self._require_engine()
-        key = (engine.vocab_id, path[0].tokens, repr(sorted(variables.items())))
+        key = (engine.vocab_id, path[0].tokens, _variables_key(variables))
         header = _remembered(
             self._headers,
             key,
@@ -743,7 +819,9 @@ class ConversationService:
         self._tree.refresh(parent_id)
         if not self._tree.has_children(parent_id):
             return None  # a start just made, a reply just written: no lookup
-        for child_id, role, child_text in node_rows.child_texts(self.db, parent_id):
+        for child_id, role, child_text, _use in node_rows.child_texts(
+            self.db, parent_id
+        ):
             if (
                 role == Role.USER
                 and child_text == text
@@ -833,7 +911,10 @@ class ConversationService:
                     )
                 return replies
 
-            plans = [ReplyPlan(choice.params, choice.streams) for choice in choices]
+            plans = [
+                ReplyPlan(choice.params, choice.streams, choice.shape)
+                for choice in choices
+            ]
             pipeline = ReplyPipeline(
                 engine,
                 self.db,
@@ -987,7 +1068,7 @@ class ConversationService:
         # the template variables of its conversation.
         engine = self._require_engine()
         path = self.path(node_id)
-        variables = self._variables(path[0].conversation_id)
+        variables = spans.variables_of(path, self._variables(path[0].conversation_id))
         # Making spans valid writes only the path's nodes (their spans, their
         # stale checkpoints): named, so the tree cache follows (tree_cache.py).
         with self.db.changing(n.id for n in path):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from app.backend.chat_format import Message, TemplateError
 from app.backend.errors import ContextFullError
 from app.conversation import folding, path_texts
-from storage import node_rows
+from storage import node_rows, tool_use
 from storage.db import Database
 from storage.records import NodeRecord
 from storage.values import Role, Status
@@ -46,11 +46,28 @@ class Placement:
 
 def turns_of(path: Sequence[NodeRecord]) -> list[Message]:
     """The chat messages of a path, without the root."""
-    return [
-        Message(node.role, node.text, node.thinking)
-        for node in path
-        if node.role != Role.ROOT
-    ]
+    return [message_of(node) for node in path if node.role != Role.ROOT]
+
+
+def message_of(node: NodeRecord) -> Message:
+    """A node's chat message: a reply with its reasoning and its calls, a
+    tool result with the call it answers."""
+    if node.role == Role.TOOL:
+        call_id, name = tool_use.answered_call(node.tool_use)
+        return Message(node.role, node.text, tool_call_id=call_id, name=name)
+    return Message(
+        node.role,
+        node.text,
+        node.thinking,
+        tool_calls=tuple(tool_use.calls_of(node.tool_use)),
+    )
+
+
+def variables_of(path: Sequence[NodeRecord], variables: Variables) -> dict[str, Any]:
+    """The template variables of a path: its conversation's ``variables``
+    and the tools its start offers."""
+    tools = tool_use.tools_of(path[0].tool_use) if path else []
+    return {**(variables or {}), **({"tools": tools} if tools else {})}
 
 
 def system_of(path: Sequence[NodeRecord]) -> str | None:
@@ -339,9 +356,7 @@ class _Texts:
         node = self._path[index]
         above = self._path[:index]
         turn = (
-            Message("user", node.text)
-            if node.role == Role.USER
-            else Message(node.role, node.text, node.thinking)
+            Message("user", node.text) if node.role == Role.USER else message_of(node)
         )
         return path_texts.exact(
             self._fmt, system_of(above), [*turns_of(above), turn], self._variables

@@ -25,8 +25,11 @@ from aiohttp import web
 
 from app.backend.errors import ContextFullError
 from app.conversation.errors import USER_ERRORS
+from app.conversation.results import Reply
+from app.server import client_chats
+from app.server.client_chats import ClientChat
 from app.server.completion import Completion, complete
-from app.server.engine_owner import Busy, EngineOwner
+from app.server.engine_owner import Background, Busy, EngineJob, EngineOwner
 from app.server.requests import BadRequest, ChatRequest, parse_chat_request
 from storage.errors import NotFound, StorageUnavailable
 
@@ -192,8 +195,15 @@ def _cors(origins: tuple[str, ...]) -> Any:
             response.headers["Access-Control-Allow-Origin"] = (
                 "*" if "*" in allowed else str(origin)
             )
-            response.headers["Access-Control-Allow-Headers"] = (
-                f"Authorization, Content-Type, {CONVERSATION_HEADER}"
+            response.headers["Access-Control-Allow-Headers"] = ", ".join(
+                (
+                    "Authorization",
+                    "Content-Type",
+                    CONVERSATION_HEADER,
+                    client_chats.CLIENT_HEADER,
+                    client_chats.TASK_HEADER,
+                    client_chats.OPEN_WEBUI_CHAT_HEADER,
+                )
             )
             response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
         return response
@@ -268,27 +278,34 @@ class _Api:
                 "server_error",
                 code="model_not_loaded",
             )
-        if chat.model not in served.names:
-            return error_response(
-                404,
-                f"The model {chat.model!r} is not loaded; this server has "
-                f"{served.id!r}.",
-                param="model",
-                code="model_not_found",
-            )
+        # Clients send fixed names ("gpt-4o-mini", "local-model"): the loaded
+        # model answers, as llama-server and LM Studio do; the log says so.
+        asked = "" if chat.model in served.names else f" · asked for {chat.model!r}"
+        # Who asks, and in which of its chats: headers and the prompt tell.
+        asking = client_chats.with_request(
+            client_chats.from_headers(request.headers), chat
+        )
         if chat.stream:
-            return await self._streamed(request, chat, conversation, served.id)
-        return await self._whole(chat, conversation, served.id)
+            response = await self._streamed(
+                request, chat, asking, conversation, served.id
+            )
+        else:
+            response = await self._whole(chat, asking, conversation, served.id)
+        if asked and response.status == 200:
+            response[_NOTE] = response.get(_NOTE, "") + asked
+        return response
 
     async def _whole(
-        self, chat: ChatRequest, conversation: int | None, model_id: str
+        self,
+        chat: ChatRequest,
+        asking: ClientChat,
+        conversation: int | None,
+        model_id: str,
     ) -> web.Response:
         cancelled = threading.Event()
         try:
             done = await self._owner.run(
-                lambda service: complete(
-                    service, chat, conversation, None, None, cancelled
-                )
+                _client_job(chat, asking, conversation, None, None, cancelled)
             )
         except Exception as exc:
             return _failure(exc).response()
@@ -303,26 +320,27 @@ class _Api:
         self,
         request: web.Request,
         chat: ChatRequest,
+        asking: ClientChat,
         conversation: int | None,
         model_id: str,
     ) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        pieces: asyncio.Queue[tuple[int, str, str]] = asyncio.Queue()
         cancelled = threading.Event()
         started = time.perf_counter()
 
-        def send(kind: str) -> Callable[[str], None]:
+        def send(kind: str) -> Callable[[int, str], None]:
             # Called on the engine's thread: the piece crosses to this loop.
-            def put(piece: str) -> None:
-                loop.call_soon_threadsafe(pieces.put_nowait, (kind, piece))
+            def put(index: int, piece: str) -> None:
+                loop.call_soon_threadsafe(pieces.put_nowait, (index, kind, piece))
 
             return put
 
         job = asyncio.ensure_future(
             self._owner.run(
-                lambda service: complete(
-                    service,
+                _client_job(
                     chat,
+                    asking,
                     conversation,
                     send("content"),
                     send("reasoning_content"),
@@ -344,10 +362,15 @@ class _Api:
         stream_id = f"chatcmpl-{time.time_ns()}"
         try:
             await response.prepare(request)
-            await _event(response, _chunk(model_id, stream_id, {"role": "assistant"}))
+            for index in range(chat.n):
+                await _event(
+                    response, _chunk(model_id, stream_id, {"role": "assistant"}, index)
+                )
             while first is not None:
-                kind, piece = first
-                await _event(response, _chunk(model_id, stream_id, {kind: piece}))
+                index, kind, piece = first
+                await _event(
+                    response, _chunk(model_id, stream_id, {kind: piece}, index)
+                )
                 first = await _first_of(pieces, job)
             done = await job
         except asyncio.CancelledError:
@@ -368,9 +391,20 @@ class _Api:
             await response.write_eof()
             return response
         self._after_reply()
-        final = _chunk(model_id, stream_id, {}, done.finish_reason)
-        final["arbor"] = _arbor_fields(done)
-        await _event(response, final)
+        for index, reply in enumerate(done.replies):
+            if reply.tool_calls:
+                # Each call whole, in one delta: clients join argument pieces,
+                # and one piece is a valid stream of them.
+                delta = {"tool_calls": _tool_calls(reply, streamed=True)}
+                await _event(response, _chunk(model_id, stream_id, delta, index))
+            final = _chunk(model_id, stream_id, {}, index, done.finish_reason_of(reply))
+            if done.logprobs is not None:
+                # Streamed text comes in pieces that are not tokens: the
+                # tokens' logprobs come whole with the choice's last event.
+                final["choices"][0]["logprobs"] = _logprobs(reply, done)
+            if index == 0:
+                final["arbor"] = _arbor_fields(done)
+            await _event(response, final)
         if chat.include_usage:
             usage = _chunk(model_id, stream_id, None)
             usage["usage"] = _usage(done)
@@ -395,14 +429,16 @@ class _Api:
 def _chunk(
     model_id: str,
     stream_id: str,
-    delta: dict[str, str] | None,
+    delta: dict[str, Any] | None,
+    index: int = 0,
     finish_reason: str | None = None,
 ) -> dict[str, Any]:
-    """One streamed event; ``delta`` None: the usage event, without choices."""
+    """One streamed event of choice ``index``; ``delta`` None: the usage
+    event, without choices."""
     choices = (
         []
         if delta is None
-        else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
+        else [{"index": index, "delta": delta, "finish_reason": finish_reason}]
     )
     return {
         "id": stream_id,
@@ -418,20 +454,55 @@ async def _event(response: web.StreamResponse, data: dict[str, Any]) -> None:
 
 
 def _completion_body(model_id: str, done: Completion) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": done.content}
-    if done.reply.thinking:
-        message["reasoning_content"] = done.reply.thinking
+    choices = []
+    for index, reply in enumerate(done.replies):
+        content = done.content_of(reply)
+        message: dict[str, Any] = {
+            # OpenAI's reply that only calls has no content.
+            "role": "assistant",
+            "content": content if content or not reply.tool_calls else None,
+        }
+        if reply.thinking:
+            message["reasoning_content"] = reply.thinking
+        if reply.tool_calls:
+            message["tool_calls"] = _tool_calls(reply, streamed=False)
+        choices.append(
+            {
+                "index": index,
+                "message": message,
+                "finish_reason": done.finish_reason_of(reply),
+                "logprobs": _logprobs(reply, done),
+            }
+        )
     return {
         "id": f"chatcmpl-{done.reply.assistant_node}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model_id,
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": done.finish_reason}
-        ],
+        "choices": choices,
         "usage": _usage(done),
         "arbor": _arbor_fields(done),
     }
+
+
+def _logprobs(reply: Reply, done: Completion) -> dict[str, Any] | None:
+    """OpenAI's ``logprobs`` of a choice (None: not asked for)."""
+    if done.logprobs is None:
+        return None
+    return {"content": list(reply.logprobs), "refusal": None}
+
+
+def _tool_calls(reply: Reply, streamed: bool) -> list[dict[str, Any]]:
+    """A reply's calls in OpenAI's shape (a stream's deltas carry an index)."""
+    return [
+        {
+            **({"index": index} if streamed else {}),
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["name"], "arguments": call["arguments"]},
+        }
+        for index, call in enumerate(reply.tool_calls)
+    ]
 
 
 def _strict_loads(text: str) -> Any:
@@ -455,8 +526,8 @@ def _conversation_header(request: web.Request) -> int | None:
 
 
 async def _first_of(
-    pieces: asyncio.Queue[tuple[str, str]], job: asyncio.Future[Any]
-) -> tuple[str, str] | None:
+    pieces: asyncio.Queue[tuple[int, str, str]], job: asyncio.Future[Any]
+) -> tuple[int, str, str] | None:
     """The next streamed piece, or None once the job has ended and every
     piece was taken."""
     while True:
@@ -508,7 +579,7 @@ def _failure(exc: BaseException | None) -> ApiError:
 
 
 def _usage(done: Completion) -> dict[str, Any]:
-    completion = done.reply.stats.generated_tokens
+    completion = sum(reply.stats.generated_tokens for reply in done.replies)
     return {
         "prompt_tokens": done.prompt_tokens,
         "completion_tokens": completion,
@@ -522,6 +593,7 @@ def _arbor_fields(done: Completion) -> dict[str, Any]:
         "conversation": done.conversation_id,
         "user_node": done.reply.user_node,
         "assistant_node": done.reply.assistant_node,
+        "assistant_nodes": [reply.assistant_node for reply in done.replies],
         "matched_turns": done.matched_turns,
         "stats": done.reply.stats.as_dict(),
     }
@@ -534,3 +606,32 @@ def _note(done: Completion) -> str:
         f"{stats.reprocessed_tokens + stats.prompt_tokens} decoded, "
         f"{stats.generated_tokens} generated"
     )
+
+
+# --- who asks -------------------------------------------------------------------
+
+
+def _client_job(
+    chat: ChatRequest,
+    asking: ClientChat,
+    conversation: int | None,
+    on_text: Callable[[int, str], None] | None,
+    on_thinking: Callable[[int, str], None] | None,
+    cancelled: threading.Event,
+) -> EngineJob:
+    """The engine job that answers ``chat`` for the client ``asking``.
+
+    A background task (a title, tags: ``tasks``) not sent to a named
+    conversation is a ``Background`` job, which gives way to people's
+    requests: its ``cancelled`` event stops it then, and one not streamed is
+    answered again after them (nothing of it was sent yet).
+    """
+
+    def job(service: Any) -> Completion:
+        return complete(
+            service, chat, conversation, on_text, on_thinking, cancelled, asking
+        )
+
+    if asking.task is None or conversation is not None:
+        return job
+    return Background(job, cancelled, again=not chat.stream)

@@ -111,7 +111,7 @@ def test_the_window_serves_a_client_and_shows_it(qtbot, make_window):
 
     conversation = reply.model_extra["arbor"]["conversation"]
     titles = {c.id: c.title for c in conversation_rows.list_conversations(window.db)}
-    assert titles[conversation] == "Local server"
+    assert titles[conversation] == "Hello from a client."
     # The list marks the client's conversation, not the one typed here.
     marks = _marks(window)
     assert set(marks) == {conversation, typed}

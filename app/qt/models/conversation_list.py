@@ -103,7 +103,7 @@ class ConversationListModel(QAbstractListModel):
             size = format_bytes(record.checkpoint_bytes)
             figures = f"{messages} messages · {size} · {when}"
             if role == Qt.ItemDataRole.ToolTipRole and badge is not None:
-                return f"{badge[1]}\n{figures}"
+                return f"{badge[1]}\n{_made_by(record)}{figures}"
             return figures
         return None
 
@@ -135,3 +135,9 @@ class ConversationListModel(QAbstractListModel):
         self.beginRemoveRows(QModelIndex(), row, row)
         del self._records[row]
         self.endRemoveRows()
+
+
+def _made_by(record: ConversationRecord) -> str:
+    """The tooltip's line naming the program that made a conversation
+    (its user agent or the name it gave), or nothing when it said none."""
+    return f"By {record.client}\n" if record.client else ""

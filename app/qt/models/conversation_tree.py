@@ -71,6 +71,7 @@ ROLE_LABELS: dict[str, str] = {
     Role.ROOT: "Start",
     Role.USER: "You",
     Role.ASSISTANT: "Assistant",
+    Role.TOOL: "Tool",
 }
 # The root's label when it holds a system prompt.
 ROOT_WITH_PROMPT = "System prompt"

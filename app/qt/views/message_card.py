@@ -37,6 +37,7 @@ ROLE_TITLES: dict[str, str] = {
     Role.ROOT: "System prompt",
     Role.USER: "You",
     Role.ASSISTANT: "Assistant",
+    Role.TOOL: "Tool",
 }
 STATUS_LABELS: dict[str, str] = {
     Status.STOPPED: "stopped",

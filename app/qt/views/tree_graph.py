@@ -107,7 +107,12 @@ CACHE_MODE = (
     QGraphicsItem.CacheMode.DeviceCoordinateCache
 )  # below this zoom, nodes are drawn without text
 
-ROLE_INITIALS: dict[str, str] = {Role.ROOT: "S", Role.USER: "U", Role.ASSISTANT: "A"}
+ROLE_INITIALS: dict[str, str] = {
+    Role.ROOT: "S",
+    Role.USER: "U",
+    Role.ASSISTANT: "A",
+    Role.TOOL: "T",
+}
 # A start's own action, in the graph's menu and the list's.
 PROMPT_ACTION_TEXT = "Change the system prompt (a new start)…"
 
