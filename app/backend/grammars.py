@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import cache
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from app.backend.integer_ranges import integer_bounds, integer_rule
@@ -84,7 +84,7 @@ def _converter_class() -> Any:
 
     base: Any = llama_grammar.SchemaConverter
 
-    class Converter(base):  # type: ignore[misc, valid-type]
+    class Converter(base):  # type: ignore[misc]
         def visit(self, schema: Any, name: str) -> Any:
             if isinstance(schema, dict) and schema.get("type") == "integer":
                 low, high = integer_bounds(schema)
