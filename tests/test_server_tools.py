@@ -292,3 +292,67 @@ def test_logprobs_are_the_models_own_for_each_token(
         assert item.logprob == pytest.approx(ranked[0])
     text = response.choices[0].message.content
     assert "".join(item.token for item in content).strip() == text.strip()
+
+
+def test_greedy_alternatives_under_a_grammar_each_follow_it(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    # Greedy alternatives start with the next likeliest token each: under a
+    # grammar, the next likeliest the grammar allows.
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["n"],
+    }
+    with serving(data_dir, tiny_model) as server:
+        response = _ask(
+            server.client(),
+            [{"role": "user", "content": "A number."}],
+            n=2,
+            temperature=0,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "number", "schema": schema},
+            },
+            max_tokens=40,
+        )
+    values = [json.loads(choice.message.content) for choice in response.choices]
+    assert all(0 <= value["n"] <= 99 for value in values)
+    assert response.choices[0].message.content != response.choices[1].message.content
+
+
+@pytest.mark.gemma3
+def test_gemma_answers_after_a_tool_result(data_dir: Path, gemma3_models: Any) -> None:
+    # Gemma's template has no tools: the generic format describes them in
+    # the first turn, a call is JSON, a result goes back as the user's turn.
+    with serving(data_dir, gemma3_models.chat, n_ctx=2048) as server:
+        client = server.client()
+        called = _ask(
+            client,
+            QUESTION,
+            tools=[WEATHER],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            temperature=0,
+        )
+        (call,) = called.choices[0].message.tool_calls
+        arguments = _check_weather_call(call)
+        history = [
+            *QUESTION,
+            called.choices[0].message.model_dump(exclude_none=True),
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "content": f"{arguments['city']}: sunny, 21 °C.",
+            },
+        ]
+        answered = _ask(client, history, tools=[WEATHER], temperature=0, max_tokens=24)
+    message = answered.choices[0].message
+    assert answered.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert message.content or message.tool_calls
+    arbor = answered.model_extra["arbor"]
+    assert arbor["matched_turns"] == 2
+    assert (
+        answered.usage.prompt_tokens_details.cached_tokens
+        == called.model_extra["arbor"]["stats"]["context_tokens"]
+    )

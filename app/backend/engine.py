@@ -833,11 +833,24 @@ class LlamaEngine:
         for seq, _token in rows:
             self._forks[seq] += 1
 
-    def ranked_token(self, row: int, rank: int) -> int:
-        """The token with the ``rank``-th highest logit of batch ``row`` (0: top)."""
+    def ranked_token(
+        self, row: int, rank: int, allowed: Callable[[int], bool] | None = None
+    ) -> int:
+        """The token with the ``rank``-th highest logit of batch ``row`` (0:
+        top), counting only the tokens ``allowed`` lets come next (a
+        grammar's), and the lowest of them where there are fewer."""
         logits = self.logits(row)
         order = np.argsort(-logits, kind="stable")
-        return int(order[min(rank, len(order) - 1)])
+        if allowed is None:
+            return int(order[min(rank, len(order) - 1)])
+        found = -1
+        for token in order:
+            if allowed(int(token)):
+                found = int(token)
+                if rank == 0:
+                    break
+                rank -= 1
+        return found
 
     def end_fork(self) -> None:
         """Drop every fork sequence (the cells only they held are freed)."""

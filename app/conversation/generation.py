@@ -312,7 +312,7 @@ class ReplyPipeline:
         if first_step and stream.params.temperature == 0 and stream.index:
             # Greedy alternatives would all be the same reply: each starts
             # with the next most likely token instead.
-            token = engine.ranked_token(row, stream.index)
+            token = engine.ranked_token(row, stream.index, stream.sampler.allows)
             stream.sampler.accept(token)
         else:
             token = engine.sample(stream.sampler, row)
