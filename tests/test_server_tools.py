@@ -298,7 +298,8 @@ def test_greedy_alternatives_under_a_grammar_each_follow_it(
     data_dir: Path, tiny_model: Path
 ) -> None:
     # Greedy alternatives start with the next likeliest token each: under a
-    # grammar, the next likeliest the grammar allows.
+    # grammar, the next likeliest the grammar allows (here it allows only
+    # "{" first, so both begin alike; before, the second raised).
     schema = {
         "type": "object",
         "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
@@ -317,8 +318,8 @@ def test_greedy_alternatives_under_a_grammar_each_follow_it(
             max_tokens=40,
         )
     values = [json.loads(choice.message.content) for choice in response.choices]
+    assert len(values) == 2
     assert all(0 <= value["n"] <= 99 for value in values)
-    assert response.choices[0].message.content != response.choices[1].message.content
 
 
 @pytest.mark.gemma3

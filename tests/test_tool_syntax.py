@@ -170,7 +170,7 @@ def test_a_template_without_tool_calls_gets_the_generic_format_polyfilled(name):
 
     two = [_call("get_weather", WEATHER, IDS[0]), _call("set_mode", MODE, IDS[1])]
     text = _written(template, two)
-    assert text.lstrip().startswith('{\n  "tool_calls"')
+    assert text.lstrip().startswith('{"tool_calls": [')
     assert _arguments(GENERIC, text) == [("get_weather", WEATHER), ("set_mode", MODE)]
     assert [c.id for c in GENERIC.parse(text).calls] == list(IDS)
 

@@ -719,7 +719,17 @@ def _shape_arguments(call: Any, as_object: bool) -> Any:
 
 
 def _generic_calls(calls: list[Any], content: Any) -> str:
-    """An assistant's calls as the generic format's JSON (minja's polyfill)."""
+    """An assistant's calls as the generic format's JSON.
+
+    Written exactly as the grammar has the model write them
+    (``grammars.generic_constraint``): one call as ``{"tool_call": {"name",
+    "arguments"}}``, several as ``{"tool_calls": [...]}`` with the ids the
+    model wrote, on one line with ``json.dumps``' spacing. minja's polyfill
+    (llama.cpp's) writes every call list indented, ids and all; a reply
+    sampled otherwise would be read again by every later request, which
+    renders it so. A template without tool support has no format of its own
+    to keep, so the one the model writes is the one rendered.
+    """
     written = []
     for call in calls:
         function = _call_function(call)
@@ -728,14 +738,16 @@ def _generic_calls(calls: list[Any], content: Any) -> str:
             with contextlib.suppress(json.JSONDecodeError):
                 arguments = json.loads(arguments)
         item: dict[str, Any] = {"name": function.get("name"), "arguments": arguments}
-        if isinstance(call, Mapping) and call.get("id"):
+        if len(calls) > 1 and isinstance(call, Mapping) and call.get("id"):
             item["id"] = call["id"]
         written.append(item)
-    value: dict[str, Any] = {"tool_calls": written}
+    value: dict[str, Any] = (
+        {"tool_call": written[0]} if len(written) == 1 else {"tool_calls": written}
+    )
     text = _content_text(content)
     if text:
         value["content"] = text
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _generic_response(

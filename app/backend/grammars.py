@@ -472,7 +472,8 @@ def generic_constraint(
     """
     functions = _chosen(tools, choice)
     converter = _converter()
-    schemas = []
+    schemas: list[dict[str, Any]] = []
+    identified: list[dict[str, Any]] = []
     for index, function in enumerate(functions):
         url = f"tools[{index}] ({function['name']})"
         # Refs resolve against each tool's own schema, before it is nested.
@@ -481,24 +482,55 @@ def generic_constraint(
             "name": {"type": "string", "const": function["name"]},
             "arguments": parameters,
         }
-        required = ["name", "arguments"]
-        if parallel:
-            properties["id"] = {"type": "string", "minLength": 4, "maxLength": 32}
-            required.append("id")
         schemas.append(
-            {"type": "object", "properties": properties, "required": required}
+            {
+                "type": "object",
+                "properties": properties,
+                "required": ["name", "arguments"],
+            }
+        )
+        # Among several calls, each names itself with an id the model writes.
+        identified.append(
+            {
+                "type": "object",
+                "properties": {
+                    **properties,
+                    "id": {"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"},
+                },
+                "required": ["name", "arguments", "id"],
+            }
         )
     one = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    key = "tool_calls" if parallel else "tool_call"
-    item = {"type": "array", "items": one, "minItems": 1} if parallel else one
-    schema = {"type": "object", "properties": {key: item}, "required": [key]}
+    with_id = identified[0] if len(identified) == 1 else {"anyOf": identified}
+    single = {
+        "type": "object",
+        "properties": {"tool_call": one},
+        "required": ["tool_call"],
+    }
+    # One call is always {"tool_call": ...}, several {"tool_calls": [...]}:
+    # as ChatTemplate renders a reply's calls back (``_generic_calls``), so
+    # that what the model wrote is what the next request's context reads.
+    schema: dict[str, Any] = single
+    if parallel:
+        several = {"type": "array", "items": with_id, "minItems": 2}
+        schema = {
+            "anyOf": [
+                single,
+                {
+                    "type": "object",
+                    "properties": {"tool_calls": several},
+                    "required": ["tool_calls"],
+                },
+            ]
+        }
     _convert(converter, schema, "calls", "tools")
     lazy = choice == "auto"
     head = "" if lazy else _literal(prefix)
     rules = {"root": _sequence([head, "calls"])}
     triggers: tuple[str, ...] = ()
     if lazy:
-        # The converter writes at most one space around "{", keys and ":".
-        rest = r"(?: ?(?::(?: ?(?:" + ("\\[" if parallel else "\\{") + ")?)?)?)?"
-        triggers = (rf'^\s*(\{{ ?"{key}"{rest})$',)
+        # Spaced canonically: {"tool_call": {  or  {"tool_calls": [
+        plural = "s?" if parallel else ""
+        opened = "[\\[{]" if parallel else "\\{"
+        triggers = (rf'^\s*(\{{"tool_call{plural}(?:"(?::(?: {opened}?)?)?)?)$',)
     return Constraint(_grammar(converter, rules), triggers)
