@@ -294,6 +294,8 @@ def test_open_webui_s_requests_keep_each_chat_apart_and_tasks_out(
                     "stream": True,
                     "max_tokens": 12,
                     "temperature": 0,
+                    # Its built-in tools, on by default, with every message.
+                    "tools": RECORDED["builtin_tools"],
                 }
                 async with aiohttp.ClientSession(headers=headers) as session:
                     async with session.post(url, json=body) as response:
@@ -313,7 +315,8 @@ def test_open_webui_s_requests_keep_each_chat_apart_and_tasks_out(
                             answers.append((kind, await response.json()))
         return chats
 
-    with serving(data_dir, tiny_model) as server:
+    # The tools' description takes ~1,400 of the tiny model's byte tokens.
+    with serving(data_dir, tiny_model, n_ctx=4096) as server:
         chats = asyncio.run(replay(server))
 
     a, b = chats["chat-a"], chats["chat-b"]
