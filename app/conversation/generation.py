@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.backend.reasoning import ReasoningSplitter, split_reply, starts_in_thinking
+from app.backend.tool_calls import new_call_id
 from app.backend.values import PENALTY_LAST_N, SamplingParams, StateKind
 from app.conversation import spans
 from app.conversation.batches import Batches
@@ -486,10 +487,15 @@ class ReplyPipeline:
             more_thinking, more = split_reply(engine.reasoning_format, parsed.content)
             answer = f"{answer.rstrip()}\n\n{more}".strip() if answer.strip() else more
             thinking = (thinking + more_thinking).strip()
-        calls = [
-            {"id": call.id, "name": call.name, "arguments": call.arguments}
-            for call in parsed.calls
-        ]
+        calls: list[dict[str, str]] = []
+        for call in parsed.calls:
+            # A model that writes its calls' ids may write one twice: a
+            # client matches results to calls by id, so each gets its own.
+            taken = any(call.id == made["id"] for made in calls)
+            call_id = new_call_id() if taken or not call.id else call.id
+            calls.append(
+                {"id": call_id, "name": call.name, "arguments": call.arguments}
+            )
         return answer, thinking, calls
 
     def _place_span(
