@@ -335,6 +335,7 @@ def test_open_webui_s_requests_keep_each_chat_apart_and_tasks_out(
         assert answer["arbor"]["conversation"] not in owned
         limit = 1000 if kind == "title" else tasks.TASK_MAX_TOKENS
         assert answer["usage"]["completion_tokens"] <= limit
+        assert answer["arbor"]["stats"]["checkpoint_bytes_written"] == 0
     # Not in the list, not in the file: no scratch left, no task text in a
     # tree, every checkpoint byte a chat's.
     records = catalog.read_listing(paths.database_path(data_dir))

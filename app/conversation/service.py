@@ -13,7 +13,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -163,6 +164,7 @@ class ConversationService:
         self.db = db
         self.engine = engine
         self._checkpoints = checkpoints if checkpoints is not None else DirectWriter(db)
+        self._saving = True  # False: nodes are stored without checkpoints
         self._sync: ContextSync | None = None
         self.profile_id: int | None = None
         if engine is not None:
@@ -1134,7 +1136,20 @@ class ConversationService:
             self._sync.forget()
             raise
 
+    @contextmanager
+    def without_checkpoints(self) -> Iterator[None]:
+        """Store what is generated meanwhile without checkpoints: a reply
+        nobody comes back to (a client's background task), whose nodes are
+        deleted once it is answered. Its messages are nodes as always."""
+        self._saving = False
+        try:
+            yield
+        finally:
+            self._saving = True
+
     def _store_checkpoint(self, node: NodeRecord, data: bytes) -> int:
+        if not self._saving:
+            return 0
         assert self.engine is not None and self.profile_id is not None
         return self._checkpoints.save(
             node, self.profile_id, self.engine.state_kind, data

@@ -396,8 +396,15 @@ def _answer_task(
     delete that (``tasks``): nothing of it stays in a tree or the budget."""
     scratch = tasks.open_scratch(service, request, chat.client)
     try:
-        return complete(
-            service, tasks.bounded(request), scratch, on_text, on_thinking, cancelled
-        )
+        # Nothing comes back to a task's nodes: no checkpoint is written.
+        with service.without_checkpoints():
+            return complete(
+                service,
+                tasks.bounded(request),
+                scratch,
+                on_text,
+                on_thinking,
+                cancelled,
+            )
     finally:
         tasks.close(service, scratch)

@@ -111,13 +111,8 @@ def open_scratch(
 
 
 def close(service: ConversationService, conversation_id: int) -> None:
-    """Delete a task's scratch conversation with its nodes and checkpoints.
-
-    The service writes the checkpoints queued behind the answer first (it
-    cannot drop them), then deletes them with the rest: a task's bytes are
-    written once and never counted against the budget, which is kept after
-    the reply, once this has run.
-    """
+    """Delete a task's scratch conversation with its nodes (it was answered
+    without checkpoints: ``ConversationService.without_checkpoints``)."""
     service.delete_conversation(conversation_id)
 
 
