@@ -357,3 +357,32 @@ def test_gemma_answers_after_a_tool_result(data_dir: Path, gemma3_models: Any) -
         answered.usage.prompt_tokens_details.cached_tokens
         == called.model_extra["arbor"]["stats"]["context_tokens"]
     )
+
+
+def test_an_alternative_not_checkpointed_yet_is_decoded_when_a_client_picks_it(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    question = [{"role": "user", "content": "Say something."}]
+    with serving(data_dir, tiny_model) as server:
+        client = server.client()
+        many = _ask(client, question, n=3, max_tokens=6)
+        # Only the first reply was checkpointed with the answer.
+        assert many.model_extra["arbor"]["stats"]["checkpoint_bytes_written"] > 0
+        picked = many.choices[2].message.content
+        history = [
+            *question,
+            {"role": "assistant", "content": picked},
+            {"role": "user", "content": "Go on."},
+        ]
+        first = _ask(client, history, max_tokens=4)
+        again = _ask(client, history, max_tokens=4)
+    nodes = many.model_extra["arbor"]["assistant_nodes"]
+    arbor = first.model_extra["arbor"]
+    # The pick is matched; its span is decoded then (it had no checkpoint)...
+    assert arbor["matched_turns"] == 2
+    assert arbor["stats"]["reprocessed_tokens"] > 0
+    tree = run_cli("--data-dir", data_dir, "tree", arbor["conversation"]).json["nodes"]
+    parents = {n["id"]: n["parent"] for n in tree}
+    assert parents[arbor["user_node"]] == nodes[2]
+    # ... and checkpointed: the next visit restores it.
+    assert again.model_extra["arbor"]["stats"]["reprocessed_tokens"] == 0

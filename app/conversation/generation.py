@@ -169,8 +169,15 @@ class ReplyPipeline:
         stats: ReplyStats,
         forked: bool,
         earlier: Earlier = NOTHING_EARLIER,
+        checkpoint_all: bool = True,
     ) -> list[Reply]:
         """Sample ``replies``, close and store each; return them in order.
+
+        ``checkpoint_all`` False: of replies sampled together, only the first
+        is decoded again and checkpointed now; the others are stored with
+        their spans and no checkpoint, decoded when first visited (an API
+        client asking for ``n`` goes on from one, and the window's
+        alternatives, which the user switches between, are all made ready).
 
         ``forked``: sample them together on forks of the main sequence, one
         decode per step, each span then decoded again alone (see
@@ -216,10 +223,11 @@ class ReplyPipeline:
         done: dict[int, Reply] = {}
         # The last one finished stays in the context: the first.
         for stream in reversed(sampling):
+            later = forked and stream.index > 0 and not checkpoint_all
             done[stream.index] = self._finish(
-                stream, replace(stats, fallbacks=list(stats.fallbacks))
+                stream, replace(stats, fallbacks=list(stats.fallbacks)), later
             )
-            if stream.index:
+            if stream.index and not later:
                 self._sync.drop(_node(stream).id)
         return [done[k] for k in range(len(sampling))]
 
@@ -420,10 +428,17 @@ class ReplyPipeline:
                 span_text=self._opening.text + engine.detokenize(tokens),
             )
 
-    def _finish(self, stream: ReplyStream, stats: ReplyStats) -> Reply:
-        """Close the reply's turn, store its node and its checkpoint."""
+    def _finish(
+        self, stream: ReplyStream, stats: ReplyStats, later: bool = False
+    ) -> Reply:
+        """Close the reply's turn, store its node and its checkpoint (with
+        ``later``, a fork's node alone: its span is decoded when visited)."""
         engine = self._engine
-        span, chunks, closing_text = self._place_span(stream, stats)
+        if later:
+            decoded, closing, closing_text = self._closing(stream)
+            span, chunks = [*self._opening.tokens, *decoded, *closing], []
+        else:
+            span, chunks, closing_text = self._place_span(stream, stats)
         generated = len(stream.tokens)
         stats.generated_tokens = generated
         if stats.generate_ms > 0:
@@ -454,10 +469,11 @@ class ReplyPipeline:
                 },
             )
         stream.node = node
-        self._sync.append(node)
-        stats.checkpoint_bytes_written += self._store_checkpoint(
-            node, engine.capture(node.start_pos, node.end_pos)
-        )
+        if not later:
+            self._sync.append(node)
+            stats.checkpoint_bytes_written += self._store_checkpoint(
+                node, engine.capture(node.start_pos, node.end_pos)
+            )
         stats.context_tokens = engine.n_past
         stats.n_ctx = engine.n_ctx
         return Reply(

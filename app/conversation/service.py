@@ -587,6 +587,7 @@ class ConversationService:
         n: int,
         streams: AlternativeStreams = NO_ALTERNATIVE_STREAMS,
         shape: ReplyShape = FREE,
+        checkpoint_all: bool = True,
     ) -> list[Reply]:
         """Generate ``n`` new replies to a user message together, as siblings.
 
@@ -621,7 +622,10 @@ class ConversationService:
         its checkpoint is captured from that. Restoring it is then exact,
         and moving to it reprocesses nothing. The main sequence is left
         holding the first reply, which becomes the conversation's active node
-        (where it continues and reopens).
+        (where it continues and reopens). With ``checkpoint_all`` False only
+        the first is decoded again now; the others keep their spans without
+        a checkpoint and are decoded when first visited (a client asking the
+        API for ``n`` goes on from one of them, mostly the first).
 
         Models whose state is one whole snapshot (recurrent, hybrid) get the
         ``n`` replies one after another instead.
@@ -662,7 +666,15 @@ class ConversationService:
             choices.append(
                 _Choice(p, streams.of(k), {"alternative": alternative}, shape)
             )
-        replies = self._generate(path[-1], opening, None, choices, stats, forked=True)
+        replies = self._generate(
+            path[-1],
+            opening,
+            None,
+            choices,
+            stats,
+            forked=True,
+            checkpoint_all=checkpoint_all,
+        )
         return self._first_active(node.conversation_id, replies)
 
     def _first_active(self, conversation_id: int, replies: list[Reply]) -> list[Reply]:
@@ -851,6 +863,7 @@ class ConversationService:
         stats: ReplyStats,
         forked: bool = False,
         earlier: Earlier = NOTHING_EARLIER,
+        checkpoint_all: bool = True,
     ) -> list[Reply]:
         """Decode the new user turn (if any) and the replies' opening, then
         generate one reply under ``parent`` per choice (see ``ReplyPipeline``).
@@ -928,7 +941,7 @@ class ConversationService:
                 self._move_to,
                 store_replies,
             )
-            made = pipeline.run(plans, stats, forked, earlier)
+            made = pipeline.run(plans, stats, forked, earlier, checkpoint_all)
         except Exception:
             sync.forget()
             for reply in replies:

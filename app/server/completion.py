@@ -160,8 +160,10 @@ def complete(
         reply = service.send(node, sent.text, request.sampling, streams.of(0), shape)
         replies = [reply]
     elif request.n > 1:
+        # Only the first is made ready to go on from at once; a client
+        # that picks another has it decoded then (ConversationService).
         replies = service.regenerate_parallel(
-            node, request.sampling, request.n, streams, shape
+            node, request.sampling, request.n, streams, shape, checkpoint_all=False
         )
         replies = [replace(reply, user_node=node) for reply in replies]
     else:
