@@ -436,7 +436,8 @@ class ReplyPipeline:
         engine = self._engine
         if later:
             decoded, closing, closing_text = self._closing(stream)
-            span, chunks = [*self._opening.tokens, *decoded, *closing], []
+            span = [*self._opening.tokens, *decoded, *closing]
+            chunks: list[int] = []  # decoded later, in default batches
         else:
             span, chunks, closing_text = self._place_span(stream, stats)
         generated = len(stream.tokens)
