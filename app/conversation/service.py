@@ -33,6 +33,7 @@ from app.conversation.generation import (
     ReplyPlan,
 )
 from app.conversation.presets import stored_sampling
+from app.conversation.prompt_completion import PromptCompletion, complete_prompt
 from app.conversation.reply_shape import FREE, ReplyShape
 from app.conversation.results import (
     Reply,
@@ -1123,6 +1124,22 @@ class ConversationService:
             if part
         )
         return self.new_conversation(system, f"{conversation.title} (continued)")
+
+    def complete_prompt(
+        self, prompt: str, params: SamplingParams, streams: Streams = NO_STREAMS
+    ) -> PromptCompletion:
+        """The model's continuation of a raw ``prompt``, outside every
+        conversation (``prompt_completion``): nothing is stored, and the
+        context holds no conversation afterwards."""
+        engine = self._require_engine()
+        _check_text(prompt, "prompt")
+        sync = self._sync
+        assert sync is not None
+        sync.forget()
+        try:
+            return complete_prompt(engine, prompt, params, streams)
+        finally:
+            sync.forget()  # the prompt is no node: the next move decodes anew
 
     def count_tokens(self, text: str) -> list[int]:
         """``text``'s tokens with the loaded model (a file to attach: what it

@@ -26,7 +26,8 @@ from aiohttp import web
 from app.backend.errors import ContextFullError
 from app.conversation.errors import USER_ERRORS
 from app.conversation.results import Reply
-from app.server import client_chats
+from app.conversation.streams import Streams
+from app.server import client_chats, text_completions
 from app.server.client_chats import ClientChat
 from app.server.completion import Completion, complete
 from app.server.engine_owner import Background, Busy, EngineJob, EngineOwner
@@ -99,6 +100,7 @@ def build_app(
     api = _Api(owner, config)
     app.router.add_get("/v1/models", api.models)
     app.router.add_post("/v1/chat/completions", api.chat_completions)
+    app.router.add_post("/v1/completions", api.completions)
     return app
 
 
@@ -262,22 +264,8 @@ class _Api:
         except BadRequest as exc:
             return error_response(400, str(exc), param=exc.param)
         served = self._config.served()
-        if served is NotServed.LOADING:
-            return error_response(
-                503,
-                "The model is still loading; try again shortly.",
-                "server_error",
-                code="model_loading",
-                headers={"Retry-After": str(_RETRY_LOADING_S)},
-            )
-        if served is NotServed.NO_MODEL:
-            return error_response(
-                503,
-                "No model is loaded in Arbor: open one in the window "
-                "(Model menu), then try again.",
-                "server_error",
-                code="model_not_loaded",
-            )
+        if not isinstance(served, ServedModel):
+            return _not_served(served)
         # Clients send fixed names ("gpt-4o-mini", "local-model"): the loaded
         # model answers, as llama-server and LM Studio do; the log says so.
         asked = "" if chat.model in served.names else f" · asked for {chat.model!r}"
@@ -414,6 +402,90 @@ class _Api:
         response[_NOTE] = f"{_note(done)}, first token at {first_ms:.0f} ms"
         return response
 
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/completions``: a raw prompt continued, streamed or not
+        (``text_completions``); nothing is stored."""
+        try:
+            body = await request.json(loads=_strict_loads)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error_response(400, f"The body is not valid JSON: {exc}.")
+        try:
+            text = text_completions.parse_text_request(body)
+        except BadRequest as exc:
+            return error_response(400, str(exc), param=exc.param)
+        served = self._config.served()
+        if not isinstance(served, ServedModel):
+            return _not_served(served)
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[tuple[int, str, str]] = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def put(piece: str) -> None:
+            # Called on the engine's thread: the piece crosses to this loop.
+            loop.call_soon_threadsafe(pieces.put_nowait, (0, "text", piece))
+
+        streams = Streams(put if text.stream else None, None, cancelled.is_set)
+        job = asyncio.ensure_future(
+            self._owner.run(
+                lambda service: service.complete_prompt(
+                    text.prompt, text.sampling, streams
+                )
+            )
+        )
+        completion_id = f"cmpl-{time.time_ns()}"
+        if not text.stream:
+            try:
+                done = await job
+            except Exception as exc:
+                return _failure(exc).response()
+            finally:
+                cancelled.set()
+            return web.json_response(
+                {
+                    **_text_head(completion_id, served.id),
+                    "choices": [
+                        text_completions.choice(
+                            done.text, text_completions.finish_reason(done)
+                        )
+                    ],
+                    "usage": text_completions.usage(done),
+                }
+            )
+        first = await _first_of(pieces, job)
+        if first is None and job.done() and job.exception() is not None:
+            return _failure(job.exception()).response()
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        try:
+            await response.prepare(request)
+            while first is not None:
+                await _event(
+                    response,
+                    {
+                        **_text_head(completion_id, served.id),
+                        "choices": [text_completions.choice(first[2], None)],
+                    },
+                )
+                first = await _first_of(pieces, job)
+            done = await job
+        except (asyncio.CancelledError, ConnectionResetError):
+            cancelled.set()
+            await asyncio.shield(_quietly(job))
+            raise
+        last = {
+            **_text_head(completion_id, served.id),
+            "choices": [
+                text_completions.choice("", text_completions.finish_reason(done))
+            ],
+        }
+        if text.include_usage:
+            last["usage"] = text_completions.usage(done)
+        await _event(response, last)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
     def _after_reply(self) -> None:
         # Checkpoints written out and the storage budget kept, behind the
         # reply rather than before it: the client has its answer already.
@@ -424,6 +496,35 @@ class _Api:
             keep_checkpoints_within_budget(service)
 
         self._owner.after(settle)
+
+
+def _not_served(served: NotServed) -> web.Response:
+    """503: the model loads (ask again shortly), or none is loaded."""
+    if served is NotServed.LOADING:
+        return error_response(
+            503,
+            "The model is still loading; try again shortly.",
+            "server_error",
+            code="model_loading",
+            headers={"Retry-After": str(_RETRY_LOADING_S)},
+        )
+    return error_response(
+        503,
+        "No model is loaded in Arbor: open one in the window "
+        "(Model menu), then try again.",
+        "server_error",
+        code="model_not_loaded",
+    )
+
+
+def _text_head(completion_id: str, model_id: str) -> dict[str, Any]:
+    """What every ``text_completion`` object begins with."""
+    return {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model_id,
+    }
 
 
 def _chunk(

@@ -25,7 +25,7 @@ from app.server.tool_requests import (
     tool_options,
 )
 
-__all__ = ["DEFAULT_MAX_TOKENS", "BadRequest", "ChatRequest", "Turn"]
+__all__ = ["DEFAULT_MAX_TOKENS", "BadRequest", "ChatRequest", "Turn", "sampling_of"]
 
 # A client that sends no max_tokens gets a reply of at most this many tokens
 # (OpenAI's own default is "until the context is full"; an agent loop that
@@ -106,7 +106,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         model=model,
         system=system,
         turns=turns,
-        sampling=_sampling(body),
+        sampling=sampling_of(body),
         stream=stream,
         include_usage=bool(options.get("include_usage", False)),
         user=user or None,
@@ -281,7 +281,9 @@ _SAMPLING_FIELDS = {
 }
 
 
-def _sampling(body: dict[str, Any]) -> SamplingParams:
+def sampling_of(body: dict[str, Any]) -> SamplingParams:
+    """The sampling a request body asks (``temperature`` … ``stop``, and
+    ``max_tokens``, ``DEFAULT_MAX_TOKENS`` when absent)."""
     values: dict[str, Any] = {}
     for key, field in _SAMPLING_FIELDS.items():
         value = body.get(key)
