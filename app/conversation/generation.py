@@ -498,7 +498,8 @@ class ReplyPipeline:
             return stream.answer, stream.thinking, []
         engine = self._engine
         parsed = syntax.parse(engine.detokenize(catcher.call_tokens))
-        answer, thinking = stream.answer, stream.thinking
+        # The line break before a call's marker is the call's, not the text's.
+        answer, thinking = stream.answer.rstrip(), stream.thinking
         if parsed.content:
             # What the call text holds besides calls, reasoning split off.
             more_thinking, more = split_reply(engine.reasoning_format, parsed.content)
