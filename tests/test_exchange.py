@@ -463,3 +463,47 @@ def test_cli_import_errors_are_one_line(data_dir: Path, tmp_path: Path):
     assert len(listed) == 1
     usage = run_cli("--data-dir", data_dir, "export", "1", "--node", "1")
     assert usage.returncode == 2 and "--node is for --format markdown" in usage.stderr
+
+
+def test_tool_turns_round_trip_and_read_in_markdown(db):
+    from storage import tool_use
+
+    call = {"id": "call_1", "name": "get_time", "arguments": "{}"}
+    tools = [{"type": "function", "function": {"name": "get_time"}}]
+    data = {
+        "format": exchange.FORMAT,
+        "version": exchange.VERSION,
+        "title": "Clock",
+        "client": "openai-python",
+        "origin": "local server",
+        "nodes": [
+            {"id": 1, "parent": None, "role": "root", "text": "",
+             "tool_use": tool_use.offering(tools)},
+            {"id": 2, "parent": 1, "role": "user", "text": "Time?"},
+            {"id": 3, "parent": 2, "role": "assistant", "text": "",
+             "tool_use": tool_use.calling([call])},
+            {"id": 4, "parent": 3, "role": "tool", "text": "12:00",
+             "tool_use": tool_use.answering("call_1", "get_time")},
+            {"id": 5, "parent": 4, "role": "assistant", "text": "Noon."},
+        ],
+    }  # fmt: skip
+    imported = exchange.import_json(db, data)
+    exported = exchange.export_json(db, imported.conversation_id)
+    assert exported["client"] == "openai-python"
+    assert [(n["role"], n["tool_use"]) for n in exported["nodes"]] == [
+        (n["role"], n.get("tool_use")) for n in data["nodes"]
+    ]
+    again = exchange.import_json(db, exported)
+    assert exchange.export_json(db, again.conversation_id)["nodes"][2]["tool_use"] == (
+        tool_use.calling([call])
+    )
+    markdown = exchange.export_markdown(
+        db, imported.conversation_id, exported["nodes"][-1]["id"]
+    )
+    assert "Calls `get_time` with `{}`" in markdown
+    assert "## Tool (get_time)\n\n12:00" in markdown
+    # A tool's result follows a reply that called, never a user's message.
+    broken = copy.deepcopy(data)
+    broken["nodes"][3]["parent"] = 2
+    with pytest.raises(ExchangeError, match="tool"):
+        exchange.import_json(db, broken)
