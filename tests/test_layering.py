@@ -36,6 +36,9 @@ CONTRACTS: list[tuple[list[str], tuple[str, ...], str]] = [
     (["app/qt/gui.py"], ("app.backend",), "the engine thread loads the backend"),
     (WINDOW_SIDE, ENGINE_MODULES, "the window drives the engine through jobs"),
     (["app", "storage"], ("aiohttp",), "only app/server speaks HTTP"),
+    # MCP servers (processes, HTTP) are reached through the SDK in one place;
+    # the conversation's tool loop talks to a runner protocol instead.
+    (["app", "storage"], ("mcp",), "only app/mcp speaks to tool servers"),
     # The jobs run in a child process too, which must start without Qt.
     (["app/runner"], ("app.qt",), "the runner runs without Qt"),
 ]
@@ -44,6 +47,7 @@ EXEMPT = {
     "PySide6": ("app/qt/",),
     "llama_cpp": ("app/backend/",),
     "aiohttp": ("app/server/",),
+    "mcp": ("app/mcp/",),
 }
 # The backend's plain values, which the window names: their one home is beside
 # the backend that consumes them; they load no native code

@@ -43,6 +43,10 @@ from storage.values import Role
 if TYPE_CHECKING:
     from app.conversation.results import Reply
     from app.conversation.service import ConversationService
+    from app.conversation.tool_loop import Decide, TurnResult
+    from app.mcp.client import McpClients
+    from app.mcp.config import ServerConfig
+    from app.mcp.toolbox import McpToolRunner, Toolbox
     from storage.db import Database
 
 
@@ -226,6 +230,8 @@ def _note_model_used(service: ConversationService) -> None:
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
+    if args.tool_choice is not None:
+        return _send_with_tools(args)
     service = _open(args, with_model=True)
     # Said, not asked: a script that passes --model means it.
     previous = service.other_model(service.path(args.node)[0].conversation_id)
@@ -560,6 +566,299 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(model, args.settings, args.repeats, args.quick, args.json)
 
 
+# --- tools: MCP servers and the tool loop ----------------------------------------
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    from app.mcp import config
+
+    command = args.tools_command
+    if command is None:
+        raise UsageError(
+            "name a tools command: add, list, rm, allow, enable, disable, run"
+        )
+    if command == "run":
+        return _run_waiting_calls(args)
+    adding = _server_to_add(args) if command == "add" else None
+    db = _open_database(args)
+    if adding is not None:
+        config.add_server(db, adding)
+        server = config.find_server(config.load_servers(db), args.name)
+        return emit({"added": _server_json(server)})
+    if command == "list":
+        return emit({"servers": _servers_json(config.load_servers(db), args.no_start)})
+    if command == "rm":
+        return emit({"removed": config.remove_server(db, args.name).name})
+    if command in ("enable", "disable"):
+        config.set_enabled(db, args.name, command == "enable")
+        return emit({"server": args.name, "enabled": command == "enable"})
+    server, tool = args.tool
+    config.set_permission(db, server, tool, config.Permission(args.permission))
+    return emit({"server": server, "tool": tool, "permission": args.permission})
+
+
+def _server_to_add(args: argparse.Namespace) -> ServerConfig:
+    from app.cli.parser import server_args
+    from app.mcp import config
+
+    given = server_args(args.rest)
+    if given.url is not None:
+        return config.http_server(args.name, given.url, given.headers)
+    return config.stdio_server(args.name, given.command, given.env)
+
+
+def _server_json(server: ServerConfig) -> dict[str, Any]:
+    """A server as the tools commands print it: header values and
+    variables' values are not printed (they may be keys)."""
+    where = (
+        {"url": server.url, "headers": sorted(server.headers)}
+        if server.url
+        else {"command": list(server.command), "env": sorted(server.env)}
+    )
+    return {
+        "name": server.name,
+        "transport": server.transport,
+        **where,
+        "enabled": server.enabled,
+        "permissions": {tool: str(p) for tool, p in server.permissions.items()},
+    }
+
+
+def _servers_json(servers: list[ServerConfig], no_start: bool) -> list[dict[str, Any]]:
+    """Each server, with its tools when it is started to list them."""
+    if no_start or not servers:
+        return [_server_json(server) for server in servers]
+    from app.mcp.client import McpClients
+    from app.mcp.toolbox import build_toolbox, offered_as
+
+    with McpClients(servers) as clients:
+        listed = clients.list_all()
+    toolbox = build_toolbox(servers, listed)
+    found = []
+    for server in servers:
+        tools = listed[server.name]
+        data = _server_json(server)
+        if isinstance(tools, list):
+            data["status"] = "ok"
+            data["tools"] = [
+                {
+                    "name": tool.name,
+                    # The name the model calls it by (null: its server is
+                    # disabled).
+                    "offered_as": offered_as(toolbox, server.name, tool.name),
+                    "description": tool.description,
+                    "input_schema": tool.input_schema,
+                    "permission": str(server.permission(tool.name)),
+                }
+                for tool in tools
+            ]
+        else:
+            data["status"] = "unavailable"
+            data["error"] = str(tools)
+        found.append(data)
+    return found
+
+
+def _send_with_tools(args: argparse.Namespace) -> int:
+    """``send --tools``: the message, and the tool loop after it, with the
+    enabled servers' tools offered by the conversation's start."""
+    from app.conversation import tool_loop
+    from app.conversation.errors import ServiceError
+
+    service = _open(args, with_model=True)
+    if service.path(args.node)[-1].role == Role.USER:
+        # Checked before a new start with the tools is made for it.
+        raise ServiceError(
+            f"Node {args.node} is a user message; send continues from an "
+            "assistant reply or the conversation start."
+        )
+    clients, toolbox = _toolbox(args, service)
+    offered = toolbox.openai_tools()
+    if args.tool_choice not in ("auto", "none") and not offered:
+        raise UsageError(
+            f"--tools {args.tool_choice} needs tools: no enabled MCP server "
+            "offers any (see `arbor tools list`)"
+        )
+    previous = service.other_model(service.path(args.node)[0].conversation_id)
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop.request)
+    with service:
+        offering = tool_loop.offering_start(service, args.node, offered)
+        turn = tool_loop.send(
+            service,
+            offering.node,
+            args.text,
+            _sampling(args, service),
+            _tool_streams(args, stop),
+            _runner(args, service, clients, toolbox),
+            choice=args.tool_choice,
+            decide=_decide(args),
+            step_limit=_step_limit(args),
+        )
+        evicted = _keep_within_budget(service)
+    _note_model_used(service)
+    if args.stream:
+        print(file=sys.stderr)
+    extra = {
+        "start": offering.start,
+        "new_start": offering.made,
+        "copied_nodes": list(offering.copied),
+        **({"previous_model": previous} if previous else {}),
+        **evicted,
+    }
+    return emit(_turn_json(service, turn, toolbox, args, extra))
+
+
+def _run_waiting_calls(args: argparse.Namespace) -> int:
+    """``tools run NODE``: the calls of reply NODE that have no result yet,
+    decided now, then the loop as ``send --tools`` goes on."""
+    from app.conversation import tool_loop
+
+    service = _open(args, with_model=True)
+    clients, toolbox = _toolbox(args, service)
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop.request)
+    with service:
+        turn = tool_loop.answer_calls(
+            service,
+            args.node,
+            _sampling(args, service),
+            _tool_streams(args, stop),
+            _runner(args, service, clients, toolbox),
+            decide=_decide(args),
+            step_limit=_step_limit(args),
+        )
+        evicted = _keep_within_budget(service)
+    _note_model_used(service)
+    if args.stream:
+        print(file=sys.stderr)
+    return emit(_turn_json(service, turn, toolbox, args, dict(evicted)))
+
+
+def _toolbox(
+    args: argparse.Namespace, service: ConversationService
+) -> tuple[McpClients, Toolbox]:
+    """The sessions with the enabled servers (closed when the command
+    ends: the servers stop), and the tools they offer."""
+    from app.mcp import config
+    from app.mcp.client import McpClients
+    from app.mcp.toolbox import build_toolbox
+
+    servers = [s for s in config.load_servers(service.db) if s.enabled]
+    clients = McpClients(servers)
+    args.closing.callback(clients.close)
+    return clients, build_toolbox(servers, clients.list_all() if servers else {})
+
+
+def _runner(
+    args: argparse.Namespace,
+    service: ConversationService,
+    clients: McpClients,
+    toolbox: Toolbox,
+) -> McpToolRunner:
+    from app.mcp import config
+    from app.mcp.toolbox import McpToolRunner
+
+    return McpToolRunner(
+        clients,
+        toolbox,
+        args.tool_timeout or config.CALL_TIMEOUT_S,
+        config.RESULT_TOKENS,
+        lambda text: len(service.count_tokens(text)),
+    )
+
+
+def _tool_streams(args: argparse.Namespace, stop: StopRequest) -> Streams:
+    on_token = (
+        (lambda piece: print(piece, end="", file=sys.stderr, flush=True))
+        if args.stream
+        else None
+    )
+    return Streams(on_token=on_token, should_stop=stop)
+
+
+def _decide(args: argparse.Namespace) -> Decide:
+    from app.conversation import tool_loop
+
+    if getattr(args, "deny", False):
+        return tool_loop.deny_all
+    return tool_loop.approve_all if args.approve_tools else tool_loop.wait_for_approval
+
+
+def _step_limit(args: argparse.Namespace) -> int:
+    from app.mcp import config
+
+    return int(args.max_steps or config.STEP_LIMIT)
+
+
+def _turn_json(
+    service: ConversationService,
+    turn: TurnResult,
+    toolbox: Toolbox,
+    args: argparse.Namespace,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """A tool turn as ``send --tools`` and ``tools run`` print it: the last
+    reply as ``send`` prints one, every node the turn made in order, each
+    call and what became of it, and why the turn ended."""
+    from storage import node_rows
+
+    last = turn.last_reply
+    data = reply_json(last) if last is not None else {}
+    data["user_node"] = turn.user_node
+    nodes = []
+    for node_id in turn.nodes:
+        node = node_rows.get_node(service.db, node_id)
+        entry: dict[str, Any] = {"id": node.id, "role": str(node.role)}
+        entry["text"] = node.text
+        if node.tool_use:
+            entry["tool_use"] = node.tool_use
+        nodes.append(entry)
+    calls = []
+    for call in turn.calls:
+        tool = toolbox.find(call.name)
+        calls.append(
+            {
+                **call.as_dict(),
+                "server": tool.server if tool else None,
+                "tool": tool.tool if tool else None,
+            }
+        )
+    pending = [c.call_id for c in turn.pending]
+    ended = str(turn.ending)
+    data.update(
+        {
+            "nodes": nodes,
+            "calls": calls,
+            "needs_approval": pending,
+            "ended": ended,
+            "rounds": turn.rounds,
+            "step_limit": _step_limit(args),
+            "tools": [tool.name for tool in toolbox.tools],
+            **(
+                {"unavailable_servers": dict(toolbox.unavailable)}
+                if toolbox.unavailable
+                else {}
+            ),
+        }
+    )
+    if pending:
+        reply = turn.pending[0].reply_node
+        data["note"] = (
+            f"{len(pending)} call(s) wait for approval and were not run: run them "
+            f"with `arbor tools run {reply} --approve-tools` (or deny them with "
+            "--deny)."
+        )
+    elif ended == "step_limit":
+        data["note"] = (
+            f"The step limit ({_step_limit(args)} rounds of calls) was reached: the "
+            f"last reply's calls were not run (`arbor tools run "
+            f"{turn.nodes[-1]}` runs them)."
+        )
+    data.update(extra)
+    return data
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "new": _cmd_new,
     "system": _cmd_system,
@@ -584,4 +883,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": _cmd_worker,
     "workers": _cmd_workers,
     "serve": _cmd_serve,
+    "tools": _cmd_tools,
 }

@@ -7,7 +7,9 @@ loads, so that a bad one fails fast with a usage error.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -237,6 +239,17 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("node", type=_node_id)
     send.add_argument("text", type=_text_type("message"))
     _sampling_flags(send)
+    _tool_flags(send)
+    send.add_argument(
+        "--tools",
+        dest="tool_choice",
+        type=_tool_choice,
+        metavar="auto|required|none|TOOL",
+        help="offer the enabled MCP servers' tools (`arbor tools`) and run the "
+        "calls the model makes until it answers: auto (it may call), required "
+        "(its first reply is a call), none, or the one TOOL its first reply "
+        "calls; the replies after results are auto",
+    )
 
     regen = sub.add_parser("regenerate", help="a new reply beside assistant NODE_ID")
     regen.add_argument("node", type=_node_id)
@@ -320,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
         "info",
         help="the model, where its layers run, the devices found, the data folder",
     )
+
+    _tools_parser(sub)
 
     from app.library import commands as models_commands
 
@@ -447,6 +462,192 @@ def _sampling_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stream", action="store_true", help="echo tokens to stderr as they come"
     )
+
+
+# --- tools (MCP servers) ---------------------------------------------------------
+
+# What a tool choice or a tool may be called (OpenAI's rule, as the local
+# server checks it); a server's name as app.mcp.config checks it.
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+TOOL_PERMISSIONS = ("ask", "always", "never")
+
+
+def _tool_choice(value: str) -> str:
+    """``--tools``: auto, required, none or a tool's name."""
+    if value in ("auto", "required", "none") or _TOOL_NAME.match(value):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"expected auto, required, none or a tool's name, not {value!r}"
+    )
+
+
+def _server_name(value: str) -> str:
+    if not _SERVER_NAME.match(value):
+        raise argparse.ArgumentTypeError(
+            f"a server's name is 1 to 32 letters, digits, '_' or '-', not {value!r}"
+        )
+    return value
+
+
+def _server_tool(value: str) -> tuple[str, str]:
+    """``SERVER.TOOL``: a server's name, a dot, its tool's name."""
+    server, dot, tool = value.partition(".")
+    if not dot or not _SERVER_NAME.match(server) or not tool or not _is_utf8(tool):
+        raise argparse.ArgumentTypeError(
+            f"expected SERVER.TOOL (the server's name, a dot, its tool), not {value!r}"
+        )
+    return server, tool
+
+
+def _pair_type(separator: str, what: str) -> Callable[[str], tuple[str, str]]:
+    """An argparse type for ``KEY<separator>VALUE`` (a header, a variable)."""
+
+    def parse(value: str) -> tuple[str, str]:
+        key, found, text = value.partition(separator)
+        if not found or not key.strip() or not _is_utf8(value):
+            raise argparse.ArgumentTypeError(
+                f"expected {what} as NAME{separator}VALUE, not {value!r}"
+            )
+        return key.strip(), text.strip() if separator == ":" else text
+
+    return parse
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """What ``tools add NAME`` was given besides the name."""
+
+    url: str | None
+    headers: dict[str, str]
+    env: dict[str, str]
+    command: list[str]
+
+
+def server_args(rest: Sequence[str]) -> ServerArgs:
+    """``tools add NAME``'s options and command: the options before the
+    first ``--``, the command after it, every word as typed (a later ``--``
+    too). Raises ``UsageError``."""
+    words = list(rest)
+    if "--" in words:
+        at = words.index("--")
+        options, command = words[:at], words[at + 1 :]
+    elif words and words[0].startswith("-"):
+        options, command = words, []
+    else:  # argparse drops a "--" that comes first
+        options, command = [], words
+    parser = _Parser(prog="arbor tools add NAME", allow_abbrev=False)
+    parser.add_argument("--url", type=_text_type("URL"))
+    parser.add_argument(
+        "--header", dest="headers", type=_pair_type(":", "a header"), action="append"
+    )
+    parser.add_argument("--env", type=_pair_type("=", "a variable"), action="append")
+    try:
+        parsed = parser.parse_args(options)
+    except UsageError as exc:
+        raise UsageError(f"{exc} (the command goes after --)") from None
+    if not all(_is_utf8(word) for word in command):
+        raise UsageError("the command is not valid UTF-8")
+    if parsed.url is not None and (command or parsed.env):
+        raise UsageError("a server has a command (after --) or a --url, not both")
+    if parsed.url is None and parsed.headers:
+        raise UsageError("--header is for a server with a --url")
+    if parsed.url is None and not command:
+        raise UsageError("name the server's command after --, or give its --url")
+    return ServerArgs(
+        parsed.url, dict(parsed.headers or []), dict(parsed.env or []), command
+    )
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds above 0, at most 3600, not {value!r}"
+        )
+    return seconds
+
+
+def _tool_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a command that runs the model's tool calls."""
+    parser.add_argument(
+        "--approve-tools",
+        action="store_true",
+        help="run the calls of tools that ask first (without it such a call is "
+        "stored, not run, and the command says so)",
+    )
+    parser.add_argument(
+        "--tool-timeout",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="how long one tool call may take (default 60)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=_int_type(1, 100, "--max-steps must be 1 to 100"),
+        metavar="N",
+        help="rounds of tool calls one message may lead to (default 8)",
+    )
+
+
+def _tools_parser(sub: Any) -> None:
+    """``arbor tools``: the MCP servers whose tools the model may call."""
+    tools = sub.add_parser(
+        "tools", help="MCP servers whose tools the model may call (add, list, ...)"
+    )
+    commands = tools.add_subparsers(dest="tools_command", parser_class=_Parser)
+    add = commands.add_parser(
+        "add",
+        help="add a server: NAME -- COMMAND [ARGS...] (started by Arbor, stdio) "
+        "or NAME --url URL (Streamable HTTP)",
+        usage="arbor tools add NAME [--env NAME=VALUE ...] -- COMMAND [ARGS ...]\n"
+        "       arbor tools add NAME --url URL [--header NAME:VALUE ...]",
+        description="Options come before --; everything after it is the "
+        "command, word for word. --env: a variable of the command (repeatable); "
+        "--header: a header sent to an HTTP server (repeatable).",
+    )
+    add.add_argument("name", type=_server_name)
+    # Read by ``server_args``: argparse would take the command's own options
+    # (``-m``, a later ``--``) for Arbor's.
+    add.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    listing = commands.add_parser(
+        "list", help="the servers, their tools (each started to list) and permissions"
+    )
+    listing.add_argument(
+        "--no-start",
+        action="store_true",
+        help="list the servers as stored, without starting them",
+    )
+    remove = commands.add_parser("rm", help="remove a server")
+    remove.add_argument("name", type=_server_name)
+    allow = commands.add_parser(
+        "allow", help="set a tool's permission: SERVER.TOOL ask|always|never"
+    )
+    allow.add_argument("tool", type=_server_tool, metavar="SERVER.TOOL")
+    allow.add_argument("permission", choices=TOOL_PERMISSIONS)
+    for name, enabled in (("enable", True), ("disable", False)):
+        toggle = commands.add_parser(
+            name,
+            help=f"{'offer' if enabled else 'stop offering'} a server's tools to "
+            "the model",
+        )
+        toggle.add_argument("name", type=_server_name)
+    run = commands.add_parser(
+        "run",
+        help="run the calls of reply NODE_ID that wait (after `send --tools` "
+        "without --approve-tools), then go on as send does",
+    )
+    run.add_argument("node", type=_node_id)
+    run.add_argument(
+        "--deny",
+        action="store_true",
+        help="deny the calls that ask first instead (the model reads so)",
+    )
+    _sampling_flags(run)
+    _tool_flags(run)
 
 
 def sampling_given(args: argparse.Namespace) -> dict[str, Any]:
