@@ -548,3 +548,29 @@ def test_a_broken_model_file_is_a_message_not_a_traceback(
     assert result.returncode == 1
     assert result.stderr.startswith("arbor: error:")
     assert "Traceback" not in result.stderr
+
+
+def test_a_request_too_large_for_the_context_is_refused_before_it_is_stored(
+    data_dir: Path, tiny_model: Path
+) -> None:
+    # 50,001 alternating messages (2 MB): refused at once, with the numbers,
+    # nothing stored; the server answers the next request as usual.
+    turns = [
+        {"role": "user" if k % 2 == 0 else "assistant", "content": f"m{k}"}
+        for k in range(50_001)
+    ]
+    few_long = [{"role": "user", "content": "word " * 3000}]
+    with serving(data_dir, tiny_model) as server:
+        client = server.client()
+        with pytest.raises(openai.BadRequestError) as many:
+            _ask(client, turns)
+        with pytest.raises(openai.BadRequestError) as long:
+            _ask(client, few_long)
+        assert _ask(client, [{"role": "user", "content": "hi"}]).choices
+    assert many.value.body["code"] == "context_length_exceeded"
+    assert "50,001 messages" in many.value.body["message"]
+    assert long.value.body["code"] == "context_length_exceeded"
+    # Refused before anything was stored (it once stored every turn first,
+    # for minutes): the one conversation is the last request's.
+    listed = run_cli("--data-dir", data_dir, "list").json["conversations"]
+    assert [c["nodes"] for c in listed] == [3]  # the last request's alone

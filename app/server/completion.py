@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from app.backend.errors import ContextFullError
 from app.backend.grammars import json_constraint
 from app.conversation.reply_shape import ReplyShape
 from app.conversation.results import StopReason
@@ -136,6 +137,7 @@ def complete(
     """
     if chat.task is not None and conversation_id is None:
         return _answer_task(service, request, chat, on_text, on_thinking, cancelled)
+    _check_size(service, request)
     conversation_id, start, made = _start(service, request, conversation_id, chat)
     # A start just made has nothing below it to match.
     node, matched = (
@@ -174,6 +176,42 @@ def complete(
     return Completion(
         tuple(replies), conversation_id, matched, request.prefill, request.logprobs
     )
+
+
+def _check_size(service: ConversationService, request: ChatRequest) -> None:
+    """Refuse a request whose messages cannot fit the context, before
+    anything of it is stored (``ContextFullError``, with the numbers).
+
+    The whole history is the context a reply needs, matched in the tree or
+    not; its texts alone, tokenized without the template, are a lower bound
+    of it. Counted turn by turn and stopped once over, so that a request of
+    50,000 messages costs what its first few hundred do.
+    """
+    engine = service.engine
+    if engine is None:
+        return
+    limit = engine.n_ctx
+    # Each turn takes at least its role's marker: more turns than the
+    # context has positions never fit.
+    if len(request.turns) >= limit:
+        raise ContextFullError(
+            f"The request holds {len(request.turns):,} messages; the model's "
+            f"context holds {limit:,} tokens."
+        )
+    # A token holds a character at least: texts shorter than the context
+    # fit this bound untokenized (most requests; tokenizing costs ~1 ms per
+    # thousand tokens).
+    if len(request.system) + sum(len(turn.text) for turn in request.turns) <= limit:
+        return
+    needed = len(engine.tokenize(request.system)) if request.system else 0
+    for count, turn in enumerate(request.turns, 1):
+        needed += len(engine.tokenize(turn.text)) + 1
+        if needed > limit:
+            raise ContextFullError(
+                f"The messages need more than {limit:,} tokens (at least "
+                f"{needed:,} by the first {count:,} of {len(request.turns):,}); "
+                f"the model's context holds {limit:,}."
+            )
 
 
 def _use_of(turn: Turn) -> dict[str, Any] | None:
