@@ -12,7 +12,7 @@ import pytest
 
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
-from app.backend.values import SamplingParams
+from app.backend.values import MAX_FORKS, SamplingParams
 from app.conversation import folding
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
@@ -199,7 +199,7 @@ def test_alternatives_share_a_small_context(tmp_path, tiny_model):
 def test_refuses_a_bad_count_or_node(service):
     _user, assistant = _asked(service)
     with pytest.raises(ServiceError):
-        service.regenerate_parallel(assistant, SEEDED, 5)
+        service.regenerate_parallel(assistant, SEEDED, MAX_FORKS + 1)
     root = service.path(assistant)[0].id
     with pytest.raises(ServiceError):
         service.regenerate_parallel(root, SEEDED, 2)

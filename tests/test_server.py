@@ -289,7 +289,7 @@ def test_refusals_have_their_status_and_body(data_dir: Path, tiny_model: Path) -
         assert status == 404 and body["error"]["param"] == "X-Arbor-Conversation"
 
         with pytest.raises(openai.BadRequestError) as many:
-            _ask(client, [{"role": "user", "content": "hi"}], n=9)
+            _ask(client, [{"role": "user", "content": "hi"}], n=9)  # over 8
         assert many.value.body["param"] == "n"
 
         with pytest.raises(openai.BadRequestError) as unknown:

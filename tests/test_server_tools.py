@@ -386,3 +386,12 @@ def test_an_alternative_not_checkpointed_yet_is_decoded_when_a_client_picks_it(
     assert parents[arbor["user_node"]] == nodes[2]
     # ... and checkpointed: the next visit restores it.
     assert again.model_extra["arbor"]["stats"]["reprocessed_tokens"] == 0
+
+
+def test_eight_replies_in_one_request(data_dir: Path, tiny_model: Path) -> None:
+    with serving(data_dir, tiny_model) as server:
+        response = _ask(
+            server.client(), [{"role": "user", "content": "Hi"}], n=8, max_tokens=3
+        )
+    assert [choice.index for choice in response.choices] == list(range(8))
+    assert len(set(response.model_extra["arbor"]["assistant_nodes"])) == 8

@@ -88,9 +88,10 @@ def reply_figures(generation: Mapping[str, Any] | None) -> str:
     return " · ".join(parts)
 
 
-# The "Regenerate N times" choices of a reply's regenerate menu: as many
-# replies as the engine generates together.
-ALTERNATIVE_COUNTS = tuple(range(2, MAX_FORKS + 1))
+# The "Regenerate N times" choices of a reply's regenerate menu: up to four,
+# the most that read side by side in the transcript (the engine makes more
+# together for API clients).
+ALTERNATIVE_COUNTS = tuple(range(2, min(MAX_FORKS, 4) + 1))
 
 
 class MessageCard(QFrame):
