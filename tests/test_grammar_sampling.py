@@ -350,3 +350,17 @@ def test_every_reference_template_gets_grammars_llama_cpp_compiles(engine):
             constraint = syntax.constraint(RICH_TOOLS, choice, parallel=True)
             engine.sampler(_params(1), [], constraint).close()
     assert sum(kind == "native" for kind in learned.values()) > 50
+
+
+def test_a_json_string_holds_no_raw_control_character(engine):
+    # JSON's strings take a line break escaped only (json.loads refuses a raw
+    # one); a small model once ran a "string" past its object's end so.
+    constraint = json_constraint(None)
+    with engine.sampler(SamplingParams(temperature=0), [], constraint) as sampler:
+        for token in engine.tokenize('{"a": "x'):
+            sampler.accept(token)
+        (newline,) = engine.tokenize("\n")
+        (tab,) = engine.tokenize("\t")
+        (letter,) = engine.tokenize("y")
+        assert not sampler.allows(newline) and not sampler.allows(tab)
+        assert sampler.allows(letter)

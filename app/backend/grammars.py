@@ -71,6 +71,14 @@ _CANONICAL_SPACING = (
 )
 
 
+# A character of a JSON string. The converter's allows control characters
+# (a raw line break), which JSON does not: json.loads refuses them, and a
+# small model ran a "string" on past its closing brace to max_tokens. As
+# llama.cpp's own converter writes it.
+_LOOSE_CHAR = r'char ::= [^"\\] |'
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
+
+
 @cache
 def _converter_class() -> Any:
     """llama-cpp-python's schema converter, with integer bounds
@@ -101,6 +109,7 @@ def _converter_class() -> Any:
             text = str(super().format_grammar())
             for spaced, canonical in _CANONICAL_SPACING:
                 text = text.replace(spaced, canonical)
+            text = text.replace(_LOOSE_CHAR, _JSON_CHAR)
             return text.replace('space ::= " "?', 'space ::= ""')
 
     return Converter
