@@ -589,8 +589,8 @@ def test_a_conversation_that_does_not_fit_says_so_when_it_opens(
     assert s.engine.results[-1].context_full
     # Said at once, with the ways on (branch, a larger context, a summary).
     assert s.view.said("show_context_full") == [()]
-    ((message, n_ctx, _n_ctx_train),) = s.view.said("offer_ways_on")
-    assert n_ctx == p.model_info.n_ctx and "256" in message
+    ((message, n_ctx, _n_ctx_train, needed),) = s.view.said("offer_ways_on")
+    assert n_ctx == p.model_info.n_ctx and "256" in message and needed is None
     assert s.view.said("show_error") == []
 
 

@@ -73,6 +73,15 @@ CHECKPOINT_FORMAT = 1
 # attention a call costs a quarter of that. Larger deltas go one call each,
 # straight from the buffer they were read into.
 RUN_BYTES = 2 << 20
+# The most tokens of a long prompt decoded in one llama_decode on the CPU.
+# One call cannot be broken, so Stop and the progress shown wait for the
+# batch in hand. A 4,000-token prompt on SmolLM2-135M, two busy cores
+# (``tools/stop_latency.py --compare``): batches of 512 took 3.6 to 7.3 s
+# each, Stop 5.1 s (median); batches of 64 took 0.4 to 1.0 s, Stop 0.5 s,
+# at the same speed (95 tokens/s against 88; 118 against 122 on 2,000).
+# Where every layer is offloaded a batch is fast and its size matters:
+# ``n_batch`` then.
+PROMPT_STEP = 64
 
 # Told how far a long decode got: (tokens decoded, tokens in all); returns
 # whether to go on. Set by the thread that owns the engine, for one job.
@@ -184,6 +193,9 @@ class LlamaEngine:
         # would abort in llama_decode. Allocating n_batch slots once.
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        # The batch size of a long decode (``PROMPT_STEP``); recorded with
+        # each node (``chunks``), so a replay keeps the sizes it was made in.
+        self.prompt_step = min(self.n_batch, PROMPT_STEP)
         self.n_past = 0
         # End position of each fork sequence while alternatives are generated.
         self._forks: dict[int, int] = {}
@@ -203,6 +215,8 @@ class LlamaEngine:
         targets = devices.offload_targets(found)
         has_gpu = bool(targets)
         self.placement = read_placement(self._load_log)
+        if self.placement.offloaded_all:
+            self.prompt_step = self.n_batch
         holders = layer_holders(
             self.placement, found, rpc_client.buffer_names(self._workers)
         )
@@ -696,8 +710,8 @@ class LlamaEngine:
 
         ``chunks`` are batch sizes to use (a replay of how the tokens were first
         decoded, which keeps floating-point results bit-identical); by default
-        batches of ``n_batch``. Returns the batch sizes used. A decode of
-        more tokens than one batch holds tells ``decode_watch`` before each
+        batches of ``prompt_step``. Returns the batch sizes used. A decode of
+        more tokens than one step holds tells ``decode_watch`` before each
         batch, and raises ``Interrupted`` (the batches before it decoded)
         when told to stop; a short one (a message's header apart, then the
         rest) runs through.
@@ -717,9 +731,8 @@ class LlamaEngine:
             or sum(chunks) != len(tokens)
             or max(chunks, default=0) > self.n_batch
         ):
-            step = self.n_batch
-            chunks = [min(step, len(tokens) - i) for i in range(0, len(tokens), step)]
-        watch = self.decode_watch if len(tokens) > self.n_batch else None
+            chunks = self.batch_sizes(len(tokens))
+        watch = self.decode_watch if len(tokens) > self.prompt_step else None
         offset = 0
         for size in chunks:
             if watch is not None and not watch(offset, len(tokens)):
@@ -770,7 +783,7 @@ class LlamaEngine:
 
     def batch_sizes(self, n_tokens: int) -> list[int]:
         """The batch sizes ``decode`` uses for ``n_tokens`` by default."""
-        step = self.n_batch
+        step = self.prompt_step
         return [min(step, n_tokens - i) for i in range(0, n_tokens, step)]
 
     # --- alternatives decoded together --------------------------------------------

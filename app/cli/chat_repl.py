@@ -1,7 +1,8 @@
 """A minimal interactive chat in the terminal, on top of the conversation service.
 
 Commands: ``/regen`` (another reply to the last message), ``/new`` (a new
-conversation), ``/quit``. Ctrl+C stops a reply in progress and keeps it. A
+conversation), ``/quit``. Ctrl+C stops a reply in progress and keeps it, or a
+long message being read (kept, unanswered; the chat goes on where it was). A
 failed message (too long for the context, ...) is reported and the chat goes
 on; end of input (Ctrl+D) ends it.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 
+from app.backend.errors import Interrupted
 from app.backend.values import SamplingParams
 from app.cli.interrupt import StopRequest
 from app.conversation.errors import USER_ERRORS
@@ -31,6 +33,8 @@ def chat_loop(
     print(f"Arbor — {info.name} ({info.n_ctx} tokens of context). {HELP}")
     _conversation, node = service.new_conversation(system)
     stop = StopRequest()
+    # Ctrl+C also stops a long message being read, between its batches.
+    service.engine.decode_watch = stop.watch_decode
 
     while True:
         line = _read_line()
@@ -44,6 +48,11 @@ def chat_loop(
             continue
         try:
             reply = _answer(service, node, line, params, stop)
+        except Interrupted as exc:
+            # Ctrl+C while the message was read: it stays stored, unanswered,
+            # as after Stop in the window; the next line continues from here.
+            print(f"\narbor: stopped: {exc} Nothing was answered.", file=sys.stderr)
+            continue
         except USER_ERRORS as exc:
             # The conversation stays where it was: the next line continues it.
             print(f"\narbor: error: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.backend.errors import InvalidSetting
+from app.backend.errors import ContextFullError, Interrupted, InvalidSetting
 from app.backend.values import SamplingParams
 from app.cli.guarded import needs_guard, run_guarded
 from app.cli.interrupt import StopRequest
@@ -80,6 +80,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         # The reader went away (e.g. `arbor tree 1 | head`): not an error.
         sys.stderr.close()
         return 0
+    except ContextFullError as exc:
+        print(f"arbor: error: {_context_full_line(exc)}", file=sys.stderr)
+        return 1
+    except Interrupted as exc:
+        # Ctrl+C while a prompt was read: as Stop in the window, what was
+        # sent stays stored, unanswered (``send`` then answers it).
+        print(f"arbor: stopped: {exc} Nothing was answered.", file=sys.stderr)
+        return 130
     except (*USER_ERRORS, *LIBRARY_ERRORS) as exc:
         print(f"arbor: error: {exc}", file=sys.stderr)
         return 1
@@ -90,6 +98,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         log.debug("the database refused the command", exc_info=True)
         print(f"arbor: error: {refused}", file=sys.stderr)
         return 1
+
+
+def _context_full_line(exc: ContextFullError) -> str:
+    """What a full context says here: the service's words (a larger context
+    named only where one holds the message and the model reads it), and the
+    option that gives it, since the CLI's context size is ``--n-ctx``."""
+    size = exc.raise_to
+    return f"{exc}" if size is None else f"{exc} Here: --n-ctx {size}."
 
 
 def _database_refusal(exc: Exception) -> str | None:
@@ -194,8 +210,7 @@ def _generating(
     action: Callable[[SamplingParams, Streams], Reply],
     extra: dict[str, Any] | None = None,
 ) -> int:
-    stop = StopRequest()
-    signal.signal(signal.SIGINT, stop.request)
+    stop = _stop_on_ctrl_c(args, service)
     on_token = (
         (lambda piece: print(piece, end="", file=sys.stderr, flush=True))
         if args.stream
@@ -210,6 +225,18 @@ def _generating(
     if args.stream:
         print(file=sys.stderr)
     return emit(reply_json(reply, {**(extra or {}), **evicted}))
+
+
+def _stop_on_ctrl_c(
+    args: argparse.Namespace, service: ConversationService
+) -> StopRequest:
+    """Ctrl+C from now on stops the reply between its tokens, or the prompt
+    being read between its batches (``--stream`` tells how far it is)."""
+    stop = StopRequest(sys.stderr if getattr(args, "stream", False) else None)
+    signal.signal(signal.SIGINT, stop.request)
+    if service.engine is not None:
+        service.engine.decode_watch = stop.watch_decode
+    return stop
 
 
 def _keep_within_budget(service: ConversationService) -> dict[str, int]:
@@ -249,8 +276,7 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
         return _generating(
             args, service, lambda p, streams: service.regenerate(args.node, p, streams)
         )
-    stop = StopRequest()
-    signal.signal(signal.SIGINT, stop.request)
+    stop = _stop_on_ctrl_c(args, service)
     on_token = (
         (lambda index, piece: print(f"[{index}]{piece}", file=sys.stderr, flush=True))
         if args.stream
@@ -680,8 +706,7 @@ def _send_with_tools(args: argparse.Namespace) -> int:
             "offers any (see `arbor tools list`)"
         )
     previous = service.other_model(service.path(args.node)[0].conversation_id)
-    stop = StopRequest()
-    signal.signal(signal.SIGINT, stop.request)
+    stop = _stop_on_ctrl_c(args, service)
     with service:
         offering = tool_loop.offering_start(service, args.node, offered)
         turn = tool_loop.send(
@@ -716,8 +741,7 @@ def _run_waiting_calls(args: argparse.Namespace) -> int:
 
     service = _open(args, with_model=True)
     clients, toolbox = _toolbox(args, service)
-    stop = StopRequest()
-    signal.signal(signal.SIGINT, stop.request)
+    stop = _stop_on_ctrl_c(args, service)
     with service:
         turn = tool_loop.answer_calls(
             service,

@@ -618,7 +618,7 @@ class ConversationService:
         reprocesses a node whose checkpoint is missing, and the nodes below
         are checkpointed on top of whichever it was. So the forks only
         sample: afterwards each reply's span is decoded again alone on the
-        main sequence, in ``n_batch`` batches (prompt speed, not generation
+        main sequence, in ``prompt_step`` batches (prompt speed, not generation
         speed), its node records those batch sizes as its ``chunks``, and
         its checkpoint is captured from that. Restoring it is then exact,
         and moving to it reprocesses nothing. The main sequence is left
@@ -807,12 +807,12 @@ class ConversationService:
         back between them; its role header apart where it follows a start."""
         engine = self._require_engine()
         if engine.state_kind is StateKind.FULL:
-            return batches.for_message(len(placement.tokens), 0, 0, engine.n_batch)
+            return batches.for_message(len(placement.tokens), 0, 0, engine.prompt_step)
         header = 0
         if [n.id for n in placement.base] == [path[0].id]:
             header = self._header_length(path, placement.tokens, variables)
         return batches.for_message(
-            len(placement.tokens), header, n_opening, engine.n_batch
+            len(placement.tokens), header, n_opening, engine.prompt_step
         )
 
     def _header_length(
@@ -849,10 +849,8 @@ class ConversationService:
         engine = self._require_engine()
         needed += 8  # a reply needs room for at least a few tokens
         if needed > engine.n_ctx:
-            raise ContextFullError(
-                f"This message needs about {needed} tokens of context but the model's "
-                f"context holds {engine.n_ctx}. Shorten it, branch from an earlier "
-                "point, or raise the context size in the settings."
+            raise ContextFullError.for_message(
+                needed, engine.n_ctx, engine.info.n_ctx_train
             )
 
     def _generate(

@@ -130,7 +130,7 @@ class JobRunner:
         except ContextFullError as exc:
             # Not an error dialog: the window offers the ways on instead.
             log.info("%s: the context is full: %s", name, exc)
-            return Failed(job, str(exc), context_full=True)
+            return Failed(job, str(exc), context_full=True, needed=exc.needed)
         except USER_ERRORS as exc:
             log.info("%s failed: %s", name, exc)
             return Failed(job, str(exc), model_lost=isinstance(exc, PreviousModelLost))

@@ -33,6 +33,9 @@ class Failed:
     job: jobs.Job
     error: str
     context_full: bool = False
+    # With ``context_full``: the tokens the message and its reply's opening
+    # needed, where known (a larger context is offered only if it holds them).
+    needed: int | None = None
     # A model load failed and the model loaded before could not come back:
     # none is loaded now (otherwise a failed load keeps the one there was).
     model_lost: bool = False

@@ -75,6 +75,7 @@ class WayOn(Enum):
     BRANCH = "branch"  # pick an earlier message and branch from there
     RAISE = "raise"  # reload the model with a larger context
     SUMMARY = "summary"  # a new conversation from the model's summary
+    MODELS = "models"  # a model with a longer context (the Models dialog)
     NOTHING = "nothing"
 
 
@@ -270,8 +271,18 @@ class View(Protocol):
     def show_reasoning(self, choice: str | None) -> None:
         """The conversation's stored reasoning choice (after a failed change)."""
 
-    def offer_ways_on(self, message: str, n_ctx: int, n_ctx_train: int) -> None:
-        """The branch filled the context: let the user pick a ``WayOn``."""
+    def offer_ways_on(
+        self, message: str, n_ctx: int, n_ctx_train: int, needed: int | None
+    ) -> None:
+        """The branch filled the context: let the user pick a ``WayOn`` (a
+        larger context only if one holds ``needed`` tokens, where known)."""
+
+    def offer_shorter(
+        self, needed: int, n_ctx: int, n_ctx_train: int, stored: bool
+    ) -> None:
+        """A message with nothing before it needs ``needed`` tokens, more than
+        the context holds: say so, with what can work (a ``WayOn``). The
+        message is back in the composer, or ``stored`` already (unanswered)."""
 
     def offer_reload(self, message: str, remaining: tuple[str, ...]) -> None:
         """The engine's process ended (a worker was lost) and no model is
@@ -1171,9 +1182,27 @@ class WindowPresenter:
             )
         self.view.refresh_list(self.conversation_id)
         cut = reply is not None and reply.stats.stop_reason == StopReason.CONTEXT_FULL
-        if (failed is not None and failed.context_full) or cut:
+        if failed is not None and failed.context_full and stream is not None:
+            needed = failed.needed
+            if needed is not None and not self._earlier_messages(stream):
+                # Nothing before the message filled anything: no branch to
+                # go back on, no summary to make. Only its own length counts.
+                self._offer_shorter(needed, stored=stream.pending_text is None)
+            else:
+                self._offer_ways_on(failed.error, needed)
+        elif (failed is not None and failed.context_full) or cut:
             message = failed.error if failed is not None else ""
             self._offer_ways_on(message or "The reply was cut off.")
+
+    def _earlier_messages(self, stream: ReplyStream) -> bool:
+        """Whether the message of ``stream`` follows earlier messages (not
+        only the conversation's start)."""
+        if stream.prefix_id not in self.snapshot:
+            return True  # not known: the branch's ways on say no less
+        before = self.snapshot.path(stream.prefix_id)[1:]
+        if stream.pending_text is None:
+            before = before[:-1]  # the stored message being answered
+        return bool(before)
 
     def _kept_after_loss(self, failed: Failed, stream: ReplyStream) -> bool:
         """Whether the engine was lost after storing the message of
@@ -1231,12 +1260,19 @@ class WindowPresenter:
             )
         self.activate(self.active_id, follow=False)
 
-    def _offer_ways_on(self, message: str) -> None:
+    def _offer_ways_on(self, message: str, needed: int | None = None) -> None:
         """The branch filled the context: the view lets the user choose how on."""
         if self.model_info is None or self.active_id is None:
             return
         info = self.model_info
-        self.view.offer_ways_on(message, info.n_ctx, info.n_ctx_train)
+        self.view.offer_ways_on(message, info.n_ctx, info.n_ctx_train, needed)
+
+    def _offer_shorter(self, needed: int, stored: bool) -> None:
+        """A first message is longer than the context: the view says so."""
+        if self.model_info is None:
+            return
+        info = self.model_info
+        self.view.offer_shorter(needed, info.n_ctx, info.n_ctx_train, stored)
 
     def _model_loaded(self, result: ModelLoaded | Failed) -> None:
         path, self.loading_model = self.loading_model, None

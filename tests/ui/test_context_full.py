@@ -68,19 +68,28 @@ def test_sizes_offered():
     assert raised_context_size(256, 32768) == 512
     assert raised_context_size(4096, 6000) == 6000
     assert raised_context_size(8192, 8192) is None
+    # With what a message needs: a size that holds it and a reply, or none.
+    assert raised_context_size(4096, 32768, needed=8819) == 10240
+    assert raised_context_size(4096, 8192, needed=8819) is None
+    assert raised_context_size(4096, 9000, needed=8819) == 9000
 
 
 def test_a_message_too_long_offers_a_larger_context(qtbot, make_window):
     window = make_window()
     _small_context(qtbot, window)
-    seen = _send_and_answer(qtbot, window, LONG_MESSAGE, "Raise to 512")
+    _send_text(qtbot, window, "hi")  # an earlier message: a branch to fill
+    seen = _send_and_answer(qtbot, window, LONG_MESSAGE, "Raise to")
 
     assert seen and "context" in seen[0]
     assert window.composer.text.strip() == LONG_MESSAGE.strip()  # given back
-    assert [c.role for c in window.transcript.cards] == []  # nothing half-sent
+    assert [c.role for c in window.transcript.cards] == ["user", "assistant"]
     wait_idle(qtbot, window)  # the model reloads with the larger context
-    assert window.prefs.backend.n_ctx == 512
-    assert window.model_info.n_ctx == 512
+    # Large enough for the message this time, not merely double.
+    assert window.prefs.backend.n_ctx > 512
+    assert window.model_info.n_ctx == window.prefs.backend.n_ctx
+    window.send_action.trigger()
+    wait_idle(qtbot, window)
+    assert [c.role for c in window.transcript.cards] == ["user", "assistant"] * 2
 
 
 def test_a_cut_off_reply_can_continue_from_a_summary(qtbot, make_window):
@@ -109,6 +118,7 @@ def test_a_cut_off_reply_can_continue_from_a_summary(qtbot, make_window):
 def test_branching_from_earlier_focuses_the_tree(qtbot, make_window):
     window = make_window()
     _small_context(qtbot, window)
+    _send_text(qtbot, window, "hi")
     _send_and_answer(qtbot, window, LONG_MESSAGE, "Branch from earlier")
     assert window.tree_panel.isVisible()
     assert "branch" in window.status.currentMessage().lower()

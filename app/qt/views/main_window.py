@@ -39,7 +39,7 @@ from app.qt.models.conversation_list import ConversationListModel
 from app.qt.models.conversation_tree import ConversationTreeModel
 from app.qt.views import exchange_actions
 from app.qt.views.about import about_text
-from app.qt.views.dialogs.context_full import offer_ways_on
+from app.qt.views.dialogs.context_full import offer_shorter, offer_ways_on
 from app.qt.views.dialogs.conversation_settings import ConversationSettingsDialog
 from app.qt.views.dialogs.engine_lost import offer_reload
 from app.qt.views.dialogs.errors import confirm, show_error
@@ -59,7 +59,7 @@ from app.qt.workers.engine_thread import EngineController
 from app.qt.workers.library_worker import ModelServices
 from app.text.attachments import AttachmentError, read_attachment, split
 from app.window.actions import SHORTCUTS_HELP
-from app.window.presenter import WindowPresenter
+from app.window.presenter import WayOn, WindowPresenter
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.values import Role
@@ -422,9 +422,32 @@ class MainWindow(QMainWindow):
         """Show the stored reasoning choice."""
         self.composer.set_reasoning(choice)
 
-    def offer_ways_on(self, message: str, n_ctx: int, n_ctx_train: int) -> None:
+    def offer_ways_on(
+        self, message: str, n_ctx: int, n_ctx_train: int, needed: int | None
+    ) -> None:
         """The branch filled the context: ask how to go on (without blocking)."""
-        offer_ways_on(self, message, n_ctx, n_ctx_train, self.presenter.way_on_chosen)
+        offer_ways_on(
+            self, message, n_ctx, n_ctx_train, self.presenter.way_on_chosen, needed
+        )
+
+    def offer_shorter(
+        self, needed: int, n_ctx: int, n_ctx_train: int, stored: bool
+    ) -> None:
+        """A first message is longer than the context: say so (without
+        blocking), with what can work."""
+        offer_shorter(
+            self, needed, n_ctx, n_ctx_train, self._on_too_long_chosen, stored
+        )
+
+    def _on_too_long_chosen(self, choice: WayOn, size: int | None) -> None:
+        """The user's answer to a message too long: the Models dialog, the
+        presenter's raise, or back to the composer to shorten it."""
+        if choice is WayOn.MODELS:
+            self.open_models()
+        elif choice is WayOn.RAISE:
+            self.presenter.way_on_chosen(choice, size)
+        else:
+            self.composer.edit.setFocus()
 
     def offer_reload(self, message: str, remaining: tuple[str, ...]) -> None:
         """The engine's process ended: no model is loaded (the status bar
