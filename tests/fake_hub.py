@@ -7,8 +7,10 @@ sha256 when ``blobs=true``), and ``/{repo}/resolve/{rev}/{file}`` (HEAD gives
 the ETag, size and commit; GET honours ``Range``), with the Hub's
 ``X-Error-Code`` headers for gated repositories and missing ones. It serves
 real files from disk, can slow itself down (to kill a client mid-download),
-can advertise a wrong sha256 (to check that a client refuses the file) and
-counts every byte it sends.
+can advertise a wrong sha256 (to check that a client refuses the file),
+can stall or cut a download (a Hub that stops sending, one that goes away,
+one whose connections break every few bytes) and counts every byte it sends.
+A file changed on the Hub is a new ``FakeFile`` under the same name.
 """
 
 from __future__ import annotations
@@ -61,11 +63,26 @@ class Download:
 
 @dataclass
 class FakeHub:
-    """The served repositories and what was sent; ``rate`` in bytes/s (0: full)."""
+    """The served repositories and what was sent; ``rate`` in bytes/s (0: full).
+
+    Faults of a file's body (None: none): ``stall_at`` (a byte offset in
+    the file): the body stops there and the connection stays open, silent,
+    until ``release`` is set (a Hub that stalls mid-body); ``cut_at`` (an
+    offset too): the connection closes there, and every later request for
+    the rest is closed before an answer (a Hub gone mid-download);
+    ``cut_every`` (bytes): each answer sends at most that many, then its
+    connection closes (a flaky line that a client must resume). HEAD and
+    the API are never faulted.
+    """
 
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     token: str = "hf_test_token"
     rate: int = 0
+    stall_at: int | None = None
+    cut_at: int | None = None
+    cut_every: int | None = None
+    # Set to let stalled answers end (the server sets it when it stops).
+    release: threading.Event = field(default_factory=threading.Event)
     bytes_sent: int = 0
     # One entry per file download: its Range header and the bytes it got.
     downloads: list[Download] = field(default_factory=list)
@@ -184,6 +201,10 @@ class _Handler(BaseHTTPRequestHandler):
         range_header = self.headers.get("Range")
         if range_header and (m := re.match(r"bytes=(\d+)-", range_header)):
             start = int(m.group(1))
+        if send_body and self.hub.cut_at is not None and start >= self.hub.cut_at:
+            # Gone: the connection closes before any answer.
+            self.close_connection = True
+            return
         status = 206 if start else 200
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
@@ -205,18 +226,40 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_file(self, path: Path, start: int, record: Download) -> None:
         # Fifty writes a second when slowed down.
         chunk = max(4096, self.hub.rate // 50) if self.hub.rate else 1 << 20
+        hub = self.hub
+        # Where this answer ends early, if it does: a stall, a cut, or the
+        # cut of a flaky line.
+        limits = [
+            max(offset, start)
+            for offset in (hub.stall_at, hub.cut_at)
+            if offset is not None
+        ]
+        if hub.cut_every is not None:
+            limits.append(start + hub.cut_every)
+        end = min(limits, default=None)
+        position = start
         with path.open("rb") as handle:
             handle.seek(start)
-            while data := handle.read(chunk):
+            while True:
+                want = chunk if end is None else min(chunk, end - position)
+                data = handle.read(want) if want > 0 else b""
+                if not data:
+                    break
                 try:
                     self.wfile.write(data)
+                    self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
                     return
-                with self.hub.lock:
-                    self.hub.bytes_sent += len(data)
+                position += len(data)
+                with hub.lock:
+                    hub.bytes_sent += len(data)
                     record.sent += len(data)
-                if self.hub.rate:
-                    time.sleep(len(data) / self.hub.rate)
+                if hub.rate:
+                    time.sleep(len(data) / hub.rate)
+        if hub.stall_at is not None and position >= hub.stall_at:
+            # Silent, the connection open: the client's reads must time out.
+            hub.release.wait(timeout=120)
+        self.close_connection = True
 
     def _json(self, data: object) -> None:
         body = json.dumps(data).encode()
@@ -255,6 +298,7 @@ class HubServer:
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        self.hub.release.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.backend.errors import ContextFullError, Interrupted, InvalidSetting
 from app.backend.values import SamplingParams
-from app.cli.guarded import needs_guard, run_guarded
+from app.cli.guarded import bound_worker_waits, needs_guard, run_guarded
 from app.cli.interrupt import StopRequest
 from app.cli.output import emit, reply_json
 from app.cli.parser import (
@@ -68,6 +68,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         if needs_guard(args.workers):
             # A lost worker aborts the process that uses it: not this one.
             return run_guarded(sys.argv[1:] if argv is None else argv, args.workers)
+        if args.workers:
+            # The child: a worker that stops answering ends it within a bound.
+            bound_worker_waits(args.workers)
         _init_logging(args.verbose)
         # The databases a command opens are closed when it ends, so that
         # what their writers hold back (a restore's bookkeeping) is written.

@@ -7,11 +7,23 @@ the command line runs the whole command there: ``arbor --worker … chat``
 starts this Arbor again with ``GUARDED`` set, hands it the terminal, and
 returns its exit status. If that process is ended by a signal (llama.cpp's
 abort), the user reads one line naming the worker that no longer answers,
-not llama.cpp's abort; what the command stored before is in the database.
+not llama.cpp's abort; what the command stored before is in the database,
+and the reply it was writing is marked ``interrupted`` before this process
+exits, as the window marks it (issue 43), not left ``generating`` until the
+next process opens the database.
+
+A worker that stops answering without closing its connection (SIGSTOP, a
+frozen machine, a network gone) is bounded the same way in both: the child
+gives llama.cpp's sockets to the workers a timeout of
+``worker_sockets.worker_timeout()`` (60 s; ``ARBOR_WORKER_TIMEOUT``), after
+which llama.cpp aborts it as for a worker that is gone, and this process
+says which worker was lost, within that bound and the hello that names it.
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import signal
 import subprocess
@@ -24,11 +36,21 @@ from app.platform.launch import arbor_command
 # Set in the child: it runs the command itself.
 GUARDED = "ARBOR_GUARDED"
 
+log = logging.getLogger(__name__)
+
 
 def needs_guard(workers: Sequence[str]) -> bool:
     """Whether a command with ``workers`` must run in a child: it names
     workers, and this process is not that child already."""
     return bool(workers) and not os.environ.get(GUARDED)
+
+
+def bound_worker_waits(workers: Sequence[str]) -> None:
+    """In the child, bound every wait for a worker from now on
+    (``worker_sockets``), before llama.cpp connects to one."""
+    from app.runner.worker_sockets import WorkerSockets
+
+    WorkerSockets(workers).start()
 
 
 def run_guarded(argv: Sequence[str], workers: Sequence[str]) -> int:
@@ -57,5 +79,39 @@ def run_guarded(argv: Sequence[str], workers: Sequence[str]) -> int:
     # Imported here: they load ggml's library, needed only now.
     from app.runner.child_process import lost_message, unanswering
 
-    print(f"arbor: error: {lost_message(unanswering(workers), code)}", file=sys.stderr)
+    lost = unanswering(workers)
+    _mark_cut_reply(argv)
+    print(f"arbor: error: {lost_message(lost, code)}", file=sys.stderr)
     return 1
+
+
+def _mark_cut_reply(argv: Sequence[str]) -> None:
+    """Mark the reply the child was writing ``interrupted``, as the next
+    process to open the database would (``mark_interrupted_generations``).
+
+    Its database is the one its command line names; that command line was
+    checked here before the child started, so it parses again.
+    """
+    from app.cli.parser import UsageError, build_parser
+    from app.platform.paths import database_path
+    from storage import node_rows
+    from storage.db import open_database
+    from storage.errors import StorageUnavailable
+
+    try:
+        args: argparse.Namespace = build_parser().parse_args(list(argv))
+    except UsageError:  # cannot be: it parsed before the child started
+        log.exception("the command line of the lost child")
+        return
+    path = database_path(args.data_dir)
+    if not path.is_file():
+        return  # it died before it made one: nothing to mark
+    try:
+        db = open_database(path)
+        try:
+            node_rows.mark_interrupted_generations(db)
+        finally:
+            db.close()
+    except StorageUnavailable as exc:
+        # The loss is what the user hears of; the next open marks it.
+        log.error("the cut reply is not marked interrupted: %s", exc)

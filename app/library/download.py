@@ -1,14 +1,30 @@
-"""Download a model file from the Hub: resumable, checked, and stoppable.
+"""Download a model file from the Hub: resumable, checked, bounded and stoppable.
 
 ``huggingface_hub`` gives the file's metadata (size, LFS sha256, the commit,
-the address after redirects) and streams it, with its own retries on a
-flaky connection. It does not keep a partial file across processes, so the
-bytes go to ``<file>.part`` beside the destination, and a later pull — after
-Pause, a crash or ``kill -9`` — asks only for the rest (an HTTP range). A
-``<file>.part.json`` remembers which version of the file the part belongs
-to, so a file changed on the Hub meanwhile starts over instead of mixing two
-versions. The sha256 is checked before the file takes its final name: a file
-that does not match is removed, never used.
+the address after redirects) and the HTTP client; the transfer itself is
+ours. Its bytes go to ``<file>.part`` beside the destination, and a later
+pull — after Pause, a crash, ``kill -9`` or a failure — asks only for the
+rest (an HTTP range). A ``<file>.part.json`` remembers which version of the
+file the part belongs to, so a file changed on the Hub meanwhile starts
+over instead of mixing two versions. The sha256 is checked before the file
+takes its final name: a file that does not match is removed, never used.
+
+A file is there already only when its bytes are the version the Hub gives
+now: same size *and* same sha256 (``file_hashes`` remembers the sha256 of
+each file by size and modification time, so a model is hashed once, not at
+every pull). A file of another version is fetched again into its part and
+replaced only once the new bytes verify; until then the old one stays.
+
+**A stall has a bound.** A download fails once no byte has come for
+``STALL_S`` seconds (30; ``HF_HUB_DOWNLOAD_TIMEOUT`` sets another), whatever
+happened meanwhile: until then a connection that is cut, refused, answered
+with a 5xx or silent for ``_READ_S`` is made again, quietly, and the
+download goes on where it stopped. ``huggingface_hub``'s own transfer
+(``http_get``) waits 10 s per read and tries 6 times, again after any byte,
+logging each try on stderr: over a minute for a Hub that stalls, and a
+dozen lines where Arbor promises one. Its logger no longer reaches stderr
+(``hub.hub_errors``); the failure is one ``HubError`` line, and the part
+stays for the next pull.
 """
 
 from __future__ import annotations
@@ -25,10 +41,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
+from app.library.file_hashes import HashCache, stamp_of
 from app.library.hub import HubError, check_repo_id, hub_errors
 from app.library.units import format_bytes
+
+if TYPE_CHECKING:
+    import httpx2
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Room left on the disk beyond the file itself (the database grows too).
@@ -37,9 +57,20 @@ _DISK_MARGIN = 64 * 1024**2
 _PROGRESS_INTERVAL = 0.25
 # The window over which speed is averaged (seconds).
 _SPEED_WINDOW = 5.0
-# What huggingface_hub reads before handing a chunk over (its default, 10 MiB,
-# is progress every few seconds on a slow line, and that much lost to a crash).
-_CHUNK = 1024 * 1024
+# Seconds without a byte before a download fails (see the module's docstring).
+# Long enough for a network to come back (Wi-Fi roaming, a router's restart),
+# short enough that a Hub that stopped sending is said within half a minute.
+STALL_S = 30.0
+# huggingface_hub's own setting for how long a download waits for bytes; set,
+# it replaces STALL_S, so one variable means the same in every Hub tool.
+STALL_ENV = "HF_HUB_DOWNLOAD_TIMEOUT"
+# The longest one read waits before its connection is made again: a Pause is
+# seen within this even while nothing comes (reads look at Stop between chunks).
+_READ_S = 5.0
+# Seconds between two tries, so that a Hub that refuses is not hammered.
+_RETRY_PAUSE_S = 1.0
+# Answers that mean "try again later", as huggingface_hub's own retries take them.
+_TRY_AGAIN = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class DownloadStopped(Exception):
@@ -115,27 +146,40 @@ def pull(
     token: str | None = None,
     on_progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
+    stall_s: float | None = None,
 ) -> PulledFile:
     """Download ``parts`` of ``repo`` (one file, or every part of a split
     model) into ``models_dir``, resuming what an earlier pull left.
 
+    ``stall_s``: seconds without a byte before the download fails (None:
+    ``stall_seconds()``).
+
     Raises
     ------
     HubError
-        With a one-line reason: network, 401/403/404, ``NotEnoughSpace``
+        With a one-line reason: network, 401/403/404, a stall, ``NotEnoughSpace``
         (checked before anything is fetched), ``ChecksumMismatch``.
     DownloadStopped
         When ``should_stop`` returned True; the parts stay for a resume.
     """
+    stall = stall_seconds() if stall_s is None else stall_s
     remotes = [_remote(repo, part, revision, endpoint, token) for part in parts]
     paths = [destination(models_dir, repo, r.part) for r in remotes]
-    _check_space(remotes, paths)
     total = sum(r.size for r in remotes)
     meter = _Meter(parts[0], total, on_progress, should_stop)
+    hashes = HashCache(models_dir)
+    complete = [
+        _is_complete(path, remote, hashes, meter)
+        for remote, path in zip(remotes, paths, strict=True)
+    ]
+    _check_space(remotes, paths, complete)
     fetched = 0
     from filelock import FileLock, Timeout
 
-    for remote, path in zip(remotes, paths, strict=True):
+    for remote, path, done in zip(remotes, paths, complete, strict=True):
+        if done:
+            meter.add_done(remote.size)
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path) + ".lock")
         try:
@@ -145,7 +189,7 @@ def pull(
                 f"{remote.part} is being downloaded by another Arbor already"
             ) from None
         try:
-            fetched += _fetch(remote, path, token, meter)
+            fetched += _fetch(remote, path, token, meter, stall, hashes)
         finally:
             lock.release()
             Path(lock.lock_file).unlink(missing_ok=True)
@@ -153,13 +197,23 @@ def pull(
     first = remotes[0]
     return PulledFile(
         path=paths[0],
-        sha256=first.sha256,
+        sha256=first.sha256,  # the bytes on disk: verified or checked above
         size=total,
         repo=repo,
         filename=parts[0],
         commit=first.commit,
         fetched_bytes=fetched,
     )
+
+
+def stall_seconds() -> float:
+    """Seconds without a byte before a download fails: ``STALL_ENV`` when
+    it holds a positive number, else ``STALL_S``."""
+    try:
+        seconds = float(os.environ.get(STALL_ENV, ""))
+    except ValueError:
+        return STALL_S
+    return seconds if seconds > 0 else STALL_S
 
 
 def discard_partial(models_dir: Path, repo: str, parts: list[str]) -> int:
@@ -208,16 +262,20 @@ def _remote(
     return _Remote(part, meta.location, meta.size, etag, meta.commit_hash)
 
 
-def _check_space(remotes: list[_Remote], paths: list[Path]) -> None:
+def _check_space(
+    remotes: list[_Remote], paths: list[Path], complete: list[bool]
+) -> None:
     left = 0
-    for remote, path in zip(remotes, paths, strict=True):
-        if _is_complete(path, remote):
+    for remote, path, done in zip(remotes, paths, complete, strict=True):
+        if done:
             continue
         part, _ = _part_files(path)
         have = (
             part.stat().st_size if part.exists() and _same_version(path, remote) else 0
         )
-        left += remote.size - have
+        # An old version of the file stays until the new one verifies, so
+        # the whole of what is left needs room beside it.
+        left += remote.size - min(have, remote.size)
     if left == 0:
         return
     folder = paths[0].parent
@@ -231,9 +289,24 @@ def _check_space(remotes: list[_Remote], paths: list[Path]) -> None:
         )
 
 
-def _is_complete(path: Path, remote: _Remote) -> bool:
-    # A finished file of the right size was verified before it was renamed.
-    return path.is_file() and path.stat().st_size == remote.size
+def _is_complete(path: Path, remote: _Remote, hashes: HashCache, meter: _Meter) -> bool:
+    """Whether ``path`` holds the version of the file the Hub gives now.
+
+    The size alone does not say it: a file changed on the Hub can keep its
+    size. The sha256 is the one remembered for the file's size and mtime,
+    else it is read (and remembered).
+    """
+    stamp = stamp_of(path) if path.is_file() else None
+    if stamp is None or stamp[0] != remote.size:
+        return False
+    digest = hashes.known(path)
+    if digest is None:
+        meter.phase = "verifying"
+        meter.report(force=True)
+        digest = _sha256_of(path, meter)
+        meter.phase = "downloading"
+        hashes.remember(path, digest, stamp)
+    return digest == remote.sha256
 
 
 def _same_version(path: Path, remote: _Remote) -> bool:
@@ -245,11 +318,16 @@ def _same_version(path: Path, remote: _Remote) -> bool:
     return bool(recorded.get("sha256") == remote.sha256)
 
 
-def _fetch(remote: _Remote, path: Path, token: str | None, meter: _Meter) -> int:
-    """Bring ``path`` to the complete, verified file; return the bytes fetched."""
-    if _is_complete(path, remote):
-        meter.add_done(remote.size)
-        return 0
+def _fetch(
+    remote: _Remote,
+    path: Path,
+    token: str | None,
+    meter: _Meter,
+    stall_s: float,
+    hashes: HashCache,
+) -> int:
+    """Bring ``path`` to the verified file the Hub gives now; return the
+    bytes fetched. A file of another version at ``path`` stays until then."""
     part, note = _part_files(path)
     if not _same_version(path, remote):
         part.unlink(missing_ok=True)
@@ -263,9 +341,10 @@ def _fetch(remote: _Remote, path: Path, token: str | None, meter: _Meter) -> int
     meter.add_done(have)
     fetched = 0
     if have < remote.size:
-        fetched = _stream(remote, part, have, token, meter)
+        fetched = _stream(remote, part, have, token, meter, stall_s)
     meter.phase = "verifying"
     meter.report(force=True)
+    stamp = stamp_of(part)
     digest = _sha256_of(part, meter)
     if digest != remote.sha256:
         part.unlink(missing_ok=True)
@@ -276,32 +355,103 @@ def _fetch(remote: _Remote, path: Path, token: str | None, meter: _Meter) -> int
         )
     os.replace(part, path)
     note.unlink(missing_ok=True)
+    if stamp is not None:  # a rename keeps the size and mtime
+        hashes.remember(path, digest, stamp)
     meter.phase = "downloading"
     return fetched
 
 
 def _stream(
-    remote: _Remote, part: Path, have: int, token: str | None, meter: _Meter
+    remote: _Remote,
+    part: Path,
+    have: int,
+    token: str | None,
+    meter: _Meter,
+    stall_s: float,
 ) -> int:
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers, silent_tqdm
+    """Append the rest of ``remote`` to ``part`` (``have`` bytes there);
+    return the bytes written. A ``HubError`` once nothing came for
+    ``stall_s`` seconds; what was written stays."""
+    import httpx2
+    from huggingface_hub.utils import build_hf_headers, get_session
 
-    # Read by http_get at each call; nothing else in Arbor downloads.
-    constants.DOWNLOAD_CHUNK_SIZE = _CHUNK
-    with part.open("ab") as handle, _disk_errors(remote.part):
-        writer = _CountingWriter(handle, meter)
-        with hub_errors(f"download of {remote.part}"):
-            http_get(
-                remote.url,
-                writer,  # type: ignore[arg-type]
-                resume_size=have,
-                headers=build_hf_headers(token=token),
-                expected_size=remote.size,
-                displayed_filename=remote.part,
-                tqdm_class=silent_tqdm,
-            )
-        return writer.written
+    headers = {**build_hf_headers(token=token), "Accept-Encoding": "identity"}
+    written = 0
+    last_byte = time.monotonic()
+    why = "no answer"
+    with (
+        part.open("ab") as handle,
+        _disk_errors(remote.part),
+        hub_errors(f"download of {remote.part}"),
+    ):
+        while have < remote.size:
+            left = stall_s - (time.monotonic() - last_byte)
+            if left <= 0:
+                raise HubError(
+                    f"download of {remote.part} stalled: nothing came for "
+                    f"{stall_s:g} s ({why}); what was downloaded is kept: pull "
+                    "again to resume"
+                )
+            timeout = httpx2.Timeout(min(left, _READ_S))
+            asked = {**headers, "Range": f"bytes={have}-"} if have else headers
+            try:
+                with get_session().stream(
+                    "GET", remote.url, headers=asked, timeout=timeout
+                ) as response:
+                    if response.status_code in _TRY_AGAIN:
+                        why = f"the Hub answered {response.status_code}"
+                    else:
+                        have = _start_at(response, handle, have, meter)
+                        # As they come, not gathered into bigger chunks: what
+                        # came before a stall or a crash is on disk.
+                        for chunk in response.iter_bytes():
+                            if have + len(chunk) > remote.size:
+                                raise HubError(
+                                    f"download of {remote.part}: the Hub sent more "
+                                    f"than the file's {remote.size} bytes"
+                                )
+                            handle.write(chunk)
+                            have += len(chunk)
+                            written += len(chunk)
+                            last_byte = time.monotonic()
+                            meter.add(len(chunk))
+                        why = "the connection ended early"
+            except (
+                httpx2.TimeoutException,
+                httpx2.NetworkError,
+                httpx2.RemoteProtocolError,
+            ) as exc:
+                # Cut, refused or silent: tried again until the bound.
+                why = type(exc).__name__
+            meter.check_stop()
+            rest = stall_s - (time.monotonic() - last_byte)
+            if have < remote.size and rest > 0:
+                time.sleep(min(_RETRY_PAUSE_S, rest))
+        return written
+
+
+def _start_at(
+    response: httpx2.Response, handle: BinaryIO, have: int, meter: _Meter
+) -> int:
+    """Where ``response``'s body starts in the file: ``have`` for the range
+    asked for, 0 when the server ignored it and sends the whole file (the
+    part is emptied then). Errors of the Hub raise (``hub_errors`` says them).
+    """
+    from huggingface_hub.utils import hf_raise_for_status
+
+    hf_raise_for_status(response)
+    if not have:
+        return 0
+    if response.status_code == 200:
+        handle.truncate(0)
+        meter.add_done(-have)
+        return 0
+    sent_from = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
+    if sent_from is None or int(sent_from.group(1)) != have:
+        raise HubError(
+            f"the Hub sent another part of the file than asked for (from byte {have})"
+        )
+    return have
 
 
 @contextlib.contextmanager
@@ -381,34 +531,3 @@ class _Meter:
         self._on_progress(
             Progress(self.filename, self.done, self.total, self.speed(), self.phase)
         )
-
-
-class _CountingWriter:
-    """The file ``http_get`` writes to: counts each chunk for the meter.
-
-    ``http_get`` also seeks and truncates when a server ignores the range
-    and sends the whole file again; those go to the real file.
-    """
-
-    def __init__(self, handle: BinaryIO, meter: _Meter) -> None:
-        self._handle = handle
-        self._meter = meter
-        self.written = 0
-
-    def write(self, chunk: bytes) -> int:
-        count = self._handle.write(chunk)
-        self.written += count
-        self._meter.add(count)
-        return count
-
-    def tell(self) -> int:
-        return self._handle.tell()
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._handle.seek(offset, whence)
-
-    def truncate(self, size: int | None = None) -> int:
-        return self._handle.truncate(size)
-
-    def flush(self) -> None:
-        self._handle.flush()

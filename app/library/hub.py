@@ -4,12 +4,14 @@ list their model files with sizes and sha256.
 ``HF_ENDPOINT`` (a mirror) and ``HF_TOKEN`` (gated repositories) work as in
 every Hub tool, because ``huggingface_hub`` reads them; ``endpoint`` and
 ``token`` override them. Every failure leaves here as a ``HubError`` with a
-one-line message a person can act on.
+one-line message a person can act on, and ``huggingface_hub``'s own log
+lines (its retries' warnings) go to Arbor's log, not to stderr.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -18,6 +20,9 @@ from app.library import names
 
 # A Hub repository id: owner/name.
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+# Seconds a request for a repository's files may wait for the Hub: without
+# one, huggingface_hub's client waits for ever on a Hub that stalls.
+REQUEST_TIMEOUT_S = 30.0
 
 
 class HubError(Exception):
@@ -110,7 +115,9 @@ def list_files(
     check_repo_id(repo)
     api = HfApi(endpoint=endpoint, token=token)
     with hub_errors(repo):
-        info = api.model_info(repo, revision=revision, files_metadata=True)
+        info = api.model_info(
+            repo, revision=revision, files_metadata=True, timeout=REQUEST_TIMEOUT_S
+        )
     siblings = {s.rfilename: s for s in info.siblings or []}
     files = []
     for filename, sibling in siblings.items():
@@ -145,6 +152,7 @@ def hub_errors(what: str) -> Iterator[None]:
     import httpx2
     from huggingface_hub import errors
 
+    _hub_log_to_ours()
     try:
         yield
     except errors.GatedRepoError as exc:
@@ -176,6 +184,20 @@ def hub_errors(what: str) -> Iterator[None]:
             f"{what}: cannot reach the Hub ({type(exc).__name__}); check the "
             "network connection (or HF_ENDPOINT)"
         ) from exc
+
+
+def _hub_log_to_ours() -> None:
+    """Take away the handler ``huggingface_hub`` gives its logger, which
+    prints on stderr whatever the application does ("Error while downloading
+    … Trying to resume", "Retrying in 1s"): its records still reach the
+    root logger, so they land in Arbor's log (the window's file, the CLI's
+    ``--verbose``), and stderr keeps one line per failure."""
+    hub_logger = logging.getLogger("huggingface_hub")
+    for handler in list(hub_logger.handlers):
+        # Only a plain StreamHandler, the kind it adds: one that an
+        # application embedding Arbor set (a FileHandler, say) stays.
+        if type(handler) is logging.StreamHandler:
+            hub_logger.removeHandler(handler)
 
 
 def _status(exc: Exception) -> int | None:

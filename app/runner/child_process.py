@@ -15,9 +15,13 @@ byte in shared memory that the child's ``should_stop`` reads between tokens
 and batches. A pipe that ends before the result means the child died: the
 job ends as ``Failed`` with ``engine_lost``, and the workers that no longer
 answer a hello are named (``lost_workers``); what the job stored before is
-in the database, with every checkpoint written before it. A child that
-stays silent long after a Stop (blocked on a worker whose machine vanished
-without closing its connection) is ended, and its job ends the same way.
+in the database, with every checkpoint written before it. A worker that
+stops answering without closing its connection (its machine frozen, its
+process stopped) would leave the child blocked in the network for good:
+the child bounds each wait for a worker (``worker_sockets``: 60 s), after
+which llama.cpp aborts it as for a worker that is gone, and its job ends
+the same way, Stop or not. A child still silent long after a Stop (where
+that bound does not reach) is ended too.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from app.runner.job_runner import JobRunner, Reports
+from app.runner.worker_sockets import WorkerSockets
 from app.window import jobs
 from app.window.job_results import Failed, JobResult, ModelLoaded
 from storage.db import open_database
@@ -110,7 +115,7 @@ class ChildEngine:
         self._connection, child_end = _CONTEXT.Pipe()
         self._process = _CONTEXT.Process(
             target=serve,
-            args=(child_end, stop_flag, str(db_path)),
+            args=(child_end, stop_flag, str(db_path), workers),
             name="arbor-engine",
             daemon=True,  # never outlives the window
         )
@@ -249,7 +254,9 @@ def lost_message(lost: Sequence[str], exit_code: int | None) -> str:
     )
 
 
-def serve(connection: Connection, stop: Any, db_path: str) -> None:
+def serve(
+    connection: Connection, stop: Any, db_path: str, workers: Sequence[str] = ()
+) -> None:
     """The child's main: run the jobs that come through ``connection`` until
     ``None`` or the end of the pipe, then write what is held back.
 
@@ -261,12 +268,18 @@ def serve(connection: Connection, stop: Any, db_path: str) -> None:
         The shared Stop byte (``stop_flag``).
     db_path
         The database file.
+    workers
+        The workers its loads use: each wait for one of them is bounded.
     """
     # Ctrl+C in a terminal reaches the whole process group: the window
     # decides when its engine ends, not the terminal.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A native abort skips Python's handlers; this says where, on stderr.
     faulthandler.enable()
+    # A worker that stops answering ends this process, as one that dies.
+    sockets = WorkerSockets(workers)
+    if workers:
+        sockets.start()
     db = open_database(Path(db_path))
     send = connection.send
     runner = JobRunner(
@@ -286,6 +299,9 @@ def serve(connection: Connection, stop: Any, db_path: str) -> None:
             except Exception:
                 connection.send((_Tag.BUG, traceback.format_exc()))
                 continue
+            # The sockets a load made are bounded before the next job uses
+            # them, not up to a look later.
+            sockets.bound_now()
             connection.send((_Tag.RESULT, result))
     except EOFError:
         pass  # the window is gone
