@@ -25,7 +25,15 @@ from app.server.tool_requests import (
     tool_options,
 )
 
-__all__ = ["DEFAULT_MAX_TOKENS", "BadRequest", "ChatRequest", "Turn", "sampling_of"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "BadRequest",
+    "ChatRequest",
+    "Envelope",
+    "Turn",
+    "envelope_of",
+    "sampling_of",
+]
 
 # A client that sends no max_tokens gets a reply of at most this many tokens
 # (OpenAI's own default is "until the context is full"; an agent loop that
@@ -75,8 +83,18 @@ class ChatRequest:
     limited: bool = False  # whether the client set max_tokens itself
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
-    """Check a decoded JSON body; raise ``BadRequest`` for what is wrong."""
+@dataclass(frozen=True)
+class Envelope:
+    """What every generating request says besides its input: the model it
+    names, and whether the answer is streamed (with a usage event)."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+
+
+def envelope_of(body: Any) -> Envelope:
+    """Check a decoded JSON body's envelope; raise ``BadRequest``."""
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     model = body.get("model")
@@ -84,13 +102,19 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise BadRequest(
             "'model' is required: a model id from GET /v1/models.", "model"
         )
-    system, turns, prefill = _conversation(body.get("messages"))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false.", "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise BadRequest("'stream_options' must be an object.", "stream_options")
+    return Envelope(model, stream, bool(options.get("include_usage", False)))
+
+
+def parse_chat_request(body: Any) -> ChatRequest:
+    """Check a decoded JSON body; raise ``BadRequest`` for what is wrong."""
+    envelope = envelope_of(body)
+    system, turns, prefill = _conversation(body.get("messages"))
     user = body.get("user")
     if user is not None and (not isinstance(user, str) or len(user) > 200):
         raise BadRequest("'user' must be a string of at most 200 characters.", "user")
@@ -103,12 +127,12 @@ def parse_chat_request(body: Any) -> ChatRequest:
             "response_format",
         )
     return ChatRequest(
-        model=model,
+        model=envelope.model,
         system=system,
         turns=turns,
         sampling=sampling_of(body),
-        stream=stream,
-        include_usage=bool(options.get("include_usage", False)),
+        stream=envelope.stream,
+        include_usage=envelope.include_usage,
         user=user or None,
         tools=tools,
         output=output,

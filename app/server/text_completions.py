@@ -15,7 +15,7 @@ from typing import Any
 from app.backend.values import SamplingParams
 from app.conversation.prompt_completion import PromptCompletion
 from app.conversation.results import StopReason
-from app.server.requests import BadRequest, sampling_of
+from app.server.requests import BadRequest, envelope_of, sampling_of
 
 # OpenAI's default for this endpoint: a completion is a few words, not a reply.
 DEFAULT_COMPLETION_TOKENS = 16
@@ -34,13 +34,7 @@ class TextRequest:
 
 def parse_text_request(body: Any) -> TextRequest:
     """Check a decoded JSON body; raise ``BadRequest`` for what is wrong."""
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest(
-            "'model' is required: a model id from GET /v1/models.", "model"
-        )
+    envelope = envelope_of(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]  # one prompt in a list, as some clients send it
@@ -57,21 +51,15 @@ def parse_text_request(body: Any) -> TextRequest:
             "has them.",
             "logprobs",
         )
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be true or false.", "stream")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise BadRequest("'stream_options' must be an object.", "stream_options")
     sampling = sampling_of(body)
     if body.get("max_tokens") is None:
         sampling = replace(sampling, max_tokens=DEFAULT_COMPLETION_TOKENS)
     return TextRequest(
-        model=model,
+        model=envelope.model,
         prompt=prompt,
         sampling=sampling,
-        stream=stream,
-        include_usage=bool(options.get("include_usage", False)),
+        stream=envelope.stream,
+        include_usage=envelope.include_usage,
     )
 
 
