@@ -16,6 +16,7 @@ report.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
@@ -1078,3 +1079,62 @@ def test_checkpoint_damage_is_detected_and_repaired(
         f"{kind}: reply {result.json['text']!r} != undamaged {reference['text']!r}"
     )
     assert row["repaired"], f"{kind}: not repaired ({row['note']})"
+
+
+# --- requests too large for the context (issue 43) -----------------------------
+
+
+def _oversized(rng: random.Random, n_ctx: int) -> tuple[str, dict[str, Any]]:
+    """A chat request that cannot fit ``n_ctx`` tokens, of a random shape."""
+    shape = rng.choice(("many turns", "long message", "long system", "tool turns"))
+    if shape == "many turns":
+        count = rng.randrange(n_ctx, 3 * n_ctx) | 1  # odd: it ends with a user turn
+        messages = [
+            {"role": ("user", "assistant")[k % 2], "content": f"m{k}"}
+            for k in range(count)
+        ]
+    elif shape == "long message":
+        messages = [{"role": "user", "content": "w " * rng.randrange(n_ctx, 3 * n_ctx)}]
+    elif shape == "long system":
+        messages = [
+            {"role": "system", "content": "s" * rng.randrange(2 * n_ctx, 4 * n_ctx)},
+            {"role": "user", "content": "hi"},
+        ]
+    else:
+        messages = [{"role": "user", "content": "go"}]
+        for k in range(rng.randrange(n_ctx // 2, n_ctx)):
+            call = {"id": f"c{k}", "type": "function", "function": {"name": "f"}}
+            messages.append(
+                {"role": "assistant", "content": None, "tool_calls": [call]}
+            )
+            messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": "r"})
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    return shape, {"model": "m", "messages": messages, "tools": tools, "max_tokens": 4}
+
+
+def test_oversized_requests_are_refused_before_anything_is_stored(
+    tmp_path, tiny_model, tally
+):
+    from tests.test_server import _post, serving
+
+    rng = random.Random(43)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    with serving(data_dir, tiny_model, n_ctx=512) as server:
+        for _ in range(8 * R):
+            shape, body = _oversized(rng, 512)
+            status, _headers, answer = _post(server, json.dumps(body).encode())
+            assert (status, answer["error"]["code"]) == (
+                400,
+                "context_length_exceeded",
+            ), shape
+            tally.counts[f"oversized requests refused: {shape}"] += 1
+        # Nothing of them was stored; the server answers as before.
+        ((stored,),) = _query(data_dir / DB_NAME, "SELECT count(*) FROM node")
+        tally.counts["oversized requests: nodes they stored"] += stored
+        assert stored == 0
+        ok = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        status, _headers, _answer = _post(
+            server, json.dumps({**ok, "max_tokens": 2}).encode()
+        )
+        assert status == 200
