@@ -34,6 +34,16 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with Qwen 2.5's real chat template (read from the
+    sdist): tools and calls in Hermes' ``<tool_call>`` syntax."""
+    template = template_corpus.reference_templates()["Qwen-Qwen2.5-7B-Instruct"]
+    return write_tiny_model(
+        tmp_path_factory.mktemp("qwen") / "tiny-qwen.gguf", chat_template=template
+    )
+
+
+@pytest.fixture(scope="session")
 def other_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second tiny model with different weights (same shapes and vocab)."""
     return write_tiny_model(

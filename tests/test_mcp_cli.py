@@ -17,21 +17,10 @@ from typing import Any
 import pytest
 
 from app.conversation.tool_loop import DENIED
-from tests import template_corpus
 from tests.conftest import run_cli
 from tests.mcp_servers import TIME_SERVER, http_server, stdio_command, write_server
-from tests.tiny_model import write_tiny_model
 
 CALLING = ("--max-tokens", "160", "--seed", "3", "--temperature", "1")
-
-
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with Qwen 2.5's real chat template."""
-    template = template_corpus.reference_templates()["Qwen-Qwen2.5-7B-Instruct"]
-    return write_tiny_model(
-        tmp_path_factory.mktemp("qwen") / "tiny-qwen.gguf", chat_template=template
-    )
 
 
 @pytest.fixture(scope="module")

@@ -30,25 +30,14 @@ from app.mcp.config import Permission
 from app.mcp.toolbox import McpToolRunner, Toolbox, build_toolbox
 from storage import node_rows, tool_use
 from storage.values import Role
-from tests import template_corpus
 from tests.mcp_servers import stdio_command, write_server
 from tests.real_service import opened_service
-from tests.tiny_model import write_tiny_model
 
 SETTINGS = BackendSettings(n_ctx=4096, n_threads=2)
 # Enough for a call in a byte-level vocabulary; the replies after results
 # are cut short (their text is random).
 CALLING = SamplingParams(max_tokens=160, seed=3, temperature=1.0)
 ANSWERING = SamplingParams(max_tokens=8, seed=3, temperature=1.0)
-
-
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with Qwen 2.5's real chat template."""
-    template = template_corpus.reference_templates()["Qwen-Qwen2.5-7B-Instruct"]
-    return write_tiny_model(
-        tmp_path_factory.mktemp("qwen") / "tiny-qwen.gguf", chat_template=template
-    )
 
 
 @pytest.fixture(scope="module")

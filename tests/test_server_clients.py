@@ -18,13 +18,10 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
-import pytest
 from pydantic import BaseModel, Field
 
-from tests import template_corpus
 from tests.conftest import run_cli
 from tests.test_server import Server, serving
-from tests.tiny_model import write_tiny_model
 
 
 class Verdict(BaseModel):
@@ -32,15 +29,6 @@ class Verdict(BaseModel):
 
     answer: Literal["yes", "no"]
     confidence: int = Field(ge=0, le=100)
-
-
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with Qwen 2.5's real chat template."""
-    template = template_corpus.reference_templates()["Qwen-Qwen2.5-7B-Instruct"]
-    return write_tiny_model(
-        tmp_path_factory.mktemp("qwen") / "tiny-qwen.gguf", chat_template=template
-    )
 
 
 def _tree(data_dir: Path, conversation: int) -> list[dict[str, object]]:

@@ -18,10 +18,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests import template_corpus
 from tests.conftest import run_cli
 from tests.test_server import serving
-from tests.tiny_model import write_tiny_model
 
 WEATHER = {
     "type": "function",
@@ -47,15 +45,6 @@ CLOCK = {
     },
 }
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with Qwen 2.5's real chat template."""
-    template = template_corpus.reference_templates()["Qwen-Qwen2.5-7B-Instruct"]
-    return write_tiny_model(
-        tmp_path_factory.mktemp("qwen") / "tiny-qwen.gguf", chat_template=template
-    )
 
 
 def _ask(client: openai.OpenAI, messages: list[Any], **options: Any) -> Any:
