@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,10 @@ import pytest
 from app.backend.engine import LlamaEngine
 from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
+from app.platform.paths import database_path
 from storage.db import Database, open_database
 from tests import gemma, real_vocab, template_corpus
+from tests.presenter_session import Session
 from tests.scripted import ScriptedEngine
 from tests.tiny_model import (
     write_tiny_model,
@@ -165,3 +167,21 @@ def gemma3_models() -> gemma.GemmaModels:
     base = gemma.base_model(gemma.cache_dir())
     template = template_corpus.reference_templates()[gemma.TEMPLATE_NAME]
     return gemma.GemmaModels(base=base, chat=gemma.chat_model(base, template))
+
+
+@pytest.fixture
+def open_session(data_dir: Path) -> Iterator[Callable[[], Session]]:
+    """Open window presenters without a window on the test's database
+    (``tests/presenter_session.py``); their models are freed afterwards."""
+    opened: list[tuple[Session, Database]] = []
+
+    def open_one() -> Session:
+        db = open_database(database_path(data_dir))
+        session = Session(db)
+        opened.append((session, db))
+        return session
+
+    yield open_one
+    for session, db in opened:
+        session.engine.worker.close()
+        db.close()

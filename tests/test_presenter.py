@@ -10,108 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from app.backend.values import SamplingParams
 from app.conversation.batches import Batches
 from app.platform.paths import database_path
 from app.preferences import load_preferences
-from app.qt.workers.engine_worker import EngineWorker
 from app.window import jobs
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
-from app.window.job_results import Deleted, Failed, JobResult, ModelLoaded
-from app.window.presenter import View, WindowPresenter
+from app.window.job_results import Deleted, Failed, ModelLoaded
 from storage import conversation_rows, node_rows
 from storage.db import Database, open_database
 from storage.errors import NotFound
+from tests.presenter_session import Session
 from tests.workers import free_ports
 
-VIEW_METHODS = {name for name in vars(View) if not name.startswith("_")}
 WRITABLE_ACTIONS = {spec.name for spec in ACTIONS if spec.when is When.WRITABLE}
 GO_ACTIONS = {"previous_branch", "next_branch", "parent_message", "child_message"}
-
-
-class RecordingView:
-    """A ``View`` that records each call as ``(method, *args)``."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    def __getattr__(self, name: str):
-        if name not in VIEW_METHODS:  # the presenter asked for something else
-            raise AttributeError(name)
-        return lambda *args: self.calls.append((name, *args))
-
-    def said(self, method: str) -> list[tuple]:
-        """The arguments of every call of ``method``, in order."""
-        return [tuple(args) for name, *args in self.calls if name == method]
-
-
-class InlineEngine:
-    """The engine thread's queue, run on the test's thread by ``run_jobs``."""
-
-    def __init__(self, db: Database) -> None:
-        self.worker = EngineWorker(db)
-        self.queue: deque[jobs.Job] = deque()
-        self.submitted: list[jobs.Job] = []
-        self.results: list[JobResult] = []
-        self.worker.finished.connect(self.results.append)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.queue)
-
-    def submit(self, job: jobs.Job) -> None:
-        self.queue.append(job)
-        self.submitted.append(job)
-
-    def stop(self) -> None:
-        self.worker.cancel_requested.set()
-
-    def run_jobs(self) -> None:
-        while self.queue:
-            self.worker.run(self.queue.popleft())
-
-
-class Session:
-    """A presenter on a database, with its view and its engine."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.view = RecordingView()
-        self.engine = InlineEngine(db)
-        prefs = load_preferences(db)
-        prefs = replace(
-            prefs,
-            backend=replace(prefs.backend, n_threads=1),
-            sampling=SamplingParams(temperature=0, max_tokens=12),
-        )
-        self.presenter = WindowPresenter(db, self.engine, prefs, self.view)
-        self.engine.worker.started.connect(self.presenter.on_started)
-        self.engine.worker.failed.connect(self.presenter.on_failed)
-        self.engine.worker.finished.connect(self.presenter.on_finished)
-        self.engine.worker.token_received.connect(self.presenter.on_token)
-        self.engine.worker.progress.connect(self.presenter.on_progress)
-
-    def stored_active(self, conversation_id: int) -> int | None:
-        return conversation_rows.get_conversation(
-            self.db, conversation_id
-        ).active_node_id
-
-
-@pytest.fixture
-def open_session(data_dir: Path):
-    """Open sessions on the test's database; their models are freed afterwards."""
-    opened: list[tuple[Session, Database]] = []
-
-    def open_one() -> Session:
-        db = open_database(database_path(data_dir))
-        session = Session(db)
-        opened.append((session, db))
-        return session
-
-    yield open_one
-    for session, db in opened:
-        session.engine.worker.close()
-        db.close()
 
 
 def _conversation(db: Database, title: str) -> tuple[int, int]:
