@@ -63,10 +63,14 @@ def test_calls_and_results_show_and_the_conversation_goes_on(qtbot, make_window)
     cards = window.transcript.cards
     assert [c.role for c in cards] == ["user", "assistant", "tool", "assistant"]
     assert "Let me look." in cards[1].text
-    assert "Calls `get_weather`" in cards[1].text and '"city": "Oslo"' in cards[1].text
-    assert "Result of `get_weather`" in cards[2].text and "snow" in cards[2].text
-    # No edit or regenerate on a tool's result: it is what the tool said.
-    assert not hasattr(cards[2], "edit_button")
+    call = cards[1].tool_calls.frames[0]
+    assert "get_weather" in call.title.text()
+    assert '"city": "Oslo"' in call.arguments_view.toPlainText()
+    assert "get_weather" in cards[2].tool_result.title.text()
+    assert "snow" in cards[2].tool_result.shown_text
+    # A result may be edited (a sibling the model goes on from), not
+    # regenerated: it is what the tool said.
+    assert hasattr(cards[2], "edit_button")
     assert not hasattr(cards[2], "regenerate_button")
 
     labels = [

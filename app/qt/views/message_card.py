@@ -2,12 +2,14 @@
 
 A header (role, status, the "< 2/3 >" sibling navigator, actions), then, for a
 reply that reasoned, its folded thinking, then the text rendered from
-Markdown. The card only emits requests; the window decides.
+Markdown; below a reply that called tools, its calls (``ToolCallsPanel``).
+A tool's result shows as a result in place of Markdown (``ToolResultView``).
+The card only emits requests; the window decides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, Signal, Slot
@@ -29,8 +31,10 @@ from app.qt.views.message_body import MessageBody
 from app.qt.views.streaming_body import PART_CHARS, StreamingBody
 from app.qt.views.theme import icon
 from app.qt.views.thinking import ThinkingSection
+from app.qt.views.tool_cards import ToolCallsPanel, ToolResultView
 from app.text.attachments import split
 from app.window.actions import TIMES
+from storage import tool_use as tool_uses
 from storage.values import Role, Status
 
 ROLE_TITLES: dict[str, str] = {
@@ -88,6 +92,20 @@ def reply_figures(generation: Mapping[str, Any] | None) -> str:
     return " · ".join(parts)
 
 
+_COPY_TOOLTIPS: dict[str, str] = {
+    Role.ASSISTANT: "Copy the answer",
+    Role.TOOL: "Copy the result",
+}
+# What "Edit" does, on the cards that offer it (a reply is regenerated instead).
+_EDIT_TOOLTIPS: dict[str, str] = {
+    Role.USER: "Edit: creates a new branch, nothing is erased",
+    Role.ROOT: "Change the system prompt: a new start beside this one, "
+    "nothing is erased",
+    Role.TOOL: "Edit the result: a new result beside this one, and the reply "
+    "goes on from it; nothing is erased",
+}
+
+
 # The "Regenerate N times" choices of a reply's regenerate menu: up to four,
 # the most that read side by side in the transcript (the engine makes more
 # together for API clients).
@@ -99,6 +117,9 @@ class MessageCard(QFrame):
 
     ``text`` is the message (for a reply: the answer); ``thinking`` is a
     reply's reasoning, shown folded above the answer ("" shows no section).
+    ``tool_use`` is the node's part in tool use (``storage.tool_use``): a
+    reply's calls, or the call a tool's result answers; ``n_tokens`` the
+    node's size, said on a result.
 
     Signals
     -------
@@ -109,6 +130,10 @@ class MessageCard(QFrame):
         The action was chosen on this card's node.
     alternatives_requested(int, int)
         "Regenerate N times" was chosen on this reply: N new replies, together.
+    run_call_requested(int, str), deny_call_requested(int, str),
+    run_edited_call_requested(int, str, str)
+        Forwarded from the reply's ``ToolCallsPanel`` (node id, call id, and
+        the edited arguments).
     """
 
     sibling_requested = Signal(int)
@@ -117,6 +142,9 @@ class MessageCard(QFrame):
     continue_requested = Signal(int)
     alternatives_requested = Signal(int, int)
     branch_requested = Signal(int)
+    run_call_requested = Signal(int, str)
+    deny_call_requested = Signal(int, str)
+    run_edited_call_requested = Signal(int, str, str)
 
     def __init__(
         self,
@@ -127,12 +155,19 @@ class MessageCard(QFrame):
         status: str = Status.COMPLETE,
         thinking: str = "",
         parent: QWidget | None = None,
+        *,
+        tool_use: Mapping[str, Any] | None = None,
+        n_tokens: int = 0,
     ) -> None:
         super().__init__(parent)
         self.node_id = node_id
         self.role = role
         self.status = status
         self._text = text
+        self._tool_use: dict[str, Any] | None = dict(tool_use) if tool_use else None
+        self._n_tokens = n_tokens
+        self._servers: dict[str, str] = {}
+        self._tool_actions_enabled = True
         self._siblings = siblings or ([node_id] if node_id is not None else [])
         self.setObjectName("MessageCard")
         self.setProperty("role", role)
@@ -178,9 +213,14 @@ class MessageCard(QFrame):
         self.attachments: AttachmentChips | None = None
         # A long reply while it streams, in its place (see ``stream_text``).
         self.streaming_parts: StreamingBody | None = None
+        # A reply's calls below its text, made when it has some; a tool's
+        # result in place of the body (``set_text``).
+        self.tool_calls: ToolCallsPanel | None = None
+        self.tool_result: ToolResultView | None = None
         if thinking:
             self.set_thinking(thinking)
         self.set_text(text)
+        self._show_calls()
         if status in STATUS_NOTES:
             note = QLabel(STATUS_NOTES[status])
             note.setObjectName("MessageNote")
@@ -315,6 +355,9 @@ class MessageCard(QFrame):
             self.streaming_parts.hide()
             self.streaming_parts.deleteLater()
             self.streaming_parts = None
+        if self.role == Role.TOOL:
+            self._show_result()
+            return
         # While a reply is still thinking, the open thinking section is the
         # progress indicator; a "…" under it would only add noise.
         thinking_only = self.node_id is None and self.thinking_section is not None
@@ -330,6 +373,72 @@ class MessageCard(QFrame):
                 self.body.setHtml("<i>(empty)</i>")
             return
         self.body.set_markdown(text, self._code_background())
+
+    # --- tool use -----------------------------------------------------------------
+
+    def show_tool_use(
+        self,
+        tool_use: Mapping[str, Any] | None,
+        n_tokens: int = 0,
+        servers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Show the node's part in tool use: a reply's calls (``servers``:
+        which server offers each tool, where known), or the call a result
+        answers and its size. Cheap when nothing changed."""
+        use = dict(tool_use) if tool_use else None
+        servers = dict(servers or {})
+        if (use, n_tokens, servers) == (self._tool_use, self._n_tokens, self._servers):
+            return
+        self._tool_use, self._n_tokens, self._servers = use, n_tokens, servers
+        if self.role == Role.TOOL:
+            self._show_result()
+        else:
+            self._show_calls()
+
+    def set_waiting_calls(self, call_ids: Sequence[str]) -> None:
+        """Which of the reply's calls wait for the user (the first offers Run,
+        Edit arguments and Deny); the others show no buttons."""
+        if self.tool_calls is not None:
+            self.tool_calls.set_waiting(call_ids)
+
+    def set_tool_actions_enabled(self, enabled: bool) -> None:
+        """Enable or disable the calls' buttons (off while a job runs)."""
+        self._tool_actions_enabled = enabled
+        if self.tool_calls is not None:
+            self.tool_calls.set_actions_enabled(enabled)
+
+    def _show_calls(self) -> None:
+        """The calls panel below the text: made, updated, or gone."""
+        calls = tool_uses.calls_of(self._tool_use)
+        if not calls:
+            if self.tool_calls is not None:
+                self._layout.removeWidget(self.tool_calls)
+                self.tool_calls.hide()
+                self.tool_calls.deleteLater()
+                self.tool_calls = None
+            return
+        if self.tool_calls is None:
+            self.tool_calls = ToolCallsPanel(self.node_id)
+            self.tool_calls.set_actions_enabled(self._tool_actions_enabled)
+            self.tool_calls.run_call_requested.connect(self.run_call_requested)
+            self.tool_calls.deny_call_requested.connect(self.deny_call_requested)
+            self.tool_calls.run_edited_call_requested.connect(
+                self.run_edited_call_requested
+            )
+            # Below the text and its files, above a status note.
+            below = self.attachments if self.attachments is not None else self.body
+            self._layout.insertWidget(self._layout.indexOf(below) + 1, self.tool_calls)
+        self.tool_calls.node_id = self.node_id
+        self.tool_calls.set_calls(calls, self._servers)
+
+    def _show_result(self) -> None:
+        """A tool's result in place of the Markdown body."""
+        if self.tool_result is None:
+            self.tool_result = ToolResultView()
+            self._layout.insertWidget(self._layout.indexOf(self.body), self.tool_result)
+            self.body.hide()
+        _call_id, name = tool_uses.answered_call(self._tool_use)
+        self.tool_result.set_result(name, self._text, self._n_tokens)
 
     def show_waiting(self, note: str) -> None:
         """Say what a reply that has no text yet waits for (a long prompt
@@ -408,18 +517,12 @@ class MessageCard(QFrame):
     def _add_actions(self, header: QHBoxLayout) -> None:
         self.copy_button = self._tool_button(
             "copy",
-            "Copy the answer" if self.role == Role.ASSISTANT else "Copy the text",
+            _COPY_TOOLTIPS.get(self.role, "Copy the text"),
         )
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         header.addWidget(self.copy_button)
-        if self.role in (Role.USER, Role.ROOT):
-            self.edit_button = self._tool_button(
-                "edit",
-                "Edit: creates a new branch, nothing is erased"
-                if self.role == Role.USER
-                else "Change the system prompt: a new start beside this one, "
-                "nothing is erased",
-            )
+        if self.role in _EDIT_TOOLTIPS:
+            self.edit_button = self._tool_button("edit", _EDIT_TOOLTIPS[self.role])
             self.edit_button.clicked.connect(self._on_edit_button_clicked)
             header.addWidget(self.edit_button)
         if self.role == Role.ASSISTANT:

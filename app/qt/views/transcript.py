@@ -47,13 +47,19 @@ The view follows the conversation as chat apps do: it keeps the newest text
 in sight on opening a path, on sending and while a reply streams, stops
 following as soon as the user scrolls up, and a "Jump to latest" button
 brings it back.
+
+A reply that called tools shows its calls below its text, and a tool's
+result shows as one (``app/qt/views/tool_cards.py``). Which calls wait for
+the user is the window's to say (``set_waiting_calls``): it is remembered,
+and every card placed on a slot, made, kept or adopted, is told it then, so
+that a card shown again never offers a call that was answered meanwhile.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal, Slot
@@ -69,6 +75,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.values import ModelInfo
+from app.conversation.tool_text import card_text
 from app.conversation.tree_snapshot import PathEntry
 from app.qt.views.alternatives import AlternativesRow, ChoiceRow
 from app.qt.views.empty_state import EmptyState
@@ -83,6 +90,7 @@ from app.qt.views.transcript_layout import (
     text_shape,
     tops,
 )
+from storage import tool_use
 from storage.records import NodeSummary
 from storage.values import Role
 
@@ -171,6 +179,10 @@ class TranscriptView(QScrollArea):
     continue_requested(int),
     alternatives_requested(int, int), branch_requested(int)
         Forwarded from the message cards.
+    run_call_requested(int, str), deny_call_requested(int, str),
+    run_edited_call_requested(int, str, str)
+        A waiting call's Run, Deny or Run edited (node id, call id, and the
+        edited arguments), forwarded from the cards.
     example_chosen(str)
         An example prompt of the empty state was clicked (see ``EmptyState``).
     """
@@ -181,6 +193,9 @@ class TranscriptView(QScrollArea):
     continue_requested = Signal(int)
     alternatives_requested = Signal(int, int)
     branch_requested = Signal(int)
+    run_call_requested = Signal(int, str)
+    deny_call_requested = Signal(int, str)
+    run_edited_call_requested = Signal(int, str, str)
     example_chosen = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -240,6 +255,11 @@ class TranscriptView(QScrollArea):
         self._fill_timer.setInterval(0)
         self._fill_timer.timeout.connect(self._on_fill_timer_timeout)
         self._actions_enabled = True
+        # Tool use: the calls that wait for the user, by reply; whether their
+        # buttons are on; the server of each tool the path's start offers.
+        self._waiting: dict[int, tuple[str, ...]] = {}
+        self._tool_actions_enabled = True
+        self._servers: dict[str, str] = {}
         # Whether the view keeps the newest text in sight (see the top).
         self.following = True
         self.streaming_card: MessageCard | None = None
@@ -298,6 +318,7 @@ class TranscriptView(QScrollArea):
         stored_at = len(entries) - len(unsaved)
         self._model.settle()
         metrics = self._metrics = self._current_metrics()
+        self._servers = tool_use.servers_of(entries[0].node.tool_use) if entries else {}
         slots = []
         for at, entry in enumerate(entries):
             node = entry.node
@@ -319,9 +340,8 @@ class TranscriptView(QScrollArea):
                 card = self._adopt(node, slot.siblings, slot.thinking, unsaved)
                 slot.fresh = card is not None
             if card is not None:
-                card.set_siblings(slot.siblings)
-                card.show_generation(node.generation)  # figures, badges
                 slot.card = card
+                self._dress(slot)
             slots.append(slot)
         for card in shown.values():
             self._put_away(card)  # off the path now
@@ -413,6 +433,20 @@ class TranscriptView(QScrollArea):
         self._actions_enabled = enabled
         for card in self.cards:
             self._enable_actions(card, enabled)
+
+    def set_waiting_calls(self, waiting: Mapping[int, Sequence[str]]) -> None:
+        """Say which calls wait for the user: reply node id -> call ids (every
+        other call shows no buttons). Kept for the cards made later."""
+        self._waiting = {node_id: tuple(ids) for node_id, ids in waiting.items()}
+        for card in self.cards:
+            if card.node_id is not None:
+                card.set_waiting_calls(self._waiting.get(card.node_id, ()))
+
+    def set_tool_actions_enabled(self, enabled: bool) -> None:
+        """Enable or disable the waiting calls' buttons (off while a job runs)."""
+        self._tool_actions_enabled = enabled
+        for card in self.cards:
+            card.set_tool_actions_enabled(enabled)
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Say in the empty state which model answers (None: none is loaded)."""
@@ -599,7 +633,10 @@ class TranscriptView(QScrollArea):
         if known is not None and known[:3] == (node.text, node.status, thinking):
             shape = known[3]
         else:
-            shape = text_shape(node.role, node.text, thinking, node.status)
+            text = node.text
+            if node.tool_use:  # a result folded, calls below the text
+                text = card_text(node.role, text, node.tool_use)
+            shape = text_shape(node.role, text, thinking, node.status)
             if len(self._shapes) >= HEIGHTS_KEPT:
                 self._shapes.clear()  # a bound, as for the heights
             self._shapes[node.id] = (node.text, node.status, thinking, shape)
@@ -629,7 +666,8 @@ class TranscriptView(QScrollArea):
             height = card.height()
             if slot.fresh:
                 slot.fresh = False
-                if not card.body.isHidden():
+                # Calls below the text are no part of what is learnt.
+                if not card.body.isHidden() and card.tool_calls is None:
                     self._model.learn(slot.shape, metrics, height, card.body.height())
             slot.height = height
             node = slot.node
@@ -763,16 +801,33 @@ class TranscriptView(QScrollArea):
             card = None
         if card is None:
             card = MessageCard(
-                node.role, node.text, node.id, slot.siblings, node.status, slot.thinking
+                node.role,
+                node.text,
+                node.id,
+                slot.siblings,
+                node.status,
+                slot.thinking,
+                tool_use=node.tool_use,
+                n_tokens=node.n_tokens,
             )
             self._connect(card)
             # At the column's width from the start: its text is laid out once.
             card.resize(self._column_width(), slot.height)
+        slot.card = card
+        self._dress(slot)
+        self._enable_actions(card, self._actions_enabled)
+        slot.fresh = True
+
+    def _dress(self, slot: _Slot) -> None:
+        """Bring the card placed on ``slot`` up to date with what may change
+        while its message does not: siblings, figures, waiting calls."""
+        card, node = slot.card, slot.node
+        assert card is not None
         card.set_siblings(slot.siblings)
         card.show_generation(node.generation)  # figures, badges
-        self._enable_actions(card, self._actions_enabled)
-        slot.card = card
-        slot.fresh = True
+        card.show_tool_use(node.tool_use, node.n_tokens, self._servers)
+        card.set_waiting_calls(self._waiting.get(node.id, ()))
+        card.set_tool_actions_enabled(self._tool_actions_enabled)
 
     def _relayout(self) -> None:
         """Put the cards made and a gap for each run of slots without one in
@@ -834,10 +889,14 @@ class TranscriptView(QScrollArea):
     @classmethod
     def _enable_actions(cls, card: MessageCard, enabled: bool) -> None:
         # Copying and folding the thinking change nothing: always allowed.
+        # The tool panels' own buttons follow ``set_tool_actions_enabled``;
+        # their text stays selectable and a result stays foldable.
         allowed = (
             card.body,
             card.thinking_section,
             card.attachments,
+            card.tool_calls,
+            card.tool_result,
             getattr(card, "copy_button", None),
         )
         for button in card.findChildren(
@@ -870,6 +929,9 @@ class TranscriptView(QScrollArea):
         """Pass on what is asked of a card of a stored message."""
         card.sibling_requested.connect(self.sibling_requested)
         card.edit_requested.connect(self.edit_requested)
+        card.run_call_requested.connect(self.run_call_requested)
+        card.deny_call_requested.connect(self.deny_call_requested)
+        card.run_edited_call_requested.connect(self.run_edited_call_requested)
         card.regenerate_requested.connect(self.regenerate_requested)
         card.continue_requested.connect(self.continue_requested)
         card.alternatives_requested.connect(self.alternatives_requested)
