@@ -1,6 +1,7 @@
-"""The graph view opens fitted: the whole tree when it can be read so, else the
-active node's neighbourhood at the smallest readable zoom, centred on it; a
-small tree is never magnified. Through the real window, at a normal size.
+"""The graph view opens fitted: the whole tree when it can be read so, else
+its whole width when that can, else the smallest readable zoom, scrolled to
+the active node; labels at least 9 px high, a small tree never magnified, one
+branch per column. Through the real window, at a normal size.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 
 import pytest
 from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QFontInfo
 
 from app.qt.views import tree_graph
 from app.qt.views.tree_graph import TreeGraphView
@@ -56,20 +58,33 @@ def _node_rect(graph: TreeGraphView, node_id: int) -> QRectF:
     return graph._items[node_id].sceneBoundingRect()
 
 
+def _label_px(graph: TreeGraphView) -> float:
+    """How high a label's text is on screen, in pixels."""
+    font_px = QFontInfo(graph._style.label_font).pixelSize()
+    return font_px * graph.transform().m11()
+
+
 def _check_fitted(graph: TreeGraphView, active_id: int) -> str:
-    """Assert the opening zoom: every node in view, or the readable minimum
-    centred on the active node. Returns which it was."""
+    """Assert the opening zoom: every node in view, or the tree's width, or the
+    readable minimum; labels readable, the active node in view. Returns which
+    it was."""
     scale = graph.transform().m11()
     assert graph.transform().m22() == pytest.approx(scale)
     assert scale <= 1.0
+    assert _label_px(graph) >= tree_graph.READABLE_LABEL_PX - 0.01
     visible = _visible(graph)
+    assert visible.contains(_node_rect(graph, active_id))
     if all(visible.contains(_node_rect(graph, nid)) for nid in graph.node_ids()):
         return "whole tree"
-    assert scale == pytest.approx(tree_graph.READABLE_SCALE)
-    active = _node_rect(graph, active_id)
-    assert visible.contains(active)
+    left = min(_node_rect(graph, nid).left() for nid in graph.node_ids())
+    right = max(_node_rect(graph, nid).right() for nid in graph.node_ids())
+    if visible.left() <= left and right <= visible.right():
+        bar = graph.horizontalScrollBar()
+        assert bar.maximum() <= bar.minimum()
+        return "whole width"
+    assert scale == pytest.approx(graph.readable_scale())
     # Centred, as far as the scene's edge allows.
-    centre = graph.mapFromScene(active.center())
+    centre = graph.mapFromScene(_node_rect(graph, active_id).center())
     middle = graph.viewport().rect().center()
     assert abs(centre.x() - middle.x()) <= graph.viewport().width() / 4
     return "readable minimum"
@@ -135,7 +150,22 @@ def test_opening_a_conversation_in_the_graph_fits_it(qtbot, make_window):
     wait_idle(qtbot, window)
     assert graph.node_ids() == set(chain)
     scale = graph.transform().m11()
-    assert scale < 1.0
-    assert scale > tree_graph.READABLE_SCALE
+    assert graph.readable_scale() <= scale <= 1.0
     assert _check_fitted(graph, chain[1]) == "whole tree"
     _screenshot(graph, "graph-chain")
+
+
+def test_a_chain_too_tall_to_read_whole_opens_as_wide_as_the_view(qtbot, make_window):
+    window = make_window()
+    window.resize(*WINDOW_SIZE)
+    chain = _grow(window, 40, branches=1)
+    conversation_rows.set_active_node(window.db, chain[20])
+    window.show_conversation(window.conversation_id)
+    wait_idle(qtbot, window)
+    graph = _show_graph(qtbot, window)
+    # One column fits the panel's width at 100 %: no reason to shrink it
+    # into unreadable text to show the whole height; it scrolls instead.
+    assert _check_fitted(graph, chain[20]) == "whole width"
+    assert graph.transform().m11() == pytest.approx(1.0)
+    bar = graph.verticalScrollBar()
+    assert bar.maximum() > bar.minimum()

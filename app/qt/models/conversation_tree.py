@@ -24,11 +24,21 @@ root::
 A second child makes a message a fork: the branch it had moves under it
 (``beginMoveRows``), then the new one is inserted. When a fork is left with
 one branch, that branch moves back up, to the rows after the fork.
+
+Under a fork the branches must still read apart at a glance (a user could
+not tell the two versions of an edited first message from each other): each
+branch's first row, a "head", carries a k/n mark in front of it, the rest
+of its branch is set in by the mark's width (``Qt.DecorationRole``: a small
+pixmap, painted by Qt's own delegate), and where the heads' texts begin
+alike, their labels start where they differ ("You: …in one sentence?").
+A message of tool use carries a mark too: ⚙ a reply that calls tools, ↩ a
+tool's result, its tooltip naming the tool.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any
 
 from PySide6.QtCore import (
@@ -38,10 +48,21 @@ from PySide6.QtCore import (
     QPersistentModelIndex,
     Qt,
 )
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetrics,
+    QGuiApplication,
+    QPainter,
+    QPalette,
+    QPixmap,
+)
 
+from app.conversation.tool_text import label_text
 from app.conversation.tree_snapshot import TreeSnapshot
+from app.text.plain_text import shorten
 from app.text.plain_text import snippet as plain_snippet
+from storage import tool_use
 from storage.records import NodeSummary
 from storage.values import Role, Status
 
@@ -83,6 +104,18 @@ SHARED_START = "shared with the same start of another conversation"
 # Translucent so that it reads on light and dark palettes alike.
 ACTIVE_PATH_BACKGROUND = QColor(64, 132, 214, 48)
 
+# The marks of tool use, in the list and the graph: a reply that calls tools,
+# and a tool's result; drawn in an amber that reads on light and dark alike.
+TOOL_GLYPHS = {"call": "⚙", "result": "↩"}
+TOOL_TINT = QColor(206, 128, 20)
+# How many words two siblings' texts must begin with alike before their
+# labels skip them, and how many of those a label keeps before the first
+# word that differs.
+SHARED_WORDS_MIN = 4
+CONTEXT_WORDS = 1
+# How much of each sibling's text is compared.
+COMPARED_CHARS = 400
+
 Index = QModelIndex | QPersistentModelIndex
 
 # What every row answers the same (an enum's "|" costs microseconds in Python,
@@ -94,10 +127,12 @@ _TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
 _ALIGNMENT = int(Qt.ItemDataRole.TextAlignmentRole)
 _FONT = int(Qt.ItemDataRole.FontRole)
 _BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+_DECORATION = int(Qt.ItemDataRole.DecorationRole)
 _ANSWERED_ROLES = frozenset(
     int(role)
     for role in (
         _DISPLAY,
+        _DECORATION,
         _TOOLTIP,
         _ALIGNMENT,
         _FONT,
@@ -136,6 +171,63 @@ def row_label(role: str, text: str, thought: bool) -> str:
     return f"{label}: {'(thinking only)' if thought else '(empty)'}"
 
 
+def tool_mark(node: NodeSummary) -> tuple[str, str] | None:
+    """A node's part in tool use, as its mark says it: ``("call", "calls
+    get_time")`` for a reply that calls tools, ``("result", "result of
+    get_time")`` for a tool's result, else None."""
+    if node.role == Role.TOOL:
+        _call_id, name = tool_use.answered_call(node.tool_use)
+        return "result", f"result of {name or 'a tool'}"
+    calls = tool_use.calls_of(node.tool_use)
+    if calls:
+        names = ", ".join(dict.fromkeys(call["name"] or "a tool" for call in calls))
+        return "call", f"calls {names}"
+    return None
+
+
+def label_source(node: NodeSummary) -> str:
+    """What a node's label is made from: its text, and its tool use in words
+    ("Calls `get_time`", "Result of `get_time`: …")."""
+    if node.tool_use is None:
+        return node.text
+    return label_text(node.role, node.text, node.tool_use)
+
+
+@functools.lru_cache(maxsize=LABELS_KEPT)
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(snippet(text, COMPARED_CHARS).split())
+
+
+def differing_text(text: str, others: Iterable[str]) -> str | None:
+    """``text`` from where it departs from the most alike of ``others``, as
+    ``"…in one sentence?"``; None when they do not begin alike for
+    ``SHARED_WORDS_MIN`` words (the label's own start tells them apart), or
+    when ``text`` is all shared (it has no words of its own to show)."""
+    words = _words(text)
+    shared = 0
+    for other in others:
+        theirs = _words(other)
+        count = 0
+        for mine, their in zip(words, theirs, strict=False):
+            if mine != their:
+                break
+            count += 1
+        shared = max(shared, count)
+    if shared < SHARED_WORDS_MIN or shared >= len(words):
+        return None
+    return "…" + " ".join(words[shared - CONTEXT_WORDS :])
+
+
+@functools.lru_cache(maxsize=LABELS_KEPT)
+def branch_label(role: str, text: str, thought: bool, others: tuple[str, ...]) -> str:
+    """The label of a branch's first message among its siblings' ``others``:
+    where its text differs from theirs, or ``row_label`` where it needs not."""
+    differing = differing_text(text, others)
+    if differing is None:
+        return row_label(role, text, thought)
+    return f"{ROLE_LABELS.get(role, role)}: {shorten(differing, SNIPPET_CHARS)}"
+
+
 def format_bytes(size: int) -> str:
     """A byte count for people: 0 B, 20.4 KB, 3.1 MB, 1.20 GB."""
     if size < 1000:
@@ -145,6 +237,70 @@ def format_bytes(size: int) -> str:
             value = size / scale
             return f"{value:.2f} {unit}" if unit == "GB" else f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+# What the marks' pixmaps are drawn in, and the pixmaps made: a handful of
+# kinds ("2/3" and a gear, say), each made once per palette and font.
+_MARK_PIXMAPS: dict[tuple[str | None, str | None, int, str], QPixmap] = {}
+# A branch's mark: k of n between angle quotation marks, as the transcript
+# frames "1/2" with its chevrons (plain "<" and ">" read as operators).
+BRANCH_MARK = "\u2039{}/{}\u203a"
+# The widest k/n mark that sets all branches' rows in alike.
+_LEAD_SAMPLE = BRANCH_MARK.format(8, 8)
+
+
+def _mark_pixmap(lead: str | None, tool: str | None) -> QPixmap:
+    """``lead`` (a k/n mark, or "" for its blank) and ``tool``'s glyph."""
+    palette = QGuiApplication.palette()
+    muted = palette.color(QPalette.ColorRole.PlaceholderText)
+    font = QGuiApplication.font()
+    key = (lead, tool, muted.rgba(), font.key())
+    made = _MARK_PIXMAPS.get(key)
+    if made is not None:
+        return made
+    small = QFont(font)
+    if font.pointSizeF() > 0:
+        small.setPointSizeF(font.pointSizeF() * 0.85)
+    metrics = QFontMetrics(small)
+    lead_width = 0
+    if lead is not None:
+        lead_width = max(
+            metrics.horizontalAdvance(_LEAD_SAMPLE), metrics.horizontalAdvance(lead)
+        )
+    glyph = TOOL_GLYPHS[tool] if tool else ""
+    bold = QFont(font)
+    bold.setBold(True)
+    glyph_width = QFontMetrics(bold).horizontalAdvance(glyph) + 4 if glyph else 0
+    # Inside a branch, the glyph stands in the blank before the row's text,
+    # which then lines up with its neighbours'.
+    inside = lead == "" and glyph_width <= lead_width
+    height = QFontMetrics(font).height()
+    screen = QGuiApplication.primaryScreen()  # sharp on a high-density screen
+    ratio = screen.devicePixelRatio() if screen is not None else 1.0
+    width = lead_width if inside else lead_width + glyph_width
+    pixmap = QPixmap(round(width * ratio), round(height * ratio))
+    pixmap.setDevicePixelRatio(ratio)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.TextAntialiasing)
+    if lead:
+        painter.setFont(small)
+        painter.setPen(muted)
+        painter.drawText(0, 0, lead_width, height, Qt.AlignmentFlag.AlignCenter, lead)
+    if glyph:
+        painter.setFont(bold)
+        painter.setPen(TOOL_TINT)
+        painter.drawText(
+            width - glyph_width,
+            0,
+            glyph_width,
+            height,
+            Qt.AlignmentFlag.AlignCenter,
+            glyph,
+        )
+    painter.end()
+    _MARK_PIXMAPS[key] = pixmap
+    return pixmap
 
 
 class _Item:
@@ -220,6 +376,10 @@ class ConversationTreeModel(QAbstractItemModel):
                 self._insert(node_id)
             elif old.nodes[node_id] != snapshot.nodes[node_id]:
                 self._emit_row_changed(node_id)
+                parent_id = snapshot.nodes[node_id].parent_id
+                if parent_id is not None and len(self._children[parent_id]) > 1:
+                    # The other heads' labels say where they differ from it.
+                    self._emit_siblings_changed(parent_id, node_id)
         if self._active_id is not None and self._active_id not in snapshot:
             self.set_active(None)
 
@@ -317,13 +477,18 @@ class ConversationTreeModel(QAbstractItemModel):
         # row does not answer: those return before anything is looked up.
         if role not in _ANSWERED_ROLES or not index.isValid():
             return None
-        node_id = index.internalPointer().node_id
+        item = index.internalPointer()
+        node_id = item.node_id
         node = self._snapshot.nodes[node_id]
         column = index.column()
         if role == _DISPLAY:
+            if column == 0 and self._branch(node) is not None:
+                return self._head_label(node)
             return self._display(node, column)
+        if role == _DECORATION:
+            return self._decoration(item, node) if column == 0 else None
         if role == _TOOLTIP:
-            return self._tooltip(node)
+            return self._tooltip(node, self._branch(node))
         if role == _ALIGNMENT:
             return _FIGURES_ALIGNMENT if column > 0 else None
         if role == _FONT:
@@ -342,7 +507,51 @@ class ConversationTreeModel(QAbstractItemModel):
             return node.is_saved
         return node.n_tokens  # TokensRole
 
+    def branch_of(self, node_id: int) -> tuple[int, int] | None:
+        """``(k, n)`` for the first message of the k-th of n branches at a
+        fork (what its k/n mark says), else None."""
+        node = self._snapshot.nodes.get(node_id)
+        return None if node is None else self._branch(node)
+
     # --- internals ------------------------------------------------------------------
+
+    def _branch(self, node: NodeSummary) -> tuple[int, int] | None:
+        parent_id = node.parent_id
+        if parent_id is None:
+            return None  # the starts: one per system prompt, not branches
+        siblings = self._children.get(parent_id)
+        if siblings is None or len(siblings) < 2 or node.id not in siblings:
+            return None
+        return siblings.index(node.id) + 1, len(siblings)
+
+    def _head_label(self, node: NodeSummary) -> str:
+        assert node.parent_id is not None
+        nodes = self._snapshot.nodes
+        others = tuple(
+            label_source(nodes[sibling])
+            for sibling in self._children[node.parent_id]
+            if sibling != node.id and sibling in nodes
+        )
+        return branch_label(node.role, label_source(node), bool(node.thinking), others)
+
+    def _decoration(self, item: _Item, node: NodeSummary) -> QPixmap | None:
+        """A head's k/n mark, the blank of its width before the rest of a
+        branch, and a tool mark after either, as one small pixmap."""
+        branch = self._branch(node)
+        if branch is not None:
+            lead: str | None = BRANCH_MARK.format(*branch)
+        else:
+            holder = item.parent
+            in_branch = (
+                holder is not None
+                and holder.node_id is not None
+                and len(self._children.get(holder.node_id, ())) > 1
+            )
+            lead = "" if in_branch else None
+        mark = tool_mark(node)
+        if lead is None and mark is None:
+            return None
+        return _mark_pixmap(lead, mark[0] if mark else None)
 
     def column_texts(self, column: int) -> set[str]:
         """The texts the rows show in ``column`` (what its width must fit)."""
@@ -358,14 +567,14 @@ class ConversationTreeModel(QAbstractItemModel):
     @staticmethod
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
-            return row_label(node.role, node.text, bool(node.thinking))
+            return row_label(node.role, label_source(node), bool(node.thinking))
         if column == 1:
             return f"{node.n_tokens:,}"
         # A mark only: the size is in the tooltip, in words.
         return SAVED_MARK if node.is_saved else "—"
 
     @staticmethod
-    def _tooltip(node: NodeSummary) -> str:
+    def _tooltip(node: NodeSummary, branch: tuple[int, int] | None = None) -> str:
         if node.checkpoint_bytes:
             checkpoint = (
                 f"saved ({format_bytes(node.checkpoint_bytes)}): restores instantly"
@@ -386,8 +595,17 @@ class ConversationTreeModel(QAbstractItemModel):
                 else "The start of the conversation (no system prompt)"
             )
         else:
-            text = snippet(node.text, 400)
-        return f"{text}\n\n{figures}"
+            text = snippet(label_source(node), 400)
+        notes = []
+        if branch is not None:
+            notes.append(
+                f"{BRANCH_MARK.format(*branch)}: branch {branch[0]} of {branch[1]}"
+            )
+        mark = tool_mark(node)
+        if mark is not None:
+            notes.append(f"{TOOL_GLYPHS[mark[0]]} {mark[1][0].upper()}{mark[1][1:]}")
+        lead = "".join(f"{note}\n" for note in notes)
+        return f"{lead}{text}\n\n{figures}"
 
     def _build(self) -> None:
         """Make the rows of ``self._snapshot`` afresh (inside a reset)."""
@@ -458,6 +676,8 @@ class ConversationTreeModel(QAbstractItemModel):
         siblings.append(node_id)
         self._children[node_id] = []
         self.endInsertRows()
+        if parent_id is not None and len(siblings) > 1:
+            self._emit_siblings_changed(parent_id, node_id)
 
     def _move_branch_under(self, fork: _Item, child_id: int) -> None:
         """Move the chain from ``child_id``, the rows after ``fork``, under it."""
@@ -534,6 +754,7 @@ class ConversationTreeModel(QAbstractItemModel):
                 and not self._nests(parent_id)
             ):
                 self._move_branch_up(fork)
+            self._emit_siblings_changed(parent_id)
 
     def _forget(self, item: _Item) -> None:
         """Drop ``item``, the rows under it and the nodes' children lists."""
@@ -576,6 +797,17 @@ class ConversationTreeModel(QAbstractItemModel):
                 )
                 if after is not None:
                     start = end = after
+
+    def _emit_siblings_changed(self, parent_id: int, but: int | None = None) -> None:
+        """The heads at ``parent_id`` changed: their k/n marks and labels."""
+        self._emit_rows_changed(
+            [
+                self._items[sibling]
+                for sibling in self._children[parent_id]
+                if sibling != but and sibling in self._items
+            ],
+            (_DISPLAY, _DECORATION, _TOOLTIP),
+        )
 
     def _emit_row_changed(self, node_id: int, roles: tuple[int, ...] = ()) -> None:
         first = self.index_of(node_id, 0)

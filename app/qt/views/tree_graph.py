@@ -16,10 +16,15 @@ Costs (500 nodes on a 2-core VM: layout about 1 ms, scene build 25-55 ms):
   when asked for;
 * far zoomed out, nodes skip their text, then their badge (level of detail).
 
+Layout: one branch per column, one node per row, rows in the list's order
+(``tree_layout.branch_layout``).
+
 Zoom: shown (a conversation opened, or the graph chosen over the list), the
-graph fits the whole tree, but at no less than ``READABLE_SCALE`` and no more
-than 100 %; a tree too big for that shows the active node's neighbourhood,
-centred on it. The user's own zoom then stays until the next showing.
+graph fits the whole tree if it can at a readable zoom (labels at least
+``READABLE_LABEL_PX`` pixels high) and no more than 100 %; else it fits the
+tree's width if that is readable, else it takes the readable minimum, and
+scrolls to the active node. The user's own zoom then stays until the next
+showing.
 
 Mouse: click a node to switch to it, drag to pan, Ctrl+wheel (or Ctrl +/-)
 zooms, a double click on empty space fits the tree. Keys move a cursor:
@@ -41,6 +46,7 @@ from PySide6.QtGui import (
     QContextMenuEvent,
     QFocusEvent,
     QFont,
+    QFontInfo,
     QFontMetricsF,
     QKeyEvent,
     QMouseEvent,
@@ -48,6 +54,7 @@ from PySide6.QtGui import (
     QPainterPath,
     QPalette,
     QPen,
+    QResizeEvent,
     QShowEvent,
     QTransform,
     QWheelEvent,
@@ -67,41 +74,52 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.tree_snapshot import TreeSnapshot
-from app.qt.models.conversation_tree import ROLE_LABELS, SHARED_START, format_bytes
+from app.qt.models.conversation_tree import (
+    ROLE_LABELS,
+    SHARED_START,
+    TOOL_GLYPHS,
+    TOOL_TINT,
+    differing_text,
+    format_bytes,
+    label_source,
+    tool_mark,
+)
 from app.qt.views.theme import icon
 from app.qt.views.tree_layout import (
     LABEL_CHARS,
     TOOLTIP_CHARS,
+    branch_layout,
     node_text,
-    tidy_layout,
 )
 from app.text.plain_text import shorten
 from storage.records import NodeSummary
 from storage.values import Role, Status
 
 # Geometry, in scene units (pixels at 100 %).
-NODE_WIDTH = 196.0
-NODE_HEIGHT = 30.0
+# Narrow enough that two branches side by side fit a panel 340 pixels wide
+# at the readable least zoom.
+NODE_WIDTH = 172.0
+NODE_HEIGHT = 26.0
 COLUMN_GAP = 12.0
-ROW_GAP = 22.0
+ROW_GAP = 12.0  # room for a branch's edge to leave its fork
 COLUMN = NODE_WIDTH + COLUMN_GAP
 ROW = NODE_HEIGHT + ROW_GAP
-SCENE_MARGIN = 24.0
+SCENE_MARGIN = 10.0
 RADIUS = 8.0
-BADGE = 18.0
+BADGE = 16.0
 MARKER = 3.5
 CURSOR_GAP = 3.5  # the keyboard cursor's ring, outside the box
 
 MIN_SCALE, MAX_SCALE = 0.08, 3.0
 ZOOM_STEP = 1.2
 TEXT_MIN_LOD = 0.45
-# The least zoom the graph opens at. A label's font is the panel's at 90 %:
-# 8 points, about 11 px, for a 9-point font (Windows' default; others are
-# larger). At 60 % that is 6.5 px, about the smallest text that still reads
-# at a glance; at 50 % (5.4 px) words are hard to tell apart, and below
-# TEXT_MIN_LOD labels are not drawn at all. The user's Fit (F, the button,
-# a double click) may still zoom out further, to see the tree's shape.
-READABLE_SCALE = 0.6
+# The least zoom the graph opens at: its labels at least this many pixels
+# high. The user saw them at 6 px (8 points at 60 %) and could not read them;
+# 9 px is about the smallest text that reads at a glance. A label's font is
+# the panel's, so the zoom this takes depends on it (about 75 % for 9 points
+# at 96 dpi). The user's Fit (F, the button, a double click) may still zoom
+# out further, to see the tree's shape.
+READABLE_LABEL_PX = 9.0
 SHAPES_MIN_LOD = 0.2  # below this, nodes are plain boxes
 CACHE_MODE = (
     QGraphicsItem.CacheMode.DeviceCoordinateCache
@@ -117,10 +135,10 @@ ROLE_INITIALS: dict[str, str] = {
 PROMPT_ACTION_TEXT = "Change the system prompt (a new start)…"
 
 _BOX = QRectF(-NODE_WIDTH / 2, -NODE_HEIGHT / 2, NODE_WIDTH, NODE_HEIGHT)
-_LABEL_LEFT = _BOX.left() + 7 + BADGE + 6
+_LABEL_LEFT = _BOX.left() + 6 + BADGE + 5
 _DOT_X = _BOX.right() - 9
 _DOT = QPointF(_DOT_X, 0)
-_BADGE_RECT = QRectF(_BOX.left() + 7, -BADGE / 2, BADGE, BADGE)
+_BADGE_RECT = QRectF(_BOX.left() + 6, -BADGE / 2, BADGE, BADGE)
 _CURSOR_RING = _BOX.adjusted(-CURSOR_GAP, -CURSOR_GAP, CURSOR_GAP, CURSOR_GAP)
 LABEL_WIDTH = _DOT_X - MARKER - 6 - _LABEL_LEFT
 _LABEL_RECT = QRectF(_LABEL_LEFT, _BOX.top(), LABEL_WIDTH, NODE_HEIGHT)
@@ -161,12 +179,16 @@ class _Colors:
             Role.USER: _mix(base, accent, 0.13),
             Role.ASSISTANT: base,
             Role.ROOT: palette.color(role.AlternateBase),
+            Role.TOOL: _mix(base, TOOL_TINT, 0.16),
         }
         self.badge = {
             Role.USER: accent,
             Role.ASSISTANT: _mix(self.muted, text, 0.15),
             Role.ROOT: _mix(self.muted, base, 0.25),
+            Role.TOOL: TOOL_TINT,
         }
+        # A reply that calls tools: its badge is the tools' colour.
+        self.tool_badge = TOOL_TINT
         self.badge_text = base
         self.border = _mix(palette.color(role.Mid), base, 0.25)
         self.hover = _mix(self.border, accent, 0.6)
@@ -196,6 +218,11 @@ class _NodeItem(QGraphicsItem):
         self.node = node
         self.style = style
         self._label: str | None = None
+        # "call" or "result" for a node of tool use (its badge's glyph).
+        self.tool = tool_mark(node)
+        # The texts of its siblings, for the first message of a branch: its
+        # label starts where it differs from them.
+        self.others: tuple[str, ...] = ()
         self.on_path = False
         self.active = False
         self.is_cursor = False
@@ -206,6 +233,7 @@ class _NodeItem(QGraphicsItem):
     def set_node(self, node: NodeSummary) -> None:
         """Show new data for the same message (text grew, checkpoint saved)."""
         self.node = node
+        self.tool = tool_mark(node)
         self._label = None
         self.update()
 
@@ -215,7 +243,10 @@ class _NodeItem(QGraphicsItem):
         if self._label is None:
             node = self.node
             # A label needs a few words: strip Markdown from a prefix only.
-            text = node_text(node.role, node.text[:LABEL_SOURCE_CHARS], node.thinking)
+            source = label_source(node)[:LABEL_SOURCE_CHARS]
+            text = (
+                differing_text(source, self.others) if self.others else None
+            ) or node_text(node.role, source, node.thinking)
             self._label = QFontMetricsF(font).elidedText(
                 shorten(text, LABEL_CHARS), Qt.TextElideMode.ElideRight, LABEL_WIDTH
             )
@@ -295,7 +326,9 @@ class _NodeItem(QGraphicsItem):
         painter.drawEllipse(_DOT, MARKER, MARKER)
 
         painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(colors.active_text if active else colors.badge[role])
+        tool = self.tool
+        badge = colors.tool_badge if tool is not None else colors.badge[role]
+        painter.setBrush(colors.active_text if active else badge)
         painter.drawEllipse(_BADGE_RECT)
 
         if lod < TEXT_MIN_LOD:
@@ -303,7 +336,9 @@ class _NodeItem(QGraphicsItem):
         painter.setFont(style.badge_font)
         painter.setPen(colors.accent if active else colors.badge_text)
         painter.drawText(
-            _BADGE_RECT, Qt.AlignmentFlag.AlignCenter, ROLE_INITIALS.get(role, "?")
+            _BADGE_RECT,
+            Qt.AlignmentFlag.AlignCenter,
+            TOOL_GLYPHS[tool[0]] if tool else ROLE_INITIALS.get(role, "?"),
         )
         painter.setFont(style.label_font)
         painter.setPen(colors.active_text if active else colors.text)
@@ -334,28 +369,35 @@ class _Style:
         self.badge_font = QFont(font)
         self.badge_font.setBold(True)
         size = font.pointSizeF()
-        if size > 0:  # a little smaller than the list: 24 characters fit a box
-            self.label_font.setPointSizeF(max(7.0, size * 0.9))
+        if size > 0:  # the label as large as the list's: the zoom is what
+            # makes it small, and the readable least zoom is counted from it
             self.badge_font.setPointSizeF(max(6.0, size * 0.75))
 
 
 def _edge_path(parent: QPointF, child: QPointF) -> QPainterPath:
-    """A curve from the bottom of a parent's box to the top of its child's."""
+    """From the bottom of a parent's box to the top of its child's: straight
+    down a column, or, for a branch, across in the gap under the fork and
+    then down the branch's column, which is empty until its first box."""
     start = QPointF(parent.x(), parent.y() + NODE_HEIGHT / 2)
     end = QPointF(child.x(), child.y() - NODE_HEIGHT / 2)
     path = QPainterPath(start)
     if start.x() == end.x():
         path.lineTo(end)
-    else:
-        middle = (start.y() + end.y()) / 2
-        path.cubicTo(QPointF(start.x(), middle), QPointF(end.x(), middle), end)
+        return path
+    turn = QPointF(end.x(), start.y() + ROW_GAP)
+    middle = start.y() + ROW_GAP / 2
+    path.cubicTo(QPointF(start.x(), middle), QPointF(end.x(), middle), turn)
+    if end.y() > turn.y():
+        path.lineTo(end)
     return path
 
 
 def node_tooltip(node: NodeSummary) -> str:
     """The hover text of a node: role, a longer snippet, tokens, checkpoint, status."""
     role = ROLE_LABELS.get(node.role, node.role)
-    text = shorten(node_text(node.role, node.text, node.thinking), TOOLTIP_CHARS)
+    text = shorten(
+        node_text(node.role, label_source(node), node.thinking), TOOLTIP_CHARS
+    )
     if node.checkpoint_bytes:
         checkpoint = (
             f"checkpoint {format_bytes(node.checkpoint_bytes)}: restores at once"
@@ -367,6 +409,9 @@ def node_tooltip(node: NodeSummary) -> str:
     figures = f"{node.n_tokens:,} tokens · {checkpoint}"
     if node.status != Status.COMPLETE:
         figures += f" · {node.status}"
+    mark = tool_mark(node)
+    if mark is not None:
+        role += f" · {TOOL_GLYPHS[mark[0]]} {mark[1]}"
     # Rich text on purpose, with the message escaped: a message that
     # happens to contain tags must not be rendered as HTML.
     return (
@@ -430,6 +475,7 @@ class TreeGraphView(QGraphicsView):
         # Fit once shown: a conversation opened while hidden, or the graph
         # shown again, gets its opening zoom when there is a viewport to fit.
         self._fit_pending = True
+        self._opening_zoom = False  # the zoom the graph opened at, untouched
         self._fit_timer = QTimer(self)
         self._fit_timer.setSingleShot(True)
         self._fit_timer.setInterval(0)
@@ -476,10 +522,16 @@ class TreeGraphView(QGraphicsView):
             if structure != self._structure:
                 self._rebuild(snapshot, structure)
             else:
-                for nid, node in snapshot.nodes.items():
-                    if node != self._snapshot.nodes[nid]:
-                        self._items[nid].set_node(node)
+                changed = [
+                    nid
+                    for nid, node in snapshot.nodes.items()
+                    if node != self._snapshot.nodes[nid]
+                ]
+                for nid in changed:
+                    self._items[nid].set_node(snapshot.nodes[nid])
                 self._snapshot = snapshot
+                for parent_id in {snapshot.nodes[nid].parent_id for nid in changed}:
+                    self._set_others(parent_id)
             if not same_conversation:
                 self._active_id = None  # reveal the active node below
                 self._fit_pending = True
@@ -517,20 +569,53 @@ class TreeGraphView(QGraphicsView):
         self._fit_between(MIN_SCALE)
 
     def fit_readable(self) -> None:
-        """Zoom to show the whole tree, between ``READABLE_SCALE`` and 100 %.
+        """Zoom as the graph opens: readable, and as much of the tree as that allows.
 
-        What the graph opens at: a tree too big to be read whole shows the
-        active node's neighbourhood, centred on it, with legible labels.
+        The whole tree if it fits at no less than :meth:`readable_scale` (and
+        no more than 100 %); else its whole width, if that is readable; else
+        the readable least zoom. Either of the last two scrolls to the active
+        node: the tree's shape is what Fit (F) is for.
         """
-        self._fit_between(READABLE_SCALE)
+        rect = self._scene.sceneRect()
+        viewport = self.viewport().rect()
+        if rect.isEmpty() or viewport.isEmpty():
+            return
+        # Until the user zooms, a resize fits again: the panel settles its
+        # size after the graph is shown (its hint wraps to more lines).
+        self._opening_zoom = True
+        least = self.readable_scale()
+        # A few pixels spare: the view shows a scroll bar for a scene that
+        # fills it to the pixel.
+        width = viewport.width() - 4
+        whole = min(width / rect.width(), (viewport.height() - 4) / rect.height())
+        bar = self.verticalScrollBar()
+        if whole < least and not bar.isVisible():
+            # Taller than the view: the bar that comes takes its width.
+            width -= bar.sizeHint().width()
+        across = width / rect.width()
+        if whole >= least:
+            self.setTransform(QTransform.fromScale(*(2 * [min(whole, 1.0)])))
+            self.centerOn(rect.center())
+            return
+        self.setTransform(QTransform.fromScale(*(2 * [min(max(across, least), 1.0)])))
+        active = self._items.get(self._active_id) if self._active_id else None
+        self.centerOn(active if active is not None else rect.center())
+
+    def readable_scale(self) -> float:
+        """The least zoom at which labels are ``READABLE_LABEL_PX`` high (at
+        most 100 %: a large font needs no magnifying)."""
+        pixels = QFontInfo(self._style.label_font).pixelSize()
+        return min(1.0, READABLE_LABEL_PX / pixels) if pixels > 0 else 1.0
 
     def zoom(self, factor: float) -> None:
         """Scale the view by ``factor``, kept between 8 % and 300 %."""
+        self._opening_zoom = False
         scale = self.transform().m11()
         factor = max(MIN_SCALE / scale, min(MAX_SCALE / scale, factor))
         self.scale(factor, factor)
 
     def _fit_between(self, least: float) -> None:
+        self._opening_zoom = False
         # Never above 100 %: a three-node tree magnified looks broken.
         rect = self._scene.sceneRect()
         if rect.isEmpty():
@@ -559,7 +644,7 @@ class TreeGraphView(QGraphicsView):
         self, snapshot: TreeSnapshot, structure: dict[int, int | None]
     ) -> None:
         started = time.perf_counter()
-        slots = tidy_layout(snapshot.children, snapshot.roots)
+        slots = branch_layout(snapshot.children, snapshot.roots)
         laid_out = time.perf_counter()
 
         self._scene.clear()
@@ -586,6 +671,10 @@ class TreeGraphView(QGraphicsView):
             item.setPos(centre)
             self._scene.addItem(item)
             self._items[nid] = item
+        self._snapshot, self._structure = snapshot, structure
+        for parent_id, kids in snapshot.children.items():
+            if parent_id is not None and len(kids) > 1:
+                self._set_others(parent_id)
         # The bounds follow from the slots; asking the scene would visit every item.
         columns = max((x for x, _ in slots.values()), default=0.0)
         rows = max((depth for _, depth in slots.values()), default=0)
@@ -594,11 +683,28 @@ class TreeGraphView(QGraphicsView):
         self._scene.setSceneRect(
             QRectF(-side, -top, columns * COLUMN + 2 * side, rows * ROW + 2 * top)
         )
-        self._snapshot, self._structure = snapshot, structure
         finished = time.perf_counter()
         self.layout_ms = (laid_out - started) * 1000
         self.build_ms = (finished - laid_out) * 1000
         self.rebuilds += 1
+
+    def _set_others(self, parent_id: int | None) -> None:
+        """Tell the branches at ``parent_id`` their siblings' texts."""
+        if parent_id is None:
+            return  # the starts are not branches of one another
+        kids = self._snapshot.children.get(parent_id, [])
+        if len(kids) < 2:
+            return
+        nodes = self._snapshot.nodes
+        for kid in kids:
+            item = self._items[kid]
+            others = tuple(
+                label_source(nodes[k])[:LABEL_SOURCE_CHARS] for k in kids if k != kid
+            )
+            if others != item.others:
+                item.others = others
+                item.forget_label()
+                item.update()
 
     def _draw_path_overlay(self) -> None:
         # The active path's edges, drawn once more in the accent colour over
@@ -775,6 +881,11 @@ class TreeGraphView(QGraphicsView):
         # it (the window opening on the graph).
         self._fit_pending = True
         self._fit_timer.start()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._opening_zoom and self._items:
+            self.fit_readable()
 
     def focusInEvent(self, event: QFocusEvent) -> None:
         super().focusInEvent(event)

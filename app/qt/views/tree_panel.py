@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.qt.models.conversation_tree import (
+    BRANCH_MARK,
     COLUMNS,
     ConversationTreeModel,
     MessageRoleRole,
@@ -51,6 +52,7 @@ LIST_MODE, GRAPH_MODE = "list", "graph"
 
 LIST_HINT = (
     "Click a message to continue from it. Bold: the active path. "
+    f"{BRANCH_MARK.format(1, 2)}: the first of two versions. "
     "✓: restores instantly from its checkpoint."
 )
 GRAPH_HINT = (
