@@ -1,14 +1,16 @@
 """``SettingsDialog``: model file, backend, sampling, the default system prompt,
-the text size and the workers.
+the text size, the workers and the tools (MCP servers).
 
 It edits a ``Preferences`` value and validates it inline (the backend's own
 dataclasses say what is invalid); the window persists the result and reloads
-the model when the model or its settings changed.
+the model when the model or its settings changed. The tools' servers are
+edited beside it (``tool_servers``): they are no preference but a value of
+their own, stored by the window when they changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,8 +37,10 @@ from app.backend.errors import InvalidSetting
 from app.backend.settings import KV_CACHE_TYPES, BackendSettings
 from app.backend.values import ModelInfo
 from app.library.catalog import shipped_catalog
+from app.mcp.config import ServerConfig
 from app.preferences import TEXT_SCALES, Preferences
 from app.qt.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
+from app.qt.views.dialogs.tools_tab import ToolsTab
 from app.qt.views.dialogs.workers_tab import WorkersTab
 from app.qt.views.sampling_form import SamplingForm
 from app.qt.views.welcome import choose_model_file
@@ -67,6 +71,8 @@ class SettingsDialog(QDialog):
         The loaded model, whose trained context the model line tells.
     default_models_dir
         Where downloads go unless a models folder is chosen (shown greyed).
+    tool_servers
+        The MCP servers as stored (Settings → Tools edits them).
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class SettingsDialog(QDialog):
         folder_for: Callable[[str], str] | None = None,
         loaded: ModelInfo | None = None,
         default_models_dir: str = "",
+        tool_servers: Sequence[ServerConfig] = (),
     ) -> None:
         super().__init__(parent)
         self._default_models_dir = default_models_dir
@@ -95,6 +102,8 @@ class SettingsDialog(QDialog):
         tabs.addTab(self._chat_tab(prefs), "Chat")
         self.workers_tab = WorkersTab(prefs.workers, loaded)
         tabs.addTab(self.workers_tab, "Workers")
+        self.tools_tab = ToolsTab(tool_servers)
+        tabs.addTab(self.tools_tab, "Tools")
         self.tabs = tabs
         self.error_label = QLabel()
         self.error_label.setObjectName("SettingsError")
@@ -221,6 +230,11 @@ class SettingsDialog(QDialog):
         """The edited preferences (valid once the dialog is accepted)."""
         return self._result
 
+    def tool_servers(self) -> list[ServerConfig] | None:
+        """The MCP servers as edited, or None where they did not change
+        (valid once the dialog is accepted)."""
+        return self.tools_tab.servers() if self.tools_tab.changed() else None
+
     def _collect(self) -> Preferences:
         backend = BackendSettings(
             n_ctx=self.n_ctx.value(),
@@ -277,8 +291,10 @@ class SettingsDialog(QDialog):
         self.accept()
 
     def done(self, result: int) -> None:
-        """Close the dialog, ending a worker check under way."""
+        """Close the dialog, ending a worker check under way; a tools
+        listing under way ends on its own, unreported."""
         self.workers_tab.stop()
+        self.tools_tab.stop()
         super().done(result)
 
     @Slot(str)
