@@ -2,10 +2,13 @@
 
 Three shapes, one per role that has a part:
 
-- a start (root): ``{"tools": [...]}``, the tools offered to the model, in
-  OpenAI's shape (``{"type": "function", "function": {"name", "description",
-  "parameters"}}``); a start with other tools is another start, as one with
-  another system prompt is, because templates render the tools there;
+- a start (root): ``{"tools": [...], "servers": {...}}``, the tools offered
+  to the model, in OpenAI's shape (``{"type": "function", "function":
+  {"name", "description", "parameters"}}``), and, where known, the MCP
+  server each comes from (offered name -> server name: what the window
+  names a call by; not part of the offer); a start with other tools is
+  another start, as one with another system prompt is, because templates
+  render the tools there;
 - a reply (assistant): ``{"calls": [{"id", "name", "arguments"}]}``, the calls
   it made, ``arguments`` as the JSON text of an object;
 - a tool result (tool): ``{"call_id", "name"}``, the call it answers.
@@ -15,12 +18,30 @@ Plain dicts in and out, so that storage needs nothing from the app.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
-def offering(tools: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The ``tool_use`` of a start that offers ``tools`` (None: none)."""
-    return {"tools": tools} if tools else None
+def offering(
+    tools: list[dict[str, Any]], servers: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The ``tool_use`` of a start that offers ``tools`` (None: none), each
+    from the server ``servers`` names for it (offered name -> server name)."""
+    if not tools:
+        return None
+    use: dict[str, Any] = {"tools": tools}
+    if servers:
+        use["servers"] = dict(servers)
+    return use
+
+
+def servers_of(tool_use: dict[str, Any] | None) -> dict[str, str]:
+    """Which server each tool a start offers comes from (offered name ->
+    server name; {} where the start does not say)."""
+    servers = (tool_use or {}).get("servers")
+    if not isinstance(servers, dict):
+        return {}
+    return {str(name): str(server) for name, server in servers.items()}
 
 
 def calling(calls: list[dict[str, str]]) -> dict[str, Any] | None:

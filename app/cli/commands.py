@@ -711,7 +711,12 @@ def _send_with_tools(args: argparse.Namespace) -> int:
     previous = service.other_model(service.path(args.node)[0].conversation_id)
     stop = _stop_on_ctrl_c(args, service)
     with service:
-        offering = tool_loop.offering_start(service, args.node, offered)
+        offering = tool_loop.offering_start(
+            service,
+            args.node,
+            offered,
+            {tool.name: tool.server for tool in toolbox.tools},
+        )
         turn = tool_loop.send(
             service,
             offering.node,

@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -295,10 +295,12 @@ class ConversationService:
         conversation_id: int,
         system_prompt: str,
         tools: list[dict[str, Any]] | None = None,
+        servers: Mapping[str, str] | None = None,
     ) -> int:
         """Start a branch of the conversation from a new root with
-        ``system_prompt`` (and ``tools`` offered); return the root's id.
-        Nothing is erased: the earlier system prompts keep their branches."""
+        ``system_prompt`` (and ``tools`` offered, each from the MCP server
+        ``servers`` names for it); return the root's id. Nothing is erased:
+        the earlier system prompts keep their branches."""
         _check_text(system_prompt, "system prompt")
         text = system_prompt.strip()
         root = conversation_rows.add_root(
@@ -306,7 +308,7 @@ class ConversationService:
             conversation_id,
             text,
             self._start_span(text, conversation_id, tools),
-            tool_use.offering(tools or []),
+            tool_use.offering(tools or [], servers),
         )
         return root.id
 

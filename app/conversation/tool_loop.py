@@ -26,12 +26,14 @@ says it was stopped) and the loop. No Qt here.
 
 A call that waits for approval stays on its reply without a result;
 ``answer_calls`` takes the loop up again from that reply later, with the
-caller's decision.
+caller's decision. ``go_on_from_result`` takes it up below a result (an
+edited one: a sibling), ``regenerate`` from a new sibling of a reply; both
+shape the replies with the tools of the branch's start, as ``send`` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -217,8 +219,7 @@ def send(
     rounds of calls; ``streams.should_stop`` stops the turn.
     """
     tools = _offered(service, parent_id)
-    if choice != "none" and choice != "auto" and not tools:
-        raise ServiceError("This conversation's start offers no tools to call.")
+    _check_choice(tools, choice)
     reply = service.send(
         parent_id, text, params, streams, _shape(service, tools, choice, parallel)
     )
@@ -249,7 +250,6 @@ def answer_calls(
     if reply.role != Role.ASSISTANT or not calls:
         raise ServiceError(f"Node {reply_node} is not a reply that called tools.")
     tools = tool_use.tools_of(path[0].tool_use)
-    turn = TurnResult(user_node=None)
     node, answered = reply_node, 0
     for call in calls:
         found = _result_of(service, node, call["id"])
@@ -261,8 +261,123 @@ def answer_calls(
             f"Every call of node {reply_node} has its result already "
             "(regenerate the reply after them for another answer)."
         )
+    return _answer_and_go_on(
+        service,
+        TurnResult(user_node=None),
+        reply_node,
+        calls[answered:],
+        node,
+        tools,
+        params,
+        streams,
+        runner,
+        decide,
+        step_limit,
+    )
+
+
+def go_on_from_result(
+    service: ConversationService,
+    result_node: int,
+    params: SamplingParams,
+    streams: Streams,
+    runner: ToolRunner,
+    decide: Decide = wait_for_approval,
+    step_limit: int = STEP_LIMIT,
+) -> TurnResult:
+    """Take the loop up below tool result ``result_node`` (an edited result,
+    say, which has nothing below it yet).
+
+    The results on its path since the reply that called answer some of that
+    reply's calls; the others are decided and run in order under
+    ``result_node``, as ``answer_calls`` does them. Once every call has its
+    result, the model replies after the last and the loop goes on as in
+    ``send``.
+    """
+    path = service.path(result_node)
+    if path[-1].role != Role.TOOL:
+        raise ServiceError(f"Node {result_node} is not a tool result.")
+    # The results of one reply's calls hang one under the other below it.
+    index = len(path) - 1
+    while index > 0 and path[index].role == Role.TOOL:
+        index -= 1
+    reply = path[index]
+    calls = tool_use.calls_of(reply.tool_use)
+    if reply.role != Role.ASSISTANT or not calls:
+        raise ServiceError(
+            f"Node {result_node} does not follow a reply that called tools."
+        )
+    answered = {tool_use.answered_call(n.tool_use)[0] for n in path[index + 1 :]}
+    return _answer_and_go_on(
+        service,
+        TurnResult(user_node=None),
+        reply.id,
+        [call for call in calls if call["id"] not in answered],
+        result_node,
+        tool_use.tools_of(path[0].tool_use),
+        params,
+        streams,
+        runner,
+        decide,
+        step_limit,
+    )
+
+
+def regenerate(
+    service: ConversationService,
+    reply_node: int,
+    params: SamplingParams,
+    streams: Streams,
+    runner: ToolRunner,
+    choice: str = "auto",
+    decide: Decide = wait_for_approval,
+    step_limit: int = STEP_LIMIT,
+    parallel: bool = True,
+) -> TurnResult:
+    """A new reply beside ``reply_node`` (a sibling: the reply stays),
+    shaped by the tools of its branch's start and ``choice`` as in ``send``,
+    and the loop after it: a reply that calls again has its calls decided
+    and run, and so on."""
+    path = service.path(reply_node)
+    reply = path[-1]
+    if reply.role != Role.ASSISTANT or reply.parent_id is None:
+        raise ServiceError(f"Node {reply_node} is not an assistant reply.")
+    tools = tool_use.tools_of(path[0].tool_use)
+    _check_choice(tools, choice)
+    again = service.reply(
+        reply.parent_id, params, streams, _shape(service, tools, choice, parallel)
+    )
+    return _go_on(
+        service,
+        TurnResult(user_node=None),
+        again,
+        tools,
+        params,
+        streams,
+        runner,
+        decide,
+        step_limit,
+    )
+
+
+def _answer_and_go_on(
+    service: ConversationService,
+    turn: TurnResult,
+    reply_node: int,
+    calls: list[dict[str, str]],
+    after: int,
+    tools: list[dict[str, Any]],
+    params: SamplingParams,
+    streams: Streams,
+    runner: ToolRunner,
+    decide: Decide,
+    step_limit: int,
+) -> TurnResult:
+    """Answer ``calls`` (those of ``reply_node`` still without a result)
+    under ``after``; then, unless one waits or the turn was stopped, the
+    reply after the last result and the loop from it."""
     last, ending = _run_calls(
-        service, turn, reply_node, calls[answered:], node, runner, decide, streams
+        service, turn, reply_node, calls, after, runner, decide, streams
     )
     if ending is not None:
         turn.ending = ending
@@ -421,6 +536,12 @@ def _stopped(streams: Streams) -> bool:
     return streams.should_stop is not None and streams.should_stop()
 
 
+def _check_choice(tools: list[dict[str, Any]], choice: str) -> None:
+    """Refuse a choice that needs a call where no tool is offered."""
+    if choice not in ("none", "auto") and not tools:
+        raise ServiceError("This conversation's start offers no tools to call.")
+
+
 def _offered(service: ConversationService, node_id: int) -> list[dict[str, Any]]:
     """The tools the start of ``node_id``'s branch offers."""
     return tool_use.tools_of(service.path(node_id)[0].tool_use)
@@ -468,7 +589,10 @@ class Offering:
 
 
 def offering_start(
-    service: ConversationService, node_id: int, tools: list[dict[str, Any]]
+    service: ConversationService,
+    node_id: int,
+    tools: list[dict[str, Any]],
+    servers: Mapping[str, str] | None = None,
 ) -> Offering:
     """Where to continue ``node_id``'s branch with ``tools`` offered.
 
@@ -478,6 +602,10 @@ def offering_start(
     made now, as ``new_system_prompt`` makes it, if the conversation has
     none), where the branch's messages are found, or copied (with their
     calls and results), down to the copy of ``node_id``.
+
+    ``servers`` (offered name -> MCP server name) is stored on a start made
+    now, for the window to name each call's server; it is no part of the
+    offer: a start that offers the same tools is used whatever it says.
     """
     path = service.path(node_id)
     root = path[0]
@@ -494,7 +622,7 @@ def offering_start(
     )
     made = start is None
     if start is None:
-        start = service.new_system_prompt(conversation, root.text, tools)
+        start = service.new_system_prompt(conversation, root.text, tools, servers)
     node, copied = start, []
     for message in path[1:]:
         child = next(

@@ -307,7 +307,7 @@ def serve(
         pass  # the window is gone
     finally:
         try:
-            runner.close()
+            runner.shutdown()  # the model freed, its MCP servers stopped
         except StorageUnavailable as exc:  # nobody is left to tell
             log.error("checkpoints not written at the end: %s", exc)
         db.close()

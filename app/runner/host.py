@@ -91,6 +91,10 @@ class EngineHost:
                 had_model = child.has_model
                 self._end_child()
                 return self._lost_unless_loaded(self.local.run(job), had_model)
+            case jobs.SaveToolServers() if child is not None:
+                # Stored by the child; the sessions here follow the new list.
+                self.local.tools.close()
+                return self._in_child(child, job)
             case jobs.ServeRequest() if child is not None:
                 if job.future.set_running_or_notify_cancel():
                     job.future.set_exception(BackendError(NOT_ON_WORKERS))
@@ -105,6 +109,12 @@ class EngineHost:
         ``StorageUnavailable`` if a write here failed."""
         self._end_child()
         self.local.close()
+
+    def shutdown(self) -> None:
+        """End for good: ``close``, and the MCP servers started here stop
+        (``close`` alone keeps them: a model load on workers calls it)."""
+        self._end_child()
+        self.local.shutdown()
 
     def _load_on_workers(self, job: jobs.LoadModel) -> JobResult:
         """Load ``job``'s model in a child process: the one running on the

@@ -9,6 +9,10 @@ stops when ``Reports.should_stop`` says so. It runs wherever it is put: on
 the window's engine thread (``app/qt/workers/engine_worker.py`` turns the
 callbacks into signals) or in a child process of its own
 (``app/runner/child_process.py``, when the model is placed on workers).
+
+Tool jobs (``SendWithTools`` and the others that take the tool loop up)
+run on the MCP servers of its ``ToolSessions``, which outlive model loads;
+``shutdown`` stops them with the model when the runner ends for good.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from app.conversation.errors import USER_ERRORS
 from app.conversation.results import Reply
 from app.conversation.service import ConversationService
 from app.conversation.streams import AlternativeStreams, Streams
+from app.conversation.tool_loop import Ending
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.preferences import save_preferences
+from app.runner.tool_sessions import ToolSessions, offers_tools, run_tool_job
 from app.window import jobs
 from app.window.job_results import (
     Counted,
@@ -96,6 +102,9 @@ class JobRunner:
         self._db = db
         self._reports = reports
         self.service = ConversationService(db)
+        # Not the service's: a model load replaces the service, and must
+        # not restart the servers.
+        self.tools = ToolSessions(db)
 
     def loaded(self) -> jobs.LoadModel | None:
         """The load that would bring the loaded model back (None: none loaded)."""
@@ -149,6 +158,15 @@ class JobRunner:
         finally:
             if old.engine is not None:
                 old.engine.close()
+
+    def shutdown(self) -> None:
+        """End for good: ``close``, and the MCP servers stop. Raises
+        ``StorageUnavailable`` if a checkpoint write failed (the servers
+        stop all the same)."""
+        try:
+            self.close()
+        finally:
+            self.tools.close()
 
     def context(self) -> tuple[int, int]:
         """How full the engine's context is: tokens held, and its size."""
@@ -228,6 +246,18 @@ class JobRunner:
                 return self._serve(job)
             case jobs.RegenerateParallel():
                 return self._alternatives(job)
+            case jobs.SaveToolServers(servers=servers):
+                self.tools.save(servers)
+                return Done(job)
+            case jobs.Regenerate(node_id=node_id) if offers_tools(service, node_id):
+                return self._tool_turn(job)
+            case (
+                jobs.SendWithTools()
+                | jobs.AnswerCalls()
+                | jobs.EditCallArguments()
+                | jobs.EditToolResult()
+            ):
+                return self._tool_turn(job)
             case (
                 jobs.Send()
                 | jobs.Edit()
@@ -337,12 +367,7 @@ class JobRunner:
         | jobs.GenerateReply
         | jobs.ContinueReply,
     ) -> Replied:
-        reports = self._reports
-        streams = Streams(
-            on_token=reports.on_token,
-            on_thinking=reports.on_thinking,
-            should_stop=reports.should_stop,
-        )
+        streams = self._streams()
         service = self.service
         match job:
             case jobs.Send(parent_id=parent, text=text, params=params):
@@ -358,6 +383,44 @@ class JobRunner:
             case _:  # _dispatch sends only these five
                 assert_never(job)
         return self._replied(job, [reply], job.budget_bytes)
+
+    def _streams(self) -> Streams:
+        reports = self._reports
+        return Streams(
+            on_token=reports.on_token,
+            on_thinking=reports.on_thinking,
+            should_stop=reports.should_stop,
+        )
+
+    def _tool_turn(
+        self,
+        job: jobs.SendWithTools
+        | jobs.AnswerCalls
+        | jobs.EditCallArguments
+        | jobs.EditToolResult
+        | jobs.Regenerate,
+    ) -> Replied:
+        """Run a tool job's turn (``app.runner.tool_sessions``); a turn
+        stopped after its last reply (while a tool ran) ends as a Stop."""
+        done = run_tool_job(self.service, self.tools, job, self._streams())
+        turn = done.turn
+        last = turn.last_reply
+        if turn.ending == Ending.STOPPED and (
+            last is None or done.last_node != last.assistant_node
+        ):
+            # What it stored stays: the calls, and a stopped call's result.
+            raise Interrupted("Stopped while a tool ran; its call is kept.")
+        replied = self._replied(job, turn.replies, job.budget_bytes)
+        return replace(
+            replied,
+            nodes=done.nodes,
+            ending=str(done.turn.ending),
+            shown_node=done.last_node,
+            calls=done.calls,
+            unavailable=done.unavailable,
+            conversation=done.conversation_id,
+            context=self.context(),
+        )
 
     def _alternatives(self, job: jobs.RegenerateParallel) -> Replied:
         replies = self.service.regenerate_parallel(

@@ -10,7 +10,7 @@ matches on the type and mypy checks what it reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from app.window import jobs
 
@@ -69,7 +69,15 @@ class ModelLoaded:
 @dataclass(frozen=True)
 class Replied:
     """A job that generated: its replies (the first is the one shown; several
-    when alternatives were generated together)."""
+    when alternatives were generated together).
+
+    A tool turn (``SendWithTools``, ``AnswerCalls``, ``EditCallArguments``,
+    ``EditToolResult``, a ``Regenerate`` where the start offers tools) has
+    ``ending`` set: its ``replies`` are those it generated, in order (the
+    last is shown), and none where it only stored results before a call
+    that waits; ``nodes`` every node it made; ``shown_node`` the node it
+    ended on (a reply, or a result whose next call waits).
+    """
 
     job: jobs.Job
     replies: tuple[Reply, ...]
@@ -78,31 +86,57 @@ class Replied:
     # The conversation's tree after the reply, checkpoints written: read on
     # the engine thread, which is idle then, so that the window need not.
     tree: TreeSnapshot | None = None
+    # --- a tool turn's (``app.conversation.tool_loop``) ---
+    # Every node it made, in order: a start made for the tools and the
+    # branch copied under it first, then the messages, replies and results.
+    nodes: tuple[int, ...] = ()
+    # Why it ended: an ``Ending`` value ("answered", "needs_approval",
+    # "step_limit", "stopped"); None for a job without tools.
+    ending: str | None = None
+    # The node the turn ended on: where the conversation stands now.
+    shown_node: int | None = None
+    # Each call of the turn and what became of it: ``CallRecord.as_dict()``
+    # with "server" (the MCP server of the tool; None: none offered).
+    calls: tuple[dict[str, Any], ...] = ()
+    # The enabled servers whose tools could not be offered: (name, why).
+    unavailable: tuple[tuple[str, str], ...] = ()
+    # Where a tool turn generated no reply: its conversation, and the
+    # context's tokens and size as they stand.
+    conversation: int | None = None
+    context: tuple[int, int] = (0, 0)
 
     @property
     def reply(self) -> Reply:
-        """The reply shown."""
-        return self.replies[0]
+        """The reply shown: the first (of alternatives), or a tool turn's
+        last. ``LookupError`` for a tool turn that generated none."""
+        if not self.replies:
+            raise LookupError("This tool turn generated no reply (see nodes).")
+        return self.replies[-1] if self.ending is not None else self.replies[0]
 
     @property
     def conversation_id(self) -> int:
         """The conversation replied in."""
+        if self.conversation is not None:
+            return self.conversation
         return self.reply.conversation_id
 
     @property
     def node_id(self) -> int:
-        """The reply shown, the conversation's active node now."""
+        """The node shown, the conversation's active node now: a tool turn's
+        last node, else the reply shown."""
+        if self.shown_node is not None:
+            return self.shown_node
         return self.reply.assistant_node
 
     @property
     def context_tokens(self) -> int:
         """Tokens the context holds after the reply."""
-        return self.reply.stats.context_tokens
+        return self.reply.stats.context_tokens if self.replies else self.context[0]
 
     @property
     def n_ctx(self) -> int:
         """The context's size."""
-        return self.reply.stats.n_ctx
+        return self.reply.stats.n_ctx if self.replies else self.context[1]
 
 
 @dataclass(frozen=True)
@@ -181,6 +215,10 @@ def result_type_of(job: jobs.Job) -> type[Succeeded]:
             | jobs.RegenerateParallel()
             | jobs.GenerateReply()
             | jobs.ContinueReply()
+            | jobs.SendWithTools()
+            | jobs.AnswerCalls()
+            | jobs.EditCallArguments()
+            | jobs.EditToolResult()
         ):
             return Replied
         case (
@@ -204,6 +242,7 @@ def result_type_of(job: jobs.Job) -> type[Succeeded]:
             | jobs.RenameConversation()
             | jobs.SavePreferences()
             | jobs.ServeRequest()
+            | jobs.SaveToolServers()
         ):
             return Done
         case _:

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.mcp.config import ServerConfig
 from app.preferences import Preferences
 
 
@@ -79,11 +80,17 @@ class Edit:
 
 @dataclass(frozen=True)
 class Regenerate:
-    """A new reply beside assistant message ``node_id``."""
+    """A new reply beside assistant message ``node_id``.
+
+    In a branch whose start offers tools the reply may call them, as
+    ``SendWithTools``'s does (``tool_choice`` likewise), and the tool loop
+    goes on after it; elsewhere ``tool_choice`` is not read.
+    """
 
     node_id: int
     params: SamplingParams
     budget_bytes: int | None = None
+    tool_choice: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,71 @@ class GenerateReply:
     node_id: int
     params: SamplingParams
     budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SendWithTools:
+    """A user message under ``parent_id`` with the enabled MCP servers' tools
+    offered, and the tool loop after it (``app.conversation.tool_loop``).
+
+    The branch goes on under a start that offers those tools (found, or
+    made with the branch copied under it). A call whose tool's permission
+    is "always" runs, "never" is denied, "ask" waits: the turn ends with
+    ``Ending.NEEDS_APPROVAL`` and ``AnswerCalls`` takes it up. ``tool_choice``
+    shapes the first reply: ``"auto"`` (the model decides), ``"required"``
+    (a call), ``"none"`` or a tool's offered name.
+    """
+
+    parent_id: int
+    text: str
+    params: SamplingParams
+    budget_bytes: int | None = None
+    tool_choice: str = "auto"
+
+
+@dataclass(frozen=True)
+class AnswerCalls:
+    """The user's decisions on the calls of reply ``node_id`` that have no
+    result yet: each ``(call_id, "run" | "deny")``; a call not named waits
+    (and so do those after it). The loop goes on after the results."""
+
+    node_id: int
+    decisions: tuple[tuple[str, str], ...]
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class EditCallArguments:
+    """A sibling of reply ``node_id`` whose call ``call_id`` has
+    ``arguments`` (the JSON text of an object) instead: that call runs, the
+    others are decided as their permissions say, and the loop goes on."""
+
+    node_id: int
+    call_id: str
+    arguments: str
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class EditToolResult:
+    """A sibling of tool result ``node_id`` that reads ``text``, and the loop
+    going on from it: the reply's later calls are answered (one that asks
+    waits), then the model replies."""
+
+    node_id: int
+    text: str
+    params: SamplingParams
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SaveToolServers:
+    """Store ``servers`` as the user's MCP servers; the servers running are
+    stopped, so that the next tool use starts them as configured now."""
+
+    servers: tuple[ServerConfig, ...]
 
 
 @dataclass(frozen=True)
@@ -244,6 +316,11 @@ Job = (
     | CountTokens
     | ContinueReply
     | ServeRequest
+    | SendWithTools
+    | AnswerCalls
+    | EditCallArguments
+    | EditToolResult
+    | SaveToolServers
 )
 
 
@@ -257,6 +334,10 @@ def is_generating(job: Job | None) -> bool:
             | RegenerateParallel()
             | GenerateReply()
             | ContinueReply()
+            | SendWithTools()
+            | AnswerCalls()
+            | EditCallArguments()
+            | EditToolResult()
         ):
             return True
         case _:

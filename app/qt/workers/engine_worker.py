@@ -130,7 +130,7 @@ class EngineWorker(QObject):
     def shut_down(self) -> None:
         """Free the model and end the thread's event loop (runs on the thread)."""
         try:
-            self.close()
+            self._host.shutdown()  # the model freed, the MCP servers stopped
         except StorageUnavailable as exc:  # nobody is left to tell
             log.error("checkpoints not written at shutdown: %s", exc)
         quit_current_thread()
