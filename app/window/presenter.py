@@ -27,8 +27,9 @@ from app.conversation.titles import title_from
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.library.catalog import shipped_catalog
 from app.library.units import format_bytes
+from app.mcp.config import STEP_LIMIT, ServerConfig, load_servers
 from app.preferences import Preferences
-from app.window import jobs
+from app.window import jobs, tool_turns
 from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.window.job_results import (
     Counted,
@@ -94,6 +95,10 @@ def busy_text(job: jobs.Job) -> str | None:
             return "Summarizing this branch…"
         case jobs.ServeRequest():
             return "Serving a request (local server)…"
+        case jobs.AnswerCalls() | jobs.EditCallArguments():
+            return "Running the tool…"
+        case jobs.SaveToolServers():
+            return None
         case _ if jobs.is_generating(job):
             return "Generating…"
         case _:
@@ -154,6 +159,15 @@ def failure_title(job: jobs.Job) -> str:
             return "Cannot clear checkpoints"
         case jobs.ServeRequest():
             return "Could not answer the local server's request"
+        case jobs.SaveToolServers():
+            return "Could not save the tool servers"
+        case (
+            jobs.SendWithTools()
+            | jobs.AnswerCalls()
+            | jobs.EditCallArguments()
+            | jobs.EditToolResult()
+        ):
+            return "Could not go on with the tools"
         case (
             jobs.Send()
             | jobs.Edit()
@@ -354,6 +368,13 @@ class WindowPresenter:
         # After the engine's process ended (a worker lost): the model and
         # settings it ran, to load again where the user chooses.
         self.after_loss: LostEngine | None = None
+        # Whether the next message offers the tools of the enabled MCP
+        # servers (the composer's Tools menu: "off", "auto" for the model to
+        # decide, "required" for a first reply that calls one), whether any
+        # server is enabled, and the start whose offer the menu last followed.
+        self.tool_choice = "off"
+        self.tools_available = self._any_tool_server()
+        self._tools_start: int | None = None
 
     # --- state --------------------------------------------------------------------
 
@@ -607,8 +628,14 @@ class WindowPresenter:
         if editing is not None and editing in self.snapshot:
             if not text:
                 return False
-            parent = self.snapshot.nodes[editing].parent_id
-            assert parent is not None  # a user message is never the root
+            edited = self.snapshot.nodes[editing]
+            parent = edited.parent_id
+            assert parent is not None  # a message is never the root
+            if edited.role == Role.TOOL:
+                # An edited result: a sibling the model goes on from.
+                result = jobs.EditToolResult(editing, text, self._sampling(), budget)
+                self._begin_generation(result, parent, None)
+                return True
             job: jobs.Job = jobs.Edit(editing, text, self._sampling(), budget)
             self._begin_generation(job, parent, text)
             return True
@@ -619,7 +646,12 @@ class WindowPresenter:
             return False
         if not text:
             return False
-        job = jobs.Send(self.active_id, text, self._sampling(), budget)
+        if self.tools_on:
+            job = jobs.SendWithTools(
+                self.active_id, text, self._sampling(), budget, self.tool_choice
+            )
+        else:
+            job = jobs.Send(self.active_id, text, self._sampling(), budget)
         self._name_after(text)
         self._begin_generation(job, self.active_id, text)
         return True
@@ -705,6 +737,72 @@ class WindowPresenter:
             self._parent(node_id),
             None,
         )
+
+    # --- tools ----------------------------------------------------------------------
+
+    @property
+    def tools_on(self) -> bool:
+        """Whether the next message offers the enabled servers' tools."""
+        return self.tool_choice != "off" and self.tools_available
+
+    def set_tools(self, choice: str) -> None:
+        """The composer's Tools menu: ``"off"``, ``"auto"`` (the model
+        decides) or ``"required"`` (the message's first reply calls a tool)."""
+        self.tool_choice = choice
+        self.view.state_changed()
+
+    def run_call(self, node_id: int, call_id: str) -> None:
+        """Run the waiting call ``call_id`` of reply ``node_id`` (the user
+        said yes), and go on."""
+        self._answer_calls(node_id, call_id, "run")
+
+    def deny_call(self, node_id: int, call_id: str) -> None:
+        """Deny the waiting call ``call_id`` of reply ``node_id``: the model
+        reads that it was not run, and goes on."""
+        self._answer_calls(node_id, call_id, "deny")
+
+    def run_edited_call(self, node_id: int, call_id: str, arguments: str) -> None:
+        """Run call ``call_id`` of reply ``node_id`` with ``arguments``
+        instead: a sibling reply holds the edited call; nothing is erased."""
+        if not self.can_reply or node_id not in self.snapshot:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        job = jobs.EditCallArguments(
+            node_id, call_id, arguments, self._sampling(), budget
+        )
+        self._begin_generation(job, self._parent(node_id), None)
+
+    def save_tool_servers(self, servers: list[ServerConfig]) -> None:
+        """Store the MCP servers as Settings → Tools left them."""
+        self.engine.submit(jobs.SaveToolServers(tuple(servers)))
+        self.tools_available = any(server.enabled for server in servers)
+        self.view.state_changed()
+
+    def _answer_calls(self, node_id: int, call_id: str, decision: str) -> None:
+        if not self.can_reply or node_id not in self.snapshot:
+            return
+        budget = self.prefs.checkpoint_budget_bytes
+        job = jobs.AnswerCalls(
+            node_id, ((call_id, decision),), self._sampling(), budget
+        )
+        self._begin_generation(job, node_id, None)
+
+    def _any_tool_server(self) -> bool:
+        try:
+            return any(server.enabled for server in load_servers(self.db))
+        except StorageUnavailable:
+            return False
+
+    def _follow_tools_offer(self, node_id: int | None) -> None:
+        """On a branch of another start, the Tools switch shows whether that
+        start offers tools (a switch turned on stays on along its branch)."""
+        if node_id is None or node_id not in self.snapshot:
+            return
+        start = self.snapshot.path(node_id)[0]
+        if start != self._tools_start:
+            self._tools_start = start
+            offered = tool_turns.offers_tools(self.snapshot, node_id)
+            self.tool_choice = "auto" if offered else "off"
 
     def regenerate_last(self) -> None:
         """Regenerate the last reply on the active path."""
@@ -996,6 +1094,7 @@ class WindowPresenter:
             node_id = self.snapshot.root_id
         self.active_id = node_id
         self.stream_shown = False
+        self._follow_tools_offer(node_id)
         self.view.show_path(node_id, follow)
         return node_id
 
@@ -1120,11 +1219,14 @@ class WindowPresenter:
             self.view.show_generating(stream.conversation_id, None)
         replied = result if isinstance(result, Replied) else None
         failed = result if isinstance(result, Failed) else None
-        reply = replied.reply if replied is not None else None
+        # A tool turn may end without a new reply (its next call asks first).
+        reply = replied.reply if replied is not None and replied.replies else None
         target: int | None = None
-        if reply is not None:
-            self.view.show_reply_stats(reply.stats)
-            target = reply.assistant_node
+        if replied is not None:
+            if reply is not None:
+                self.view.show_reply_stats(reply.stats)
+            # A tool turn ends where it stopped (a waiting call, a result).
+            target = replied.node_id
         elif failed is not None and failed.stopped:
             # Stopped before the reply began: the user's message is stored,
             # without a reply; it is where the conversation stands now.
@@ -1175,7 +1277,7 @@ class WindowPresenter:
         # Same path, now complete: a user reading higher up stays there. The
         # job stored it as the place to reopen already: nothing to write.
         self._show_active(target, follow=False)
-        if replied is not None and len(replied.replies) > 1:
+        if replied is not None and isinstance(replied.job, jobs.RegenerateParallel):
             # Made together: side by side, to keep one (the first is active).
             self.view.offer_choice(
                 [(r.assistant_node, r.text) for r in replied.replies]
@@ -1193,6 +1295,10 @@ class WindowPresenter:
         elif (failed is not None and failed.context_full) or cut:
             message = failed.error if failed is not None else ""
             self._offer_ways_on(message or "The reply was cut off.")
+        if replied is not None:
+            said = tool_turns.ending_text(replied.ending, STEP_LIMIT)
+            if said is not None:
+                self.view.show_message(said)
 
     def _earlier_messages(self, stream: ReplyStream) -> bool:
         """Whether the message of ``stream`` follows earlier messages (not

@@ -216,6 +216,34 @@ def test_the_status_bar_speaks_of_the_conversation_shown(qtbot, make_window):
     assert status.restore_label.text().startswith(("Read ", "Resumed ", "Already"))
 
 
+def test_the_restore_figures_leave_once_they_are_no_longer_true(
+    qtbot, make_window
+):
+    """A move's figures ("Resumed instantly · 4 ms") describe how the shown
+    place was reached: a reply since, or another model, makes them stale."""
+    window = make_window()
+    status = window.status
+    send(qtbot, window, "hello")
+    first = window.active_id
+    send(qtbot, window, "again")
+    window.presenter.choose_node(first)
+    wait_idle(qtbot, window)
+    assert status.restore_label.text() != ""
+    send(qtbot, window, "on from here")  # goes on from the context as it is
+    assert status.restore_label.text() == ""
+    window.presenter.choose_node(first)
+    wait_idle(qtbot, window)
+    assert status.restore_label.text() != ""
+    # Another model: the figures go with the old one; a restore on the new
+    # one may then say its own.
+    said: list[str] = []
+    clear, set_restore = status.clear_restore, status.set_restore
+    status.clear_restore = lambda: (said.append("cleared"), clear())
+    status.set_restore = lambda stats: (said.append("restored"), set_restore(stats))
+    _reload_with(qtbot, window, n_batch=64)
+    assert said[:1] == ["cleared"]
+
+
 def test_continue_goes_on_from_a_reply_at_the_length_limit(qtbot, make_window):
     window = make_window()
     window.prefs = replace(

@@ -14,13 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
-from PySide6.QtGui import QDropEvent, QResizeEvent
+from PySide6.QtGui import QAction, QActionGroup, QDropEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QBoxLayout,
     QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QToolButton,
@@ -48,6 +49,24 @@ EDIT_HINT = (
 NARROW_WIDTH = 400
 WIDE_MARGIN = 24
 NARROW_MARGIN = 16
+
+
+# The Tools menu: whether the next message offers the MCP servers' tools.
+TOOL_CHOICES = {
+    "off": "No tools",
+    "auto": "Offer tools: the model decides",
+    "required": "Offer tools: the reply must call one (for small models)",
+}
+TOOL_BUTTON_TEXTS = {
+    "off": "Tools: off",
+    "auto": "Tools",
+    "required": "Tools: must call",
+}
+TOOLS_ON_TOOLTIP = (
+    "Let the model call the tools of your enabled MCP servers. Each call asks "
+    "you first unless its tool is set to Always allow (Settings → Tools)."
+)
+TOOLS_NONE_TOOLTIP = "Add an MCP server in Settings → Tools to give the model tools."
 
 
 def dropped_files(event: QDropEvent) -> list[Path]:
@@ -78,6 +97,9 @@ class Composer(QWidget):
     reasoning_changed(object)
         The user chose a reasoning setting: one of the model's choices, or
         None for the template's default.
+    tools_changed(str)
+        The user chose in the Tools menu: ``"off"``, ``"auto"`` (the model
+        decides) or ``"required"`` (the first reply calls a tool).
     """
 
     send_clicked = Signal()
@@ -87,6 +109,7 @@ class Composer(QWidget):
     attachment_removed = Signal(str)
     edit_cancelled = Signal()
     reasoning_changed = Signal(object)
+    tools_changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -176,6 +199,27 @@ class Composer(QWidget):
         reasoning.addWidget(self.reasoning_label)
         reasoning.addWidget(self.reasoning_box)
         footer.addLayout(reasoning)
+        # Whether the model may call the enabled MCP servers' tools
+        # (Settings → Tools). "triggered", not "toggled": showing a
+        # branch's offer is not a request.
+        self.tools_button = QToolButton()
+        self.tools_button.setObjectName("ToolsButton")
+        self.tools_button.setAutoRaise(True)
+        self.tools_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.tools_button)
+        choices = QActionGroup(menu)
+        self._tool_actions: dict[str, QAction] = {}
+        for choice, label in TOOL_CHOICES.items():
+            action = menu.addAction(label)
+            action.setCheckable(True)
+            action.setActionGroup(choices)
+            action.triggered.connect(
+                lambda _checked=False, chosen=choice: self.tools_changed.emit(chosen)
+            )
+            self._tool_actions[choice] = action
+        self.tools_button.setMenu(menu)
+        footer.addWidget(self.tools_button)
+        self.set_tools("off", available=False)
         # Below the hint, at the left rather than stretched across.
         footer.setAlignment(reasoning, Qt.AlignmentFlag.AlignLeft)
         outer.addLayout(footer)
@@ -270,6 +314,17 @@ class Composer(QWidget):
         """
         index = self.reasoning_box.findData(choice or "")
         self.reasoning_box.setCurrentIndex(max(index, 0))
+
+    def set_tools(self, choice: str, available: bool) -> None:
+        """Show the Tools menu's choice (``TOOL_CHOICES``), and whether any
+        MCP server is enabled to offer tools (without requesting anything)."""
+        shown = choice if available else "off"
+        self._tool_actions[shown].setChecked(True)
+        self.tools_button.setText(TOOL_BUTTON_TEXTS[shown])
+        self.tools_button.setEnabled(available)
+        self.tools_button.setToolTip(
+            TOOLS_ON_TOOLTIP if available else TOOLS_NONE_TOOLTIP
+        )
 
     def begin_edit(self, node_id: int, text: str) -> None:
         """Put a user message in the editor to send as its edited sibling

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from app.backend.values import ModelInfo
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.library.installed import models_dir_for
+from app.mcp.config import ServerConfig, load_servers
 from app.preferences import LocalServerPrefs, Preferences
 from app.qt.models.conversation_list import ConversationListModel
 from app.qt.models.conversation_tree import ConversationTreeModel
@@ -60,8 +61,10 @@ from app.qt.workers.library_worker import ModelServices
 from app.text.attachments import AttachmentError, read_attachment, split
 from app.window.actions import SHORTCUTS_HELP
 from app.window.presenter import WayOn, WindowPresenter
+from app.window.tool_turns import waiting_calls
 from storage.catalog import ConversationRecord
 from storage.db import Database
+from storage.errors import StorageUnavailable
 from storage.values import Role
 
 if TYPE_CHECKING:
@@ -189,6 +192,10 @@ class MainWindow(QMainWindow):
         self.transcript.alternatives_requested.connect(presenter.alternatives)
         self.transcript.branch_requested.connect(presenter.choose_node)
         self.transcript.example_chosen.connect(self._on_transcript_example_chosen)
+        self.transcript.run_call_requested.connect(presenter.run_call)
+        self.transcript.deny_call_requested.connect(presenter.deny_call)
+        self.transcript.run_edited_call_requested.connect(presenter.run_edited_call)
+        self.composer.tools_changed.connect(presenter.set_tools)
         self.composer.send_clicked.connect(self.send)
         self.composer.attach_clicked.connect(self.ask_attachments)
         self.composer.files_dropped.connect(self.attach_files)
@@ -368,10 +375,16 @@ class MainWindow(QMainWindow):
         self.status.set_context(stats.context_tokens, stats.n_ctx)
         if stats.restored_tokens or stats.reprocessed_tokens:
             self.status.set_restore(stats)
+        else:
+            # The reply went on from where the last move left the context:
+            # that move's figures describe a place the user has left.
+            self.status.clear_restore()
 
     def model_loaded(self, info: ModelInfo, n_ctx: int) -> None:
         """Show the loaded model, its reasoning choices and the chat."""
         self.status.set_model(info)
+        # The last move was made on the model before.
+        self.status.clear_restore()
         self.transcript.set_model(info)
         self.composer.set_reasoning_choices(
             info.reasoning_choices, info.reasoning_default
@@ -487,6 +500,8 @@ class MainWindow(QMainWindow):
         self.tree_panel.delete_button.setEnabled(presenter.writable)
         self.composer.reasoning_box.setEnabled(presenter.writable)
         self.transcript.set_actions_enabled(presenter.can_reply)
+        self.transcript.set_tool_actions_enabled(presenter.can_reply)
+        self.composer.set_tools(presenter.tool_choice, presenter.tools_available)
 
     # --- actions and requests that ask the user first -----------------------------
 
@@ -724,9 +739,22 @@ class MainWindow(QMainWindow):
             folder_for=self._model_folder,
             loaded=self.model_info,
             default_models_dir=str(models_dir_for(library.data_dir, None)),
+            tool_servers=self._tool_servers(),
         )
         if dialog.exec() == SettingsDialog.DialogCode.Accepted:
             self.apply_preferences(dialog.preferences())
+            servers = dialog.tool_servers()
+            if servers is not None:
+                self.presenter.save_tool_servers(servers)
+
+    def _tool_servers(self) -> list[ServerConfig]:
+        """The MCP servers as stored (none when the database cannot be read:
+        the dialog opens anyway)."""
+        try:
+            return load_servers(self.db)
+        except StorageUnavailable as exc:
+            show_error(self, "Cannot read the tool servers", str(exc))
+            return []
 
     def open_storage(self) -> None:
         """Show what checkpoints cost; evict or clear them, set the budget."""
@@ -850,6 +878,7 @@ class MainWindow(QMainWindow):
         """Show the path to ``node_id`` with the reasoning of its replies."""
         snapshot = self.presenter.snapshot
         path = snapshot.path(node_id)
+        self.transcript.set_waiting_calls(waiting_calls(snapshot, node_id))
         self.transcript.show_path(
             snapshot.transcript(node_id),
             {n: snapshot.siblings(n) for n in path},

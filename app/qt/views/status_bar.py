@@ -256,6 +256,12 @@ class ArborStatusBar(QStatusBar):
             "of reading the conversation again."
         )
 
+    def clear_restore(self) -> None:
+        """Forget the last move's figures: what is shown now was not reached
+        by it (a reply since, another model)."""
+        self.restore_label.setText("")
+        self.restore_label.set_detail("")
+
     def set_speed(self, tokens_per_second: float) -> None:
         """Show the last reply's generation speed (none: nothing)."""
         self.speed_label.setText(
@@ -265,8 +271,7 @@ class ArborStatusBar(QStatusBar):
     def clear_figures(self) -> None:
         """Forget the last move's and reply's figures and the context's (another
         conversation is shown: they were about the one before)."""
-        self.restore_label.setText("")
-        self.restore_label.set_detail("")
+        self.clear_restore()
         self.speed_label.setText("")
         # The context holds the conversation before until a restore moves it.
         self.context_label.setText("")
