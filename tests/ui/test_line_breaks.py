@@ -123,3 +123,12 @@ def test_a_sent_poem_shows_its_lines_in_the_transcript(qtbot, make_window):
     assert card.body.document().firstBlock().text() == (
         f"Roses are red,{LINE}violets are blue."
     )
+
+
+def test_raw_html_in_a_reply_is_shown_as_text_not_read_as_markup(qapp):
+    """A small model's stray tag ("</thead>") once swallowed every line
+    after it: the reply showed as a blank card."""
+    blocks = _blocks('{"time": "14:05"}</thead>\nIt is 14:05 in Tokyo.\n\n<b>bold?</b>')
+    shown = "\n".join(blocks)
+    assert "</thead>" in shown and "It is 14:05 in Tokyo." in shown
+    assert "<b>bold?</b>" in shown

@@ -48,7 +48,13 @@ from PySide6.QtGui import (
 # A code fence: three or more backticks or tildes, indented by at most three
 # spaces, then the info string (the language).
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-_FEATURES = QTextDocument.MarkdownFeature.MarkdownDialectGitHub
+# Raw HTML is shown as the text it is, not read as markup: a model's stray
+# tag (a lone "</thead>") made Qt drop every line after it, so a long reply
+# showed as a blank card.
+_FEATURES = QTextDocument.MarkdownFeature(
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value
+    | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
+)
 # md4c's MD_FLAG_HARD_SOFT_BREAKS: Qt hands its feature bits to md4c as they
 # are (its flags are md4c's), but gives this one no name.
 _HARD_SOFT_BREAKS = QTextDocument.MarkdownFeature(0x8000)
