@@ -306,7 +306,11 @@ class MainWindow(QMainWindow):
 
     def begin_reply(self, prefix_id: int, pending_text: str | None, n: int) -> None:
         """Show the path to ``prefix_id`` and room for the reply (or ``n`` of them)."""
-        self._show_transcript(prefix_id, follow=True)
+        # What the status bar said of the last reply (a call that asks, the
+        # step limit) is answered by this one.
+        self.status.clearMessage()
+        # No call waits while a job runs: the one asked about is being run.
+        self._show_transcript(prefix_id, follow=True, waiting=False)
         if n:
             self.transcript.begin_alternatives(n)
         else:
@@ -874,11 +878,16 @@ class MainWindow(QMainWindow):
         if self.model_info is None and self.presenter.loading_model is None:
             self.load_model(Path(path))
 
-    def _show_transcript(self, node_id: int, follow: bool) -> None:
-        """Show the path to ``node_id`` with the reasoning of its replies."""
+    def _show_transcript(
+        self, node_id: int, follow: bool, waiting: bool = True
+    ) -> None:
+        """Show the path to ``node_id`` with the reasoning of its replies (and
+        the calls that wait for the user, unless ``waiting`` is False)."""
         snapshot = self.presenter.snapshot
         path = snapshot.path(node_id)
-        self.transcript.set_waiting_calls(waiting_calls(snapshot, node_id))
+        self.transcript.set_waiting_calls(
+            waiting_calls(snapshot, node_id) if waiting else {}
+        )
         self.transcript.show_path(
             snapshot.transcript(node_id),
             {n: snapshot.siblings(n) for n in path},

@@ -369,6 +369,8 @@ class MessageCard(QFrame):
                 self.body.setHtml("<i>(no answer: the reply ended while thinking)</i>")
             elif self.role == Role.ROOT:  # a start of several, with no prompt
                 self.body.setHtml("<i>(none: the model's own default)</i>")
+            elif tool_uses.calls_of(self._tool_use):
+                self.body.hide()  # a reply that only calls: its calls say it
             else:
                 self.body.setHtml("<i>(empty)</i>")
             return
@@ -430,6 +432,8 @@ class MessageCard(QFrame):
             self._layout.insertWidget(self._layout.indexOf(below) + 1, self.tool_calls)
         self.tool_calls.node_id = self.node_id
         self.tool_calls.set_calls(calls, self._servers)
+        if not self.text.strip() and self.thinking_section is None:
+            self.body.hide()  # a reply that only calls: no "(empty)" above
 
     def _show_result(self) -> None:
         """A tool's result in place of the Markdown body."""
