@@ -246,6 +246,10 @@ class LlamaEngine:
             reasoning_default=(
                 self.reasoning_switch.default if self.reasoning_switch else None
             ),
+            # Learned now (a few renders of the template, tens of ms) rather
+            # than at the first tool turn, so the window can say beforehand
+            # that tools will use the generic format.
+            tool_format=self.chat_format.tool_syntax.kind,
             offloaded_layers=self.placement.offloaded_layers,
             offloadable_layers=self.placement.offloadable_layers,
             gpu_bytes=sum(self.placement.device_bytes.values()),

@@ -193,6 +193,11 @@ class ModelInfo:
     reasoning_format: str = "none"  # how replies separate thinking from answer
     reasoning_choices: tuple[str, ...] = ()  # the template's reasoning switch
     reasoning_default: str | None = None
+    # How tools are called: "native" (the template writes tool calls, and
+    # replies use the model's own syntax) or "generic" (it writes none: a
+    # generic JSON format, which small models may follow poorly). "" where
+    # whoever built this did not learn it.
+    tool_format: str = ""
     context_note: str = ""  # why n_ctx is not the size asked for, when it is not
     # The file's content identity (``model_file.content_identity``): which
     # model a conversation was made with, whatever the file is called.

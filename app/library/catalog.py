@@ -1,5 +1,12 @@
 """The curated catalog: a handful of well-known instruct models, shipped as
-data in ``resources/models/catalog.json`` and read here."""
+data in ``resources/models/catalog.json`` and read here.
+
+The file says where each of its claims comes from (``provenance``): the
+entries were written offline, and each entry's ``tools`` mark was learned by
+Arbor's own tool-syntax learning from llama.cpp's reference template of the
+entry's family (``tools_template``), which ``tests/test_catalog_tools.py``
+repeats, so a wrong mark fails there.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,11 @@ from app.platform.assets import get_asset
 
 CATALOG_ASSET = "models/catalog.json"
 
+# What an entry's ``tools`` may say: its family's template writes tool calls
+# (Arbor reads the model's own syntax), it writes none (Arbor's generic JSON
+# format), or no reference template of the family was at hand to tell.
+TOOLS_MARKS = ("native", "generic", "unknown")
+
 
 class CatalogError(ValueError):
     """The catalog file is malformed: a packaging bug, named precisely."""
@@ -28,6 +40,14 @@ class CatalogEntry:
     the memory a model needs can be told before it is downloaded.
     ``welcome_rank`` orders the models the first start offers (None: not
     offered there).
+
+    ``tools`` is one of :data:`TOOLS_MARKS`, learned from the llama.cpp
+    reference template named by ``tools_template`` (None, and ``"unknown"``,
+    where the family has none); it describes the family's template, not the
+    file's own, which decides once the model is loaded
+    (``ModelInfo.tool_format``). ``recommended_for_tools`` marks the
+    catalog's pick for tool use. ``vision``: the model was published as
+    seeing images (Arbor shows none yet).
     """
 
     id: str
@@ -43,15 +63,31 @@ class CatalogEntry:
     license: str
     reasoning: bool
     welcome_rank: int | None
+    tools: str
+    tools_template: str | None
+    recommended_for_tools: bool
+    vision: bool
     description: str
 
 
 @dataclass(frozen=True)
 class Catalog:
-    """The catalog's entries, smallest first, and the date it was reviewed."""
+    """The catalog's entries, smallest first, the date they were written and
+    where each kind of claim in them comes from (one line each)."""
 
-    reviewed: str
+    written: str
     entries: tuple[CatalogEntry, ...]
+    provenance: tuple[str, ...] = ()
+
+    @property
+    def reviewed(self) -> str:
+        """The date the entries were written (the name ``arbor models
+        catalog`` still prints it under; they were written, not reviewed)."""
+        return self.written
+
+    def recommended_for_tools(self) -> CatalogEntry | None:
+        """The entry recommended for tool use, or None."""
+        return next((e for e in self.entries if e.recommended_for_tools), None)
 
     def find(self, key: str) -> CatalogEntry | None:
         """The entry whose id is ``key`` (case-insensitive), or None."""
@@ -102,6 +138,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "bool": (bool,),
     "int | None": (int, type(None)),
+    "str | None": (str, type(None)),
 }
 
 
@@ -117,7 +154,10 @@ def load_catalog(path: Path | None = None) -> Catalog:
     Raises
     ------
     CatalogError
-        If an entry lacks a field, has one of the wrong type, or repeats an id.
+        If an entry lacks a field, has one of the wrong type, or repeats an
+        id; if a ``tools`` mark is not one of :data:`TOOLS_MARKS` or is not
+        backed by a template (or a template backs "unknown"); if more than
+        one entry, or one without native tool calls, is recommended for tools.
     """
     source = path or get_asset(CATALOG_ASSET)
     try:
@@ -128,7 +168,40 @@ def load_catalog(path: Path | None = None) -> Catalog:
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
         raise CatalogError("the model catalog repeats an id")
-    return Catalog(reviewed=str(data.get("reviewed", "")), entries=entries)
+    for entry in entries:
+        _check_tools(entry)
+    if sum(e.recommended_for_tools for e in entries) > 1:
+        raise CatalogError("the model catalog recommends more than one model for tools")
+    provenance = data.get("provenance", [])
+    if not isinstance(provenance, list) or not all(
+        isinstance(line, str) for line in provenance
+    ):
+        raise CatalogError("the model catalog's provenance is not a list of lines")
+    return Catalog(
+        written=str(data.get("written", "")),
+        entries=entries,
+        provenance=tuple(provenance),
+    )
+
+
+def _check_tools(entry: CatalogEntry) -> None:
+    # A mark without the template it came from would be a guess, and a
+    # template with "unknown" a check that was not written down.
+    if entry.tools not in TOOLS_MARKS:
+        raise CatalogError(
+            f"catalog entry {entry.id!r}: tools should be one of "
+            f"{', '.join(TOOLS_MARKS)}, not {entry.tools!r}"
+        )
+    if (entry.tools == "unknown") != (entry.tools_template is None):
+        raise CatalogError(
+            f"catalog entry {entry.id!r}: tools {entry.tools!r} with "
+            f'tools_template {entry.tools_template!r} (only "unknown" has none)'
+        )
+    if entry.recommended_for_tools and entry.tools != "native":
+        raise CatalogError(
+            f"catalog entry {entry.id!r} is recommended for tools but its "
+            f"template's tool calls are {entry.tools!r}"
+        )
 
 
 def _entry(raw: object) -> CatalogEntry:

@@ -359,7 +359,7 @@ def test_recommended_models_show_their_fit_and_too_big_ones_are_greyed(
     assert _column(table) == [e.name for e in catalog.entries]  # none hidden
     assert "6.0 GB of memory" in dialog.fit_hint.text()
     assert "4,096 tokens" in dialog.fit_hint.text()
-    fits = _column(table, 6)
+    fits = _column(table, 7)
     too_big = [i for i, text in enumerate(fits) if text.startswith("too big")]
     fine = [i for i, text in enumerate(fits) if text.startswith("fits")]
     assert too_big and fine
@@ -387,10 +387,10 @@ def test_a_gpu_counts_beside_the_memory_in_the_fits(qtbot, window, monkeypatch):
         "app.qt.views.dialogs.models.machine_memory", lambda: 6 * 1000**3
     )
     dialog = _open_models(qtbot, window)
-    without = _column(dialog.catalog_table, 6)
+    without = _column(dialog.catalog_table, 7)
     dialog.refresh(4096, None, gpu_bytes=24 * 1024**3)
     assert "and 25.8 GB on the GPU" in dialog.fit_hint.text()
-    with_gpu = _column(dialog.catalog_table, 6)
+    with_gpu = _column(dialog.catalog_table, 7)
     assert not [t for t in with_gpu if t.startswith("too big")]
     assert sum(t.startswith("too big") for t in without) > 0
     assert all(t.endswith(("all on the GPU", "partly on the GPU")) for t in with_gpu)

@@ -4,10 +4,11 @@ computer, and the downloads under way.
 *Recommended* lists the curated catalog with whether each model fits this
 computer at the context size of the settings (a model too big is greyed, with
 what it would need, rather than hidden: the user may free memory or lower
-the context). *Search the Hub* finds GGUF repositories and lists a chosen
-one's files. *Installed* loads, removes and adds model files. The downloads
-panel below the tabs shows every download with Pause, Resume, Cancel and,
-once done, Load.
+the context), and whether it calls tools in its own format (the one
+recommended for tools says so). *Search the Hub* finds GGUF repositories and
+lists a chosen one's files. *Installed* loads, removes and adds model files.
+The downloads panel below the tabs shows every download with Pause, Resume,
+Cancel and, once done, Load.
 
 Nothing here touches the network or writes a file on the GUI thread: Hub
 requests and changes to the installed models go to the library thread
@@ -19,6 +20,7 @@ download goes on when the dialog closes: the window owns the controllers.
 
 from __future__ import annotations
 
+import textwrap
 import time
 from pathlib import Path
 
@@ -78,6 +80,53 @@ def too_big_text(fit: Fit) -> str:
         f"Too big for this computer: it needs {format_bytes(fit.need_bytes)} of "
         f"memory at this context, and there are {format_bytes(fit.have_bytes)}. "
         "A smaller context (Settings) needs less."
+    )
+
+
+def tools_text(entry: CatalogEntry) -> str:
+    """An entry's Tools cell: "calls tools", "generic format", "" (not known),
+    or "recommended" (which calls tools: only a native one is recommended)."""
+    if entry.recommended_for_tools:
+        return "recommended"
+    return {"native": "calls tools", "generic": "generic format"}.get(entry.tools, "")
+
+
+def tools_tip(entry: CatalogEntry) -> str:
+    """What an entry's Tools mark means, and what it was learned from (wrapped:
+    a plain-text tooltip is one line per line)."""
+    checked = (
+        f"Checked against llama.cpp's reference template {entry.tools_template}, "
+        "not this file's own: once the model is loaded, its own template decides."
+    )
+    if entry.tools == "native":
+        paragraphs = [
+            "Calls tools: its family's chat template writes tool calls, so Arbor "
+            "reads the model's own call syntax and holds each call to the tools' "
+            "schemas with a grammar.",
+            checked,
+        ]
+    elif entry.tools == "generic":
+        paragraphs = [
+            "Tools: generic format. Its family's chat template has no tool "
+            "support, so tools use a generic JSON format described in the system "
+            "prompt, which small models may follow poorly.",
+            checked,
+        ]
+    else:
+        paragraphs = [
+            "Tool support not checked: llama.cpp has no reference template for "
+            "this family. Once the model is loaded, its own template decides."
+        ]
+    if entry.recommended_for_tools:
+        paragraphs.insert(
+            0,
+            "Recommended for tools: the catalog's pick for tool use on a typical "
+            "laptop (a judgement, not a measurement).",
+        )
+    # A template's name stays whole: it is looked up as written.
+    return "\n".join(
+        textwrap.fill(p, 72, break_on_hyphens=False, break_long_words=False)
+        for p in paragraphs
     )
 
 
@@ -147,7 +196,8 @@ class ModelsDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("ModelsDialog")
         self.setWindowTitle("Models")
-        self.resize(940, 660)
+        # Wide enough for the catalog's nine columns without a scroll bar.
+        self.resize(1000, 660)
         self._services = services
         self._n_ctx = n_ctx
         self._loaded: str | None = None
@@ -210,9 +260,13 @@ class ModelsDialog(QDialog):
                 "Size",
                 "Licence",
                 "Reasoning",
+                "Tools",
                 "Fit",
                 "Status",
-            ]
+            ],
+            # The Status column takes what is left: a stretched Model column
+            # would be the one squeezed to "…" when the others need the room.
+            stretch=8,
         )
         self.catalog_table.itemSelectionChanged.connect(
             self._on_catalog_table_selection_changed
@@ -355,6 +409,7 @@ class ModelsDialog(QDialog):
                 _item(format_bytes(entry.size_bytes), right=True),
                 _item(entry.license),
                 _item("reasons" if entry.reasoning else ""),
+                _item(tools_text(entry)),
                 _item(fit_text(fit)),
                 _item(self._catalog_status(entry)),
             ]
@@ -365,8 +420,14 @@ class ModelsDialog(QDialog):
                     cell.setForeground(greyed)
                     cell.setToolTip(too_big_text(fit))
                 table.setItem(row, column, cell)
+            # What the mark means is worth telling even on a greyed row.
+            cells[6].setToolTip(tools_tip(entry))
+            if entry.recommended_for_tools:
+                font = cells[6].font()
+                font.setBold(True)
+                cells[6].setFont(font)
             if fit.fits:  # the memory it needs, of how much
-                cells[6].setToolTip(fit.describe())
+                cells[7].setToolTip(fit.describe())
             if entry == selected:
                 table.selectRow(row)
         self._on_catalog_table_selection_changed()
@@ -397,7 +458,12 @@ class ModelsDialog(QDialog):
             button.setText("Download")
             button.setEnabled(False)
             return
-        self.description_label.setText(f"{entry.name}: {entry.description}")
+        about = [f"{entry.name}: {entry.description}"]
+        if entry.recommended_for_tools:
+            about.append("Recommended for tools.")
+        if entry.vision:
+            about.append("It can see images, which Arbor cannot show it yet.")
+        self.description_label.setText(" ".join(about))
         fit = catalog_fit(entry, self._n_ctx, self._gpu_bytes)
         status = self._catalog_status(entry)
         if status == "installed":
