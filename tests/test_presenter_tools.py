@@ -20,6 +20,7 @@ import pytest
 from app.mcp.config import Permission, ServerConfig
 from app.window import jobs
 from app.window.job_results import Replied
+from app.window.presenter import GENERIC_TOOLS_NOTE
 from app.window.tool_turns import offers_tools, waiting_calls
 from storage import node_rows, tool_use
 from storage.values import Role
@@ -156,3 +157,16 @@ def test_edited_arguments_and_an_edited_result_are_siblings(
     assert again.presenter.active_id == active
     assert waiting_calls(again.presenter.snapshot, active) == {}
     assert again.presenter.tools_on  # the branch's start offers the tools
+
+
+def test_tools_on_a_model_without_tool_support_say_so(open_session, tiny_model, script):
+    """The tiny model's ChatML template renders no calls: the generic format."""
+    s = open_session()
+    p = s.presenter
+    p.start(tiny_model)
+    s.engine.run_jobs()
+    assert p.model_info is not None and p.model_info.tool_format == "generic"
+    p.save_tool_servers([ServerConfig("test", tuple(stdio_command(script)))])
+    s.engine.run_jobs()
+    p.set_tools("auto")
+    assert (GENERIC_TOOLS_NOTE,) in s.view.said("show_message")

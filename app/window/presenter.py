@@ -55,6 +55,13 @@ if TYPE_CHECKING:
     from app.conversation.results import ReplyStats, SyncStats
 
 
+# Said when tools are turned on for a model whose template has no tool support.
+GENERIC_TOOLS_NOTE = (
+    "This model's chat template has no tool support: its calls use a generic "
+    "JSON format, which small models may follow poorly (Models lists those "
+    "that call tools in their own format)."
+)
+
 # Tokens kept free beside attached files: the typed words, the turn's markup
 # and the first tokens of a reply.
 ATTACH_MARGIN = 64
@@ -749,6 +756,9 @@ class WindowPresenter:
         """The composer's Tools menu: ``"off"``, ``"auto"`` (the model
         decides) or ``"required"`` (the message's first reply calls a tool)."""
         self.tool_choice = choice
+        info = self.model_info
+        if choice != "off" and info is not None and info.tool_format == "generic":
+            self.view.show_message(GENERIC_TOOLS_NOTE)
         self.view.state_changed()
 
     def run_call(self, node_id: int, call_id: str) -> None:

@@ -74,11 +74,17 @@ def test_a_call_asks_runs_and_its_result_is_edited(
     assert not call_frame.run_button.isVisible()
     assert window.status.currentMessage() == ""
 
+    # The list tells the start that offers the tool from the one before.
+    tree = window.tree_model
+    starts = [tree.index(row, 0).data() for row in range(tree.rowCount())]
+    assert starts == ["Start", "Start · 1 tool"]
+
     # Edit the result: a sibling the model goes on from.
     old_result = result_card.node_id
     window.activateWindow()  # Ctrl+Enter is the window's shortcut
     qtbot.waitUntil(window.isActiveWindow)
     qtbot.mouseClick(result_card.edit_button, Qt.MouseButton.LeftButton)
+    assert "tool's result" in composer.banner_label.text()
     assert composer.editing_node == old_result, composer.editing_node
     composer.edit.selectAll()
     send(qtbot, window, "Snow, minus 12 C")

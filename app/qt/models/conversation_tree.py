@@ -171,6 +171,18 @@ def row_label(role: str, text: str, thought: bool) -> str:
     return f"{label}: {'(thinking only)' if thought else '(empty)'}"
 
 
+def offered_tools_note(node: NodeSummary) -> str:
+    """What a start offers the model, after its label (" · 2 tools"); ""
+    for any other node. A branch with tools goes on under a start of its
+    own, beside the one without them: this tells the two apart."""
+    if node.role != Role.ROOT:
+        return ""
+    count = len(tool_use.tools_of(node.tool_use))
+    if not count:
+        return ""
+    return f" · {count} tool{'s' if count != 1 else ''}"
+
+
 def tool_mark(node: NodeSummary) -> tuple[str, str] | None:
     """A node's part in tool use, as its mark says it: ``("call", "calls
     get_time")`` for a reply that calls tools, ``("result", "result of
@@ -567,7 +579,8 @@ class ConversationTreeModel(QAbstractItemModel):
     @staticmethod
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
-            return row_label(node.role, label_source(node), bool(node.thinking))
+            label = row_label(node.role, label_source(node), bool(node.thinking))
+            return label + offered_tools_note(node)
         if column == 1:
             return f"{node.n_tokens:,}"
         # A mark only: the size is in the tooltip, in words.

@@ -38,6 +38,11 @@ REASONING_TOOLTIP = (
     "How much this model reasons before it answers, for this conversation. "
     "The next reply uses it; earlier replies stay as they are."
 )
+EDIT_BANNER = "Editing a message — sending creates a new branch; nothing is erased."
+RESULT_BANNER = (
+    "Editing a tool's result — the model goes on from your version, a new "
+    "branch; the tool's own result stays."
+)
 EDIT_HINT = (
     "Editing a message: Ctrl+Enter sends it as a new branch (the original stays)"
     " · Esc cancels"
@@ -125,9 +130,7 @@ class Composer(QWidget):
         self.edit_banner.setObjectName("EditBanner")
         banner_layout = QHBoxLayout(self.edit_banner)
         banner_layout.setContentsMargins(8, 2, 4, 2)
-        banner_label = QLabel(
-            "Editing a message — sending creates a new branch; nothing is erased."
-        )
+        self.banner_label = banner_label = QLabel(EDIT_BANNER)
         # Wrapped, the explanations fit a narrow window (a small or scaled
         # screen) on more lines instead of asking for their whole width.
         banner_label.setWordWrap(True)
@@ -326,10 +329,11 @@ class Composer(QWidget):
             TOOLS_ON_TOOLTIP if available else TOOLS_NONE_TOOLTIP
         )
 
-    def begin_edit(self, node_id: int, text: str) -> None:
-        """Put a user message in the editor to send as its edited sibling
-        (its files as chips again)."""
+    def begin_edit(self, node_id: int, text: str, result: bool = False) -> None:
+        """Put a user message (or a tool's ``result``) in the editor to send
+        as its edited sibling (a message's files as chips again)."""
         self.editing_node = node_id
+        self.banner_label.setText(RESULT_BANNER if result else EDIT_BANNER)
         typed, files = split(text)
         self.edit.setPlainText(typed)
         self.attachments.set_files(files)

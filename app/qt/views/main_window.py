@@ -533,7 +533,7 @@ class MainWindow(QMainWindow):
         if node.role == Role.ROOT:
             self.ask_branch_system_prompt(node_id)
         else:
-            self.composer.begin_edit(node_id, node.text)
+            self.composer.begin_edit(node_id, node.text, node.role == Role.TOOL)
 
     def ask_attachments(self) -> None:
         """Ask for files to attach to the message being written."""
