@@ -65,6 +65,8 @@ def test_a_call_asks_runs_and_its_result_is_edited(
 
     qtbot.mouseClick(frame.run_button, Qt.MouseButton.LeftButton)
     assert window.generating
+    # The keyboard is back in the message box, not on the window's first button.
+    assert window.focusWidget() is composer.edit
     wait_idle(qtbot, window)
     assert _shown(window)[-3:] == [Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
     result_card = window.transcript.cards[-2]

@@ -195,6 +195,14 @@ class MainWindow(QMainWindow):
         self.transcript.run_call_requested.connect(presenter.run_call)
         self.transcript.deny_call_requested.connect(presenter.deny_call)
         self.transcript.run_edited_call_requested.connect(presenter.run_edited_call)
+        # The card's buttons go once the call is answered: the keyboard goes
+        # back to the message box rather than to the window's first button.
+        for answered in (
+            self.transcript.run_call_requested,
+            self.transcript.deny_call_requested,
+            self.transcript.run_edited_call_requested,
+        ):
+            answered.connect(self._focus_composer)
         self.composer.tools_changed.connect(presenter.set_tools)
         self.composer.send_clicked.connect(self.send)
         self.composer.attach_clicked.connect(self.ask_attachments)
@@ -522,6 +530,9 @@ class MainWindow(QMainWindow):
         if not self.presenter.stop() and self.composer.editing_node is not None:
             self.composer.end_edit()
             self.composer.clear()
+
+    def _focus_composer(self) -> None:
+        self.composer.edit.setFocus()
 
     @Slot(int)
     def edit_message(self, node_id: int) -> None:
