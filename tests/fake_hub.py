@@ -9,8 +9,10 @@ the ETag, size and commit; GET honours ``Range``), with the Hub's
 real files from disk, can slow itself down (to kill a client mid-download),
 can advertise a wrong sha256 (to check that a client refuses the file),
 can stall or cut a download (a Hub that stops sending, one that goes away,
-one whose connections break every few bytes) and counts every byte it sends.
-A file changed on the Hub is a new ``FakeFile`` under the same name.
+one whose connections break every few bytes), can stall its API (a search or
+a file list that never comes, or comes a byte at a time) and counts every
+byte it sends and every API request. A file changed on the Hub is a new
+``FakeFile`` under the same name.
 """
 
 from __future__ import annotations
@@ -71,8 +73,17 @@ class FakeHub:
     offset too): the connection closes there, and every later request for
     the rest is closed before an answer (a Hub gone mid-download);
     ``cut_every`` (bytes): each answer sends at most that many, then its
-    connection closes (a flaky line that a client must resume). HEAD and
-    the API are never faulted.
+    connection closes (a flaky line that a client must resume). HEAD is
+    never faulted.
+
+    Faults of the API's answers (search and file lists), ``api_stall``:
+    ``"silent"`` (the request is read, nothing is answered), ``"mid-body"``
+    (the headers and half the JSON, then nothing), ``"trickle"`` (the JSON
+    one byte every ``TRICKLE_S``: never silent for long, never whole in
+    time). Each holds its connection open until ``release`` is set. Only
+    paths that start with ``api_stall_under`` stall (``"/api/models/"``:
+    the file lists, not the search). ``api_busy``: that many API requests
+    are answered 503 first (a Hub that asks to try again).
     """
 
     repos: dict[str, FakeRepo] = field(default_factory=dict)
@@ -81,11 +92,16 @@ class FakeHub:
     stall_at: int | None = None
     cut_at: int | None = None
     cut_every: int | None = None
+    api_stall: str | None = None
+    api_stall_under: str = "/api/"
+    api_busy: int = 0
     # Set to let stalled answers end (the server sets it when it stops).
     release: threading.Event = field(default_factory=threading.Event)
     bytes_sent: int = 0
     # One entry per file download: its Range header and the bytes it got.
     downloads: list[Download] = field(default_factory=list)
+    # The path of every API request (search, file list), in order.
+    api_requests: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, repo: str, files: dict[str, Path], **kwargs: object) -> FakeRepo:
@@ -95,12 +111,18 @@ class FakeHub:
         return entry
 
 
+# Seconds between two bytes of a trickling API answer.
+TRICKLE_S = 0.2
+API_STALLS = ("silent", "mid-body", "trickle")
+
 _INFO = re.compile(r"^/api/models/([^/]+/[^/]+?)(?:/revision/([^/]+))?$")
 _RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 
 
 class _Handler(BaseHTTPRequestHandler):
     hub: FakeHub
+    # Whether this request's path is one whose answer ``api_stall`` stalls.
+    _stalls = False
 
     def log_message(self, format: str, *args: object) -> None:
         pass  # quiet: the tests read the counters instead
@@ -115,6 +137,16 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         path = unquote(url.path)
         query = parse_qs(url.query)
+        if path.startswith("/api/"):
+            with self.hub.lock:
+                self.hub.api_requests.append(path)
+                busy = self.hub.api_busy > 0
+                if busy:
+                    self.hub.api_busy -= 1
+            if busy:
+                self._error(503, "Busy", "Service unavailable, try again")
+                return
+        self._stalls = path.startswith(self.hub.api_stall_under)
         if path == "/api/models":
             self._search(query)
         elif match := _INFO.match(path):
@@ -263,12 +295,41 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, data: object) -> None:
         body = json.dumps(data).encode()
+        stall = self.hub.api_stall if self._stalls else None
+        assert stall in (None, *API_STALLS), stall
+        if stall == "silent":
+            self._hold()
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command == "HEAD":
+            return
+        if stall is None:
             self.wfile.write(body)
+            return
+        try:
+            if stall == "mid-body":
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                self._hold()
+                return
+            # A byte at a time, but never the last one: the answer is never
+            # whole, however long the client waits.
+            for byte in body[:-1]:
+                if self.hub.release.wait(TRICKLE_S):
+                    break
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the client gave up: what it should do
+        self.close_connection = True
+
+    def _hold(self) -> None:
+        """Silent, the connection open, until released (or two minutes)."""
+        self.hub.release.wait(timeout=120)
+        self.close_connection = True
 
     def _error(self, status: int, code: str, message: str) -> None:
         body = json.dumps({"error": message}).encode()

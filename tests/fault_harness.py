@@ -147,13 +147,20 @@ def run_cli(
     cwd: Path = ROOT,
     timeout: float = 120,
     check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> CliResult:
     """Run the CLI to its end; assert the contract (``assert_clean``) unless
-    ``check`` is false."""
+    ``check`` is false. ``env`` adds to its environment (``cli_env``); a
+    process still running after ``timeout`` is killed, which the contract
+    calls a death by signal."""
     argv = cli_argv(*args, data_dir=data_dir, model=model)
     started = time.monotonic()
     process = subprocess.Popen(
-        argv, cwd=cwd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        argv,
+        cwd=cwd,
+        env=cli_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         out, err = process.communicate(timeout=timeout)

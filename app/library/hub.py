@@ -6,23 +6,60 @@ every Hub tool, because ``huggingface_hub`` reads them; ``endpoint`` and
 ``token`` override them. Every failure leaves here as a ``HubError`` with a
 one-line message a person can act on, and ``huggingface_hub``'s own log
 lines (its retries' warnings) go to Arbor's log, not to stderr.
+
+**Every request has a bound.** A search, or a repository's file list, is
+answered whole within ``TIMEOUT_S`` seconds (10; ``HF_HUB_ETAG_TIMEOUT``,
+``huggingface_hub``'s own setting for its metadata requests, sets another)
+or fails with one line; a search that lists files too has the bound for all
+its requests together. ``huggingface_hub`` has none to give here:
+``HfApi.list_models`` takes no timeout (its client has none, so a Hub that
+stalls keeps it waiting for ever) and retries a timeout five times, and
+``model_info``'s timeout bounds each wait for bytes, not the answer, which a
+Hub that sends a byte a second never finishes. So the request is made here,
+through ``huggingface_hub``'s own client, headers and errors: each wait
+(to connect, for the next bytes) may last what is left of the bound; a
+connection cut or answered with "try again" is made again, quietly, while
+time is left (a refused one is not: nobody is there to wait for); the
+answer is read in chunks, the clock looked at between them (so a Hub that
+sends a byte now and then fails at the bound too; one that sends until just
+before it and then nothing, at the latest twice the bound after the start,
+since a wait cannot be shortened once begun). Ten seconds, because the
+window's library thread, which runs these, is given 15 to end when the
+window closes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from app.library import names
 
+if TYPE_CHECKING:
+    import httpx2
+
 # A Hub repository id: owner/name.
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
-# Seconds a request for a repository's files may wait for the Hub: without
-# one, huggingface_hub's client waits for ever on a Hub that stalls.
-REQUEST_TIMEOUT_S = 30.0
+# Seconds a request to the Hub's API may take, whole (see the module's docstring).
+TIMEOUT_S = 10.0
+# huggingface_hub's own setting for how long a metadata request waits; set,
+# it replaces TIMEOUT_S, so one variable means the same in every Hub tool.
+TIMEOUT_ENV = "HF_HUB_ETAG_TIMEOUT"
+# Seconds between two tries, so that a Hub that refuses is not hammered.
+_RETRY_PAUSE_S = 0.5
+# Answers that mean "try again later", as huggingface_hub's own retries take them.
+_TRY_AGAIN = frozenset({408, 429, 500, 502, 503, 504})
+# The most an answer may hold: a search of a hundred repositories is some
+# 50 kB, the file list of a repository of a thousand files under 1 MB.
+_MAX_ANSWER = 32 * 1024**2
 
 
 class HubError(Exception):
@@ -68,6 +105,33 @@ def check_repo_id(repo: str) -> str:
     return repo
 
 
+def timeout_seconds() -> float:
+    """The bound of a Hub request: ``TIMEOUT_ENV`` when it holds a positive
+    number, else ``TIMEOUT_S``."""
+    try:
+        seconds = float(os.environ.get(TIMEOUT_ENV, ""))
+    except ValueError:
+        return TIMEOUT_S
+    return seconds if seconds > 0 else TIMEOUT_S
+
+
+def check_settings() -> None:
+    """A ``HubError`` for a Hub timeout variable that ``huggingface_hub``
+    cannot read: it reads them as whole numbers as it is imported, and a
+    value such as ``2.5`` stops the import with a ``ValueError``."""
+    for name in (TIMEOUT_ENV, "HF_HUB_DOWNLOAD_TIMEOUT"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            int(value)
+        except ValueError:
+            raise HubError(
+                f"{name}={value!r} is not a whole number of seconds "
+                "(huggingface_hub reads it as one)"
+            ) from None
+
+
 def search(
     query: str,
     limit: int = 20,
@@ -78,17 +142,28 @@ def search(
     """Repositories with GGUF files matching ``query``, most downloaded first.
 
     The first ``with_files`` repositories also get their files listed (one
-    request each: the Hub lists sizes only per repository).
+    request each: the Hub lists sizes only per repository). One page of the
+    Hub's answer, ``limit`` repositories at most; all of it within one
+    ``timeout_seconds()``.
     """
-    from huggingface_hub import HfApi
+    check_settings()
+    from huggingface_hub import ModelInfo, constants
 
-    api = HfApi(endpoint=endpoint, token=token)
-    with hub_errors(f"search for {query!r}"):
-        found = list(
-            api.list_models(search=query, filter="gguf", sort="downloads", limit=limit)
-        )
+    if limit <= 0:
+        return []
+    bound = _Bound(timeout_seconds())
+    base = (endpoint or constants.ENDPOINT).rstrip("/")
+    params = {"search": query, "filter": "gguf", "sort": "downloads", "limit": limit}
+    what = f"search for {query!r}"
+    found = _get_json(what, f"{base}/api/models", params, token, bound)
+    if not isinstance(found, list):
+        raise HubError(f"{what}: the Hub's answer is not a list of repositories")
     repositories = []
-    for index, info in enumerate(found):
+    # A Hub (or a mirror) that ignores the limit does not get more requests.
+    for index, item in enumerate(found[:limit]):
+        with _answer_errors(what):
+            # ModelInfo has no type hints; what it is given is checked here.
+            info = ModelInfo(**{"siblings": None, **item})  # type: ignore[no-untyped-call]
         repository = RemoteRepository(
             repo=info.id,
             downloads=info.downloads,
@@ -97,7 +172,7 @@ def search(
             updated=info.last_modified.isoformat() if info.last_modified else None,
         )
         if index < with_files:
-            files = list_files(info.id, endpoint=endpoint, token=token)
+            files = list_files(info.id, endpoint=endpoint, token=token, bound=bound)
             repository = replace(repository, files=tuple(files))
         repositories.append(repository)
     return repositories
@@ -108,16 +183,26 @@ def list_files(
     revision: str | None = None,
     endpoint: str | None = None,
     token: str | None = None,
+    bound: _Bound | None = None,
 ) -> list[RemoteFile]:
-    """The GGUF model files of ``repo``, split models as one file, by size."""
-    from huggingface_hub import HfApi
+    """The GGUF model files of ``repo``, split models as one file, by size.
+
+    Within ``timeout_seconds()``, or what is left of ``bound`` (a search's).
+    """
+    check_settings()
+    from huggingface_hub import ModelInfo, constants
 
     check_repo_id(repo)
-    api = HfApi(endpoint=endpoint, token=token)
-    with hub_errors(repo):
-        info = api.model_info(
-            repo, revision=revision, files_metadata=True, timeout=REQUEST_TIMEOUT_S
-        )
+    base = (endpoint or constants.ENDPOINT).rstrip("/")
+    url = f"{base}/api/models/{repo}"
+    if revision is not None:
+        url += f"/revision/{quote(revision, safe='')}"
+    # blobs: the sizes and LFS sha256 of the files (files_metadata=True).
+    data = _get_json(
+        repo, url, {"blobs": True}, token, bound or _Bound(timeout_seconds())
+    )
+    with _answer_errors(repo):
+        info = ModelInfo(**data)  # type: ignore[no-untyped-call]
     siblings = {s.rfilename: s for s in info.siblings or []}
     files = []
     for filename, sibling in siblings.items():
@@ -140,6 +225,95 @@ def list_files(
             )
         )
     return sorted(files, key=lambda f: (f.size is None, f.size or 0, f.filename))
+
+
+class _Bound:
+    """The time a request, or a search's requests together, may take."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._until = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """Seconds left; 0 or less once the bound has passed."""
+        return self._until - time.monotonic()
+
+
+def _get_json(
+    what: str, url: str, params: dict[str, Any], token: str | None, bound: _Bound
+) -> Any:
+    """GET ``url``'s JSON within ``bound`` (see the module's docstring), or a
+    ``HubError`` that says why not; errors of the Hub as ``hub_errors`` says
+    them."""
+    import httpx2
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    headers = build_hf_headers(token=token)
+    why = "no answer"
+    with hub_errors(what):
+        while (left := bound.left()) > 0:
+            # Each wait (to connect, for the next bytes) may last what is left.
+            timeout = httpx2.Timeout(left)
+            try:
+                with get_session().stream(
+                    "GET", url, params=params, headers=headers, timeout=timeout
+                ) as response:
+                    if response.status_code in _TRY_AGAIN:
+                        why = f"the Hub answered {response.status_code}"
+                    else:
+                        return _read_json(what, response, bound)
+            except httpx2.ConnectError:
+                # Refused, or no such host: nobody to wait for (hub_errors
+                # says "cannot reach the Hub").
+                raise
+            except (httpx2.DecodingError, httpx2.TooManyRedirects) as exc:
+                # No network error (hub_errors would not take them): an
+                # answer that no retry makes readable.
+                raise HubError(
+                    f"{what}: the Hub's answer cannot be read ({type(exc).__name__})"
+                ) from exc
+            except (
+                httpx2.TimeoutException,
+                httpx2.NetworkError,
+                httpx2.RemoteProtocolError,
+            ) as exc:
+                # Silent, or cut: asked again while there is time.
+                why = type(exc).__name__
+            time.sleep(max(0.0, min(_RETRY_PAUSE_S, bound.left())))
+    raise HubError(
+        f"{what}: the Hub did not answer within {bound.seconds:g} s ({why}); "
+        "try again later, or check the network connection (or HF_ENDPOINT)"
+    )
+
+
+def _read_json(what: str, response: httpx2.Response, bound: _Bound) -> Any:
+    """The JSON of ``response``: whole before the bound, and not too big."""
+    from huggingface_hub.utils import hf_raise_for_status
+
+    hf_raise_for_status(response)
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > _MAX_ANSWER:
+            raise HubError(f"{what}: the Hub's answer is too large; not reading it")
+        if bound.left() <= 0:
+            # Never silent for long, never done: a stall all the same.
+            raise HubError(
+                f"{what}: the Hub did not answer within {bound.seconds:g} s (its "
+                "answer came too slowly); try again later, or check the network "
+                "connection (or HF_ENDPOINT)"
+            )
+    with _answer_errors(what):
+        return json.loads(body)
+
+
+@contextlib.contextmanager
+def _answer_errors(what: str) -> Iterator[None]:
+    """An answer that is not what the Hub's API gives: one line, not a bug."""
+    try:
+        yield
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise HubError(f"{what}: the Hub's answer cannot be read ({exc})") from exc
 
 
 @contextlib.contextmanager
