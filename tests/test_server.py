@@ -259,6 +259,9 @@ def test_refusals_have_their_status_and_body(data_dir: Path, tiny_model: Path) -
         client = server.client()
         status, _h, body = _post(server, b"{not json")
         assert status == 400 and "not valid JSON" in body["error"]["message"]
+        # Nested deeper than the parser recurses: the client's error too.
+        status, _h, body = _post(server, b"[" * 100_000 + b"]" * 100_000)
+        assert status == 400 and "nested too deeply" in body["error"]["message"]
 
         status, _h, body = _post(
             server, json.dumps({"model": "tiny", "messages": []}).encode()

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from app.library.file_hashes import HashCache, stamp_of
-from app.library.hub import HubError, check_repo_id, hub_errors
+from app.library.hub import HubError, check_repo_id, check_settings, hub_errors
 from app.library.units import format_bytes
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ def pull(
     DownloadStopped
         When ``should_stop`` returned True; the parts stay for a resume.
     """
+    check_settings()  # before huggingface_hub is imported (it reads them then)
     stall = stall_seconds() if stall_s is None else stall_s
     remotes = [_remote(repo, part, revision, endpoint, token) for part in parts]
     paths = [destination(models_dir, repo, r.part) for r in remotes]
@@ -426,7 +427,9 @@ def _stream(
             meter.check_stop()
             rest = stall_s - (time.monotonic() - last_byte)
             if have < remote.size and rest > 0:
-                time.sleep(min(_RETRY_PAUSE_S, rest))
+                # Half of what is left at most: a line that breaks often but
+                # still brings bytes is not declared stalled by the pauses.
+                time.sleep(min(_RETRY_PAUSE_S, rest / 2))
         return written
 
 

@@ -256,7 +256,7 @@ class _Api:
         """``POST /v1/chat/completions``, streamed (SSE) or not."""
         try:
             body = await request.json(loads=_strict_loads)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, NestedTooDeep) as exc:
             return error_response(400, f"The body is not valid JSON: {exc}.")
         try:
             chat = parse_chat_request(body)
@@ -407,7 +407,7 @@ class _Api:
         (``text_completions``); nothing is stored."""
         try:
             body = await request.json(loads=_strict_loads)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, NestedTooDeep) as exc:
             return error_response(400, f"The body is not valid JSON: {exc}.")
         try:
             text = text_completions.parse_text_request(body)
@@ -606,12 +606,20 @@ def _tool_calls(reply: Reply, streamed: bool) -> list[dict[str, Any]]:
     ]
 
 
+class NestedTooDeep(ValueError):
+    """A body nested deeper than Python's parser recurses."""
+
+
 def _strict_loads(text: str) -> Any:
     # NaN and Infinity are not JSON; Python's parser takes them by default.
     def refuse(constant: str) -> Any:
         raise json.JSONDecodeError(f"{constant} is not JSON", text, 0)
 
-    return json.loads(text, parse_constant=refuse)
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except RecursionError:
+        # "[[[[…]]]]" thousands deep: a client's error, not a server's.
+        raise NestedTooDeep("it is nested too deeply") from None
 
 
 def _conversation_header(request: web.Request) -> int | None:
