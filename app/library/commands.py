@@ -134,7 +134,8 @@ def _catalog(library: ModelLibrary, n_ctx: int) -> dict[str, Any]:
     installed = {Path(m.path).name for m in library.models()}
     memory = machine_memory()
     return {
-        "reviewed": library.catalog.reviewed,
+        "written": library.catalog.written,
+        "provenance": list(library.catalog.provenance),
         "memory_bytes": memory,
         "n_ctx": n_ctx,
         "models": [
@@ -160,6 +161,9 @@ def _entry_json(entry: CatalogEntry) -> dict[str, Any]:
         "context_length": entry.context_length,
         "license": entry.license,
         "reasoning": entry.reasoning,
+        "tools": entry.tools,
+        "recommended_for_tools": entry.recommended_for_tools,
+        "vision": entry.vision,
     }
 
 
