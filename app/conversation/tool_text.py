@@ -14,7 +14,6 @@ import json
 from typing import Any
 
 from storage import tool_use
-from storage.records import NodeSummary
 from storage.values import Role
 
 # A result longer than either is shown folded: its first lines, and a toggle.
@@ -25,15 +24,6 @@ LABEL_RESULT_CHARS = 400
 # An error result's first word, as the tool runner writes it.
 ERROR_PREFIX = "Error:"
 
-
-def shown(node: NodeSummary) -> NodeSummary:
-    """``node`` as the views take it: its stored text, unchanged.
-
-    Calls and results used to be written into the text as Markdown; the
-    transcript now draws them from ``node.tool_use``, and the tree and the
-    graph label them with ``label_text``.
-    """
-    return node
 
 
 def label_text(role: str, text: str, use: dict[str, Any] | None) -> str:

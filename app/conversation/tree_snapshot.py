@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.conversation.tool_text import shown
 from storage.records import NodeSummary
 
 
@@ -27,8 +26,7 @@ class TreeSnapshot:
 
     def __init__(self, conversation_id: int | None, nodes: list[NodeSummary]) -> None:
         self.conversation_id = conversation_id
-        # Tool calls and results read as text in every view.
-        self.nodes: dict[int, NodeSummary] = {n.id: shown(n) for n in nodes}
+        self.nodes: dict[int, NodeSummary] = {n.id: n for n in nodes}
         self.children: dict[int | None, list[int]] = {}
         for (
             node
