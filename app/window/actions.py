@@ -46,6 +46,16 @@ class Zoom(Protocol):
         """Back to the system's size."""
 
 
+class SidePanels(Protocol):
+    """The window's side panels, which the user shows or hides."""
+
+    def show_list(self, shown: bool) -> None:
+        """Show or hide the conversation list."""
+
+    def show_tree(self, shown: bool) -> None:
+        """Show or hide the conversation tree."""
+
+
 class ActionTarget(Protocol):
     """What the handlers find on the window: its presenter, its zoom, and
     the steps that ask the user something (or move the focus) first."""
@@ -57,6 +67,10 @@ class ActionTarget(Protocol):
     @property
     def zoom(self) -> Zoom:
         """The text size."""
+
+    @property
+    def splitter(self) -> SidePanels:
+        """The side panels beside the conversation."""
 
     def ask_new_conversation(self) -> None:
         """Ask for a system prompt and a title, then start a conversation."""
@@ -108,9 +122,6 @@ class ActionTarget(Protocol):
 
     def open_local_server(self) -> None:
         """Show the local server's switch, URL and request log."""
-
-    def show_tree_panel(self, checked: bool) -> None:
-        """Show or hide the conversation tree."""
 
     def focus_tree(self) -> None:
         """Show the tree and give it the keyboard."""
@@ -189,7 +200,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("stop", "S&top generating", lambda w: w.stop, ("Esc",), "stop"),
     ActionSpec(
         "rename",
-        "&Rename conversation…",
+        "Re&name conversation…",
         lambda w: w.ask_rename_current,
         ("F2",),
         when=When.WRITABLE,
@@ -226,7 +237,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ),
     ActionSpec(
         "alternatives",
-        f"Regenerate last reply {TIMES}{DEFAULT_ALTERNATIVES} (side by side)",
+        f"Regenerate last reply {TIMES}{DEFAULT_ALTERNATIVES} (side &by side)",
         lambda w: w.presenter.alternatives_last,
         ("Ctrl+Shift+R",),
         when=When.WRITABLE,
@@ -262,11 +273,19 @@ ACTIONS: tuple[ActionSpec, ...] = (
         when=When.WRITABLE,
     ),
     ActionSpec("local_server", "&Local server…", lambda w: w.open_local_server),
-    # View
+    # View. The panels also give way by themselves in a narrow window (and
+    # come back in a wider one): these say what is shown.
+    ActionSpec(
+        "list",
+        "Show conversation &list",
+        lambda w: w.splitter.show_list,
+        ("Ctrl+Shift+L",),
+        checkable=True,
+    ),
     ActionSpec(
         "tree",
         "Show conversation &tree",
-        lambda w: w.show_tree_panel,
+        lambda w: w.splitter.show_tree,
         ("Ctrl+T",),
         checkable=True,
     ),
@@ -354,7 +373,7 @@ MENUS: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     ("&Tools", ("settings", "storage", "local_server")),
     (
         "&View",
-        ("tree", "focus_tree", None, "zoom_in", "zoom_out", "actual_size"),
+        ("list", "tree", "focus_tree", None, "zoom_in", "zoom_out", "actual_size"),
     ),
     ("&Go", ("previous_branch", "next_branch", "parent_message", "child_message")),
     ("&Help", ("shortcuts", None, "about")),
@@ -380,6 +399,7 @@ SHORTCUTS_HELP = (
     "Ctrl+E\tedit your last message\n"
     "Ctrl+Shift+T\tfocus the conversation tree\n"
     "Ctrl+T\tshow or hide the conversation tree\n"
+    "Ctrl+Shift+L\tshow or hide the conversation list\n"
     "Ctrl++ (or Ctrl+=) / Ctrl+-\tlarger / smaller text\n"
     "Ctrl+0\ttext at its actual size\n"
     "Del\t(in the tree) delete a branch"

@@ -85,7 +85,7 @@ def test_each_worker_is_checked_when_the_tab_opens(qtbot, worker):
     tab = dialog.workers_tab
     dialog.show()
     with qtbot.waitSignal(tab.checker.finished, timeout=WAIT_MS):
-        dialog.tabs.setCurrentWidget(tab)
+        dialog.show_page(tab)
     ready = tab.cells(worker)
     assert ready[STATUS] == "ready (RPC 7.0.0)"
     # Surveyed by the child: the worker's one device (this machine's CPU)
@@ -111,7 +111,7 @@ def test_an_address_is_checked_as_it_is_added_and_a_bad_one_refused(qtbot, worke
     dialog = _settings(qtbot, Preferences())
     tab = dialog.workers_tab
     dialog.show()
-    dialog.tabs.setCurrentWidget(tab)
+    dialog.show_page(tab)
     with qtbot.waitSignal(tab.checker.finished, timeout=WAIT_MS):
         _add(qtbot, tab, f" {worker} ")
     assert tab.addresses() == (worker,)

@@ -66,6 +66,9 @@ def test_ctrl_e_edits_the_last_message(qtbot, make_window):
 
 def test_ctrl_shift_t_focuses_the_tree(qtbot, make_window):
     window = make_window()
+    # Wide enough for the tree (in a narrower window it gives way to the
+    # transcript by itself, test_narrow_window).
+    window.resize(1280, 800)
     window.tree_action.trigger()  # hidden first: the shortcut shows it again
     assert not window.tree_panel.isVisible()
     qtbot.keyClick(

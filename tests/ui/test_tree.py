@@ -86,6 +86,7 @@ def test_delete_a_branch_from_the_tree_after_confirmation(
     qtbot, make_window, monkeypatch
 ):
     window = make_window()
+    window.resize(1280, 800)  # wide enough that the tree panel stays shown
     send(qtbot, window, "keep me")
     kept_reply = window.active_id
     send(qtbot, window, "delete me")

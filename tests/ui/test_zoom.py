@@ -117,7 +117,9 @@ def test_at_the_largest_size_the_messages_still_fit_the_view(qtbot, make_window)
     window = make_window()
     # A usual window (the offscreen screen's default one is narrower than a
     # code header at 200 % in some fonts): the page must not widen in it.
-    window.resize(1100, 800)
+    # Wide enough for the panels to stay at 200 % (they give way to the
+    # transcript in a narrower one, test_narrow_window): its width stays.
+    window.resize(1700, 800)
     qtbot.wait(50)
     _send_markdown(qtbot, window, MESSAGE)
     transcript = window.transcript

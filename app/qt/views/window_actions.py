@@ -14,6 +14,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.qt.views.theme import icon
+from app.qt.views.window_layout import PanelSplitter
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, ActionSpec, ActionTarget
 
 STANDARD_KEY = "Standard:"
@@ -28,7 +29,7 @@ def build_actions(
     Returns the actions by name and the (empty) menu of recent models.
     """
     actions = {spec.name: _action(window, target, spec) for spec in ACTIONS}
-    recent = QMenu("Recent &models", window)
+    recent = QMenu("&Recent models", window)
     bar = window.menuBar()
     for title, entries in MENUS:
         menu = bar.addMenu(title)
@@ -40,6 +41,12 @@ def build_actions(
             else:
                 menu.addAction(actions[entry])
     actions["about"].setMenuRole(QAction.MenuRole.AboutRole)
+    # The panels' toggles say what is shown, also once a panel gave way to
+    # the transcript in a narrow window.
+    splitter = target.splitter
+    if isinstance(splitter, PanelSplitter):
+        splitter.bind_action(PanelSplitter.LIST, actions["list"])
+        splitter.bind_action(PanelSplitter.TREE, actions["tree"])
     return actions, recent
 
 

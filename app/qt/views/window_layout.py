@@ -9,14 +9,23 @@ The window fits a 1280x720 screen, and a 1440x900 one at 200 % (720x450
 logical pixels): the status bar's texts elide, and the centre asks for no more
 than ``PAGE_MOST``; a page that needs more scrolls, and only the page shown
 sets how far. ``fit_to_screen`` keeps a window's first size on its screen.
+
+The side panels give way to the transcript (``PanelSplitter``): where it would
+be narrower than about ``READING_CHARS`` characters of the conversation's text
+(at its zoom), the tree is hidden, then the conversation list, and they come
+back as the window widens. On that screen (at 100 % text) the tree gives way;
+View → Show conversation list / tree brings either back. A widget in the
+transcript that gets the keyboard out of sight is scrolled to (``FocusInView``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, Slot
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Slot
+from PySide6.QtGui import QAction, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QLabel,
     QMainWindow,
@@ -47,6 +56,15 @@ PAGE_MOST = QSize(240, 240)
 # The share of its screen a window takes at most at first: the rest is for the
 # frame and title bar, which are not known before the window is shown.
 SCREEN_SHARE = 0.9
+# How many characters of the conversation's text (average ones, at its zoom)
+# a line of the transcript keeps before a side panel gives way: with the
+# cards' margins, about 45 characters of prose a line. At 100 % that is
+# 360 px (Sans 9 pt), more than the transcript had beside both panels in a
+# 720 px wide window (326 px, issue 41), less than it has beside the list.
+READING_CHARS = 60
+# How much more than that a hidden panel waits for before it comes back: a
+# window resized by a few pixels back and forth does not flip it.
+COME_BACK_SLACK = 24
 
 
 class PageStack(QStackedWidget):
@@ -133,9 +151,215 @@ class PageScroll(QScrollArea):
         return super().eventFilter(watched, event)
 
 
+class FocusInView(QObject):
+    """Scrolls ``area`` to a widget in it that gets the keyboard while out of
+    sight: Tab from the composer's Send goes to the transcript's first
+    message, scrolled away above in a long conversation, and the focus was
+    then nowhere to be seen (issue 41). A widget partly in sight (one clicked)
+    does not move.
+
+    Parameters
+    ----------
+    area
+        The scroll area; also the Qt parent.
+    """
+
+    def __init__(self, area: QScrollArea) -> None:
+        super().__init__(area)
+        self._area = area
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            app.focusChanged.connect(self._on_app_focus_changed)
+
+    @Slot(QWidget, QWidget)
+    def _on_app_focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:
+        area = self._area
+        inner = area.widget()
+        if new is None or inner is None or not inner.isAncestorOf(new):
+            return
+        if new.visibleRegion().isEmpty():
+            area.ensureWidgetVisible(new)
+
+
 def _least_size(widget: QWidget) -> QSize:
     """The smallest a layout makes ``widget``: its minimum size, else its hint."""
     return widget.minimumSizeHint().expandedTo(widget.minimumSize())
+
+
+class PanelSplitter(QSplitter):
+    """The conversation list, the centre and the tree, side by side; the side
+    panels give way to the centre.
+
+    Where the centre would be narrower than ``reading_least`` beside them, the
+    tree is hidden, then the list (the one the user showed last gives way
+    last), and they come back once the window has room for them again at
+    the width they had (``centre_room``), and ``COME_BACK_SLACK`` more. The
+    window shares its width among the three as it likes (``MainWindow``
+    keeps their shares): the splitter decides as it is resized, from the
+    widths it has, then checks the centre once they are laid out. What the
+    user chooses stays: a panel hidden by the user stays hidden, and one
+    shown by the user (the View menu, or anything that shows it) is shown,
+    the other panel giving way if it must. The View menu's toggles follow
+    what is shown (``bind_action``).
+
+    Parameters
+    ----------
+    parent
+        The Qt parent.
+    """
+
+    LIST, CENTER, TREE = 0, 1, 2
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        self._least = READING_CHARS * QFontMetrics(QFont()).averageCharWidth()
+        # The side panels, the first to give way first.
+        self._order = [self.TREE, self.LIST]
+        self._hidden_by_user: set[int] = set()
+        self._fitting = False  # hiding or showing them here: not the user
+        self._actions: dict[int, QAction] = {}
+        # How wide each panel was when last shown: the splitter makes a hidden
+        # widget 0 px wide.
+        self._widths: dict[int, int] = {}
+        self._kept: int | None = None  # the panel the user just showed
+        self._check_pending = False
+
+    @property
+    def reading_least(self) -> int:
+        """The least width the centre keeps before a side panel gives way."""
+        return self._least
+
+    def set_reading_font(self, font: QFont) -> None:
+        """Keep ``READING_CHARS`` of ``font`` (the transcript's text, at its
+        zoom) in the centre."""
+        self._least = READING_CHARS * QFontMetrics(font).averageCharWidth()
+        self._fit()
+
+    def show_list(self, shown: bool) -> None:
+        """Show or hide the conversation list, as the user chose."""
+        self._show(self.LIST, shown)
+
+    def show_tree(self, shown: bool) -> None:
+        """Show or hide the conversation tree, as the user chose."""
+        self._show(self.TREE, shown)
+
+    def bind_action(self, index: int, action: QAction) -> None:
+        """Keep ``action`` (checkable) checked while the panel at ``index`` is shown."""
+        self._actions[index] = action
+        self._checked(index)
+
+    def addWidget(self, widget: QWidget) -> None:
+        super().addWidget(widget)
+        if self.indexOf(widget) != self.CENTER:
+            # Shown or hidden by anyone: the window's own show_tree_panel and
+            # focus_tree show the tree without a word to the splitter.
+            widget.installEventFilter(self)
+
+    def centre_room(self, shown: set[int]) -> int:
+        """The width the centre keeps beside the panels ``shown``, each as wide
+        as it was last shown (the window shares its width among them), and
+        no narrower than it can be."""
+        room = self.width()
+        for index in shown:
+            panel = self.widget(index)
+            if panel is not None:
+                # One just shown is 0 px wide until the splitter lays it out.
+                width = (
+                    panel.width()
+                    if panel.isVisibleTo(self) and panel.width() > 0
+                    else self._widths.get(index, 0)
+                )
+                room -= max(_least_size(panel).width(), width) + self.handleWidth()
+        return room
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if kind in (QEvent.Type.ShowToParent, QEvent.Type.HideToParent):
+            index = self.indexOf(watched) if isinstance(watched, QWidget) else -1
+            if index in self._order:
+                hidden = kind == QEvent.Type.HideToParent
+                if hidden and isinstance(watched, QWidget) and watched.width() > 0:
+                    self._widths[index] = watched.width()
+                self._checked(index)
+                if not self._fitting:  # the user's choice
+                    self._chosen(index, kind == QEvent.Type.ShowToParent)
+        return super().eventFilter(watched, event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        # Before the splitter lays its widgets out at the new width.
+        self._kept = None
+        self._fit()
+        super().resizeEvent(event)
+
+    def _show(self, index: int, shown: bool) -> None:
+        panel = self.widget(index)
+        if panel is not None:
+            panel.setVisible(shown)  # the filter sees it as the user's choice
+
+    def _chosen(self, index: int, shown: bool) -> None:
+        if shown:
+            self._hidden_by_user.discard(index)
+            # Shown last, it gives way last; and not at once, even where the
+            # window is too narrow for it: the user asked for it.
+            self._order.remove(index)
+            self._order.append(index)
+            self._kept = index
+            self._fit()
+        else:
+            self._hidden_by_user.add(index)
+
+    def _fit(self) -> None:
+        """Show the panels there is room for, from the widths they have."""
+        before = {i for i in self._order if not self._is_hidden(i)}
+        shown = {i for i in self._order if i not in self._hidden_by_user}
+        for index in self._order:
+            # One that comes back needs room to spare.
+            slack = COME_BACK_SLACK if shown - before else 0
+            if self.centre_room(shown) >= self._least + slack:
+                break
+            if index != self._kept:
+                shown.discard(index)
+        self._set_shown(shown)
+        if not self._check_pending:
+            self._check_pending = True
+            QTimer.singleShot(0, self._check)
+
+    @Slot()
+    def _check(self) -> None:
+        """Hide what still leaves the centre too narrow, once laid out."""
+        self._check_pending = False
+        centre = self.widget(self.CENTER)
+        if centre is None:
+            return
+        room = centre.width()
+        shown = {i for i in self._order if not self._is_hidden(i)}
+        for index in self._order:
+            if room >= self._least:
+                break
+            panel = self.widget(index)
+            if index in shown and index != self._kept and panel is not None:
+                shown.discard(index)
+                room += panel.width() + self.handleWidth()
+        self._set_shown(shown)
+
+    def _is_hidden(self, index: int) -> bool:
+        panel = self.widget(index)
+        return panel is None or panel.isHidden()
+
+    def _set_shown(self, shown: set[int]) -> None:
+        self._fitting = True
+        try:
+            for index in self._order:
+                panel = self.widget(index)
+                if panel is not None and panel.isHidden() == (index in shown):
+                    panel.setVisible(index in shown)
+        finally:
+            self._fitting = False
+
+    def _checked(self, index: int) -> None:
+        action, panel = self._actions.get(index), self.widget(index)
+        if action is not None and panel is not None:
+            action.setChecked(not panel.isHidden())
 
 
 def fit_to_screen(window: QWidget) -> None:
@@ -161,7 +385,7 @@ class WindowWidgets:
     starter_offer: StarterOfferBar
     center: QStackedWidget  # the welcome page or the chat page
     chat_page: QWidget
-    splitter: QSplitter
+    splitter: PanelSplitter
     status: ArborStatusBar
 
 
@@ -175,6 +399,7 @@ def build_layout(
     """Make the window's widgets, lay them out in ``window`` and return them."""
     sidebar = Sidebar(list_model)
     transcript = TranscriptView()
+    FocusInView(transcript)
     composer = Composer()
     tree_panel = TreePanel(tree_model)
     tree_panel.set_mode(prefs.tree_view)
@@ -201,7 +426,7 @@ def build_layout(
     center.addWidget(welcome)
     center.addWidget(chat)
 
-    splitter = QSplitter(Qt.Orientation.Horizontal)
+    splitter = PanelSplitter()
     splitter.addWidget(sidebar)
     splitter.addWidget(PageScroll(center, PAGE_MOST))
     splitter.addWidget(tree_panel)

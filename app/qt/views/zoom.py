@@ -17,6 +17,8 @@ the status bar. Scaled too (a font on the whole window, or on the whole
 transcript), they grew wider with their text and squeezed the messages,
 which were to grow: at 150 % in a 720-pixel-wide window a card's header no
 longer fitted its column, and the text below it was cut off at the right.
+The side panels give way instead, when the transcript would keep fewer than
+``READING_CHARS`` characters of the larger text a line (``PanelSplitter``).
 
 The transcript's text grows or shrinks above what is read, so the reader's
 place is kept: the card at the top of the view and how far into it, as a
@@ -112,6 +114,9 @@ class TextZoom(QObject):
         font = QFont() if scale == 100 else scaled_font(QGuiApplication.font(), scale)
         self._window.transcript.setStyleSheet(body_style(font) if scale != 100 else "")
         self._window.composer.edit.setFont(font)
+        # Larger text needs a wider transcript: the side panels give way
+        # sooner (``PanelSplitter``).
+        self._window.splitter.set_reading_font(font)
         if place is not None:
             self._restore(*place)
 

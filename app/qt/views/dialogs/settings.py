@@ -6,6 +6,11 @@ dataclasses say what is invalid); the window persists the result and reloads
 the model when the model or its settings changed. The tools' servers are
 edited beside it (``tool_servers``): they are no preference but a value of
 their own, stored by the window when they changed.
+
+Each tab scrolls, and only up and down: on a small or scaled screen (720x450
+logical pixels, a 1440x900 one at 200 %) a tab taller than the dialog keeps
+its texts whole and wrapped to the dialog's width, where the layout squeezed
+them before and cut them mid-sentence (issue 41).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Slot
+from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -27,6 +32,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -52,6 +58,10 @@ THREADS_NOTE = (
     "again before each step: llama.cpp's threads wait for one another, so on "
     "a busy computer fewer threads are faster than one per core."
 )
+
+
+# The share of its screen the dialog takes at most (the rest: its frame).
+SCREEN_SHARE = 0.9
 
 
 class SettingsDialog(QDialog):
@@ -96,15 +106,15 @@ class SettingsDialog(QDialog):
         self.setMinimumWidth(520)
         self._prefs = prefs
         tabs = QTabWidget()
-        tabs.addTab(self._model_tab(prefs, gpu_supported), "Model")
-        self.sampling_form = SamplingForm(prefs.sampling)
-        tabs.addTab(self.sampling_form, "Sampling")
-        tabs.addTab(self._chat_tab(prefs), "Chat")
-        self.workers_tab = WorkersTab(prefs.workers, loaded)
-        tabs.addTab(self.workers_tab, "Workers")
-        self.tools_tab = ToolsTab(tool_servers)
-        tabs.addTab(self.tools_tab, "Tools")
         self.tabs = tabs
+        self._add_tab(self._model_tab(prefs, gpu_supported), "Model")
+        self.sampling_form = SamplingForm(prefs.sampling)
+        self._add_tab(self.sampling_form, "Sampling")
+        self._add_tab(self._chat_tab(prefs), "Chat")
+        self.workers_tab = WorkersTab(prefs.workers, loaded)
+        self._add_tab(self.workers_tab, "Workers")
+        self.tools_tab = ToolsTab(tool_servers)
+        self._add_tab(self.tools_tab, "Tools")
         self.error_label = QLabel()
         self.error_label.setObjectName("SettingsError")
         self.error_label.setWordWrap(True)
@@ -120,20 +130,61 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.error_label)
         layout.addWidget(buttons)
         self._result = prefs
+        # What the tabs ask for, within the screen: left to Qt, a dialog
+        # whose tabs scroll gets two thirds of the screen's height at most.
+        room = self.screen().availableSize() * SCREEN_SHARE
+        self.resize(self.sizeHint().boundedTo(room))
 
     # --- tabs -------------------------------------------------------------------
+
+    def _add_tab(self, page: QWidget, title: str) -> None:
+        """Add ``page`` as a tab that scrolls up and down (see the top)."""
+        scroll = QScrollArea()
+        scroll.setObjectName("SettingsPage")
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        # The page takes the area's width, and its wrapped texts the height
+        # they need for it; only that height scrolls.
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(page)
+        # The tab's own background, not the window's behind the area.
+        scroll.viewport().setAutoFillBackground(False)
+        page.setAutoFillBackground(False)
+        self.tabs.addTab(scroll, title)
+
+    def page(self, index: int) -> QWidget:
+        """The page of the tab at ``index`` (inside its scroll area)."""
+        scroll = self.tabs.widget(index)
+        assert isinstance(scroll, QScrollArea)
+        page = scroll.widget()
+        assert page is not None
+        return page
+
+    def show_page(self, page: QWidget) -> None:
+        """Show the tab of ``page`` (``self.workers_tab``, …)."""
+        for index in range(self.tabs.count()):
+            if self.page(index) is page:
+                self.tabs.setCurrentIndex(index)
+                return
+        raise ValueError("not a page of this dialog")
 
     def _model_tab(self, prefs: Preferences, gpu_supported: bool) -> QWidget:
         page = QWidget()
         form = QFormLayout(page)
         row = QHBoxLayout()
+        # The files by name, each path in its tooltip: the starter model's
+        # path runs through site-packages, longer than the field. A path typed
+        # or pasted in is taken as it is (``model_path``).
         self.model_combo = QComboBox()
+        self.model_combo.setObjectName("ModelFile")
         self.model_combo.setEditable(True)
-        self.model_combo.setMinimumContentsLength(30)
+        # Enter does not list a typed path under its own text (and no path).
+        self.model_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.model_combo.setMinimumContentsLength(24)
         for path in dict.fromkeys(
             [p for p in (prefs.model_path, *prefs.recent_models) if p]
         ):
-            self.model_combo.addItem(path)
+            self._add_model(path)
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._on_browse_button_clicked)
         row.addWidget(self.model_combo, 1)
@@ -254,7 +305,7 @@ class SettingsDialog(QDialog):
                 "A quantized KV cache needs flash attention: tick it or choose f16."
             )
         sampling = self.sampling_form.params()
-        model = self.model_combo.currentText().strip() or None
+        model = self.model_path() or None
         if model is not None and not Path(model).is_file():
             raise InvalidSetting(f"There is no file at {model}.")
         # The split by hand is checked against the loaded model's layers; for
@@ -297,9 +348,33 @@ class SettingsDialog(QDialog):
         self.tools_tab.stop()
         super().done(result)
 
+    def model_path(self) -> str:
+        """The model file chosen: the path of the file named, or the path
+        typed."""
+        text = self.model_combo.currentText().strip()
+        index = self.model_combo.findText(text)
+        path = self.model_combo.itemData(index) if index >= 0 else None
+        return str(path) if path else text
+
+    def _add_model(self, path: str) -> int:
+        """List ``path`` by its file name (the folder too where another file
+        listed has that name); return its index."""
+        combo = self.model_combo
+        index = combo.findData(path)
+        if index >= 0:
+            return index
+        name = Path(path).name
+        if combo.findText(name) >= 0:
+            name = f"{name} ({Path(path).parent})"
+        combo.addItem(name, path)
+        index = combo.count() - 1
+        combo.setItemData(index, path, Qt.ItemDataRole.ToolTipRole)
+        return index
+
     @Slot(str)
-    def _on_model_combo_text_changed(self, text: str) -> None:
-        path = text.strip()
+    def _on_model_combo_text_changed(self, _text: str) -> None:
+        path = self.model_path()
+        self.model_combo.setToolTip(path)
         if not path:
             self.model_summary.setText("")
             return
@@ -316,7 +391,6 @@ class SettingsDialog(QDialog):
 
     @Slot()
     def _on_browse_button_clicked(self) -> None:
-        current = self.model_combo.currentText().strip()
-        path = choose_model_file(self, self._folder_for(current))
+        path = choose_model_file(self, self._folder_for(self.model_path()))
         if path is not None:
-            self.model_combo.setCurrentText(str(path))
+            self.model_combo.setCurrentIndex(self._add_model(str(path)))
