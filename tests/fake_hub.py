@@ -11,7 +11,11 @@ can advertise a wrong sha256 (to check that a client refuses the file),
 can stall or cut a download (a Hub that stops sending, one that goes away,
 one whose connections break every few bytes), can stall its API (a search or
 a file list that never comes, or comes a byte at a time) and counts every
-byte it sends and every API request. A file changed on the Hub is a new
+byte it sends and every API request. A repository's ``gguf`` is the metadata
+the Hub reads from its GGUF (``architecture``, ``context_length``,
+``chat_template``, ...), served as the Hub serves it: when a search or a
+repository's info asks for it with ``expand``, which also limits the answer
+to the fields named (and the id). A file changed on the Hub is a new
 ``FakeFile`` under the same name.
 """
 
@@ -48,11 +52,16 @@ class FakeFile:
 
 @dataclass
 class FakeRepo:
-    """A model repository; ``gated`` ones serve files only with the token."""
+    """A model repository; ``gated`` ones serve files only with the token.
+
+    ``gguf``: the Hub's GGUF metadata of the repository (None: the Hub has
+    none, and an ``expand`` for it gets no ``gguf`` field).
+    """
 
     files: dict[str, FakeFile]
     gated: bool = False
     downloads: int = 0
+    gguf: dict[str, object] | None = None
 
 
 @dataclass
@@ -102,6 +111,8 @@ class FakeHub:
     downloads: list[Download] = field(default_factory=list)
     # The path of every API request (search, file list), in order.
     api_requests: list[str] = field(default_factory=list)
+    # The query of every API request, parsed, in the same order.
+    api_queries: list[dict[str, list[str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, repo: str, files: dict[str, Path], **kwargs: object) -> FakeRepo:
@@ -117,6 +128,26 @@ API_STALLS = ("silent", "mid-body", "trickle")
 
 _INFO = re.compile(r"^/api/models/([^/]+/[^/]+?)(?:/revision/([^/]+))?$")
 _RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+
+
+def _expand(query: dict[str, list[str]]) -> list[str] | None:
+    """The fields an API request names with ``expand`` (or ``expand[]``, as
+    the Hub takes it too); None when it names none."""
+    fields = query.get("expand", []) + query.get("expand[]", [])
+    return fields or None
+
+
+def _expanded(
+    answer: dict[str, object], entry: FakeRepo, expand: list[str] | None
+) -> dict[str, object]:
+    """``answer`` as the Hub gives it for ``expand``: everything when nothing
+    is named, else the id and the fields named, ``gguf`` among them."""
+    if expand is None:
+        return answer
+    full = {**answer, "gguf": entry.gguf}
+    kept = {"id": answer["id"], "_id": answer["_id"]}
+    kept.update({k: full[k] for k in expand if full.get(k) is not None})
+    return kept
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -140,6 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/"):
             with self.hub.lock:
                 self.hub.api_requests.append(path)
+                self.hub.api_queries.append(query)
                 busy = self.hub.api_busy > 0
                 if busy:
                     self.hub.api_busy -= 1
@@ -150,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/models":
             self._search(query)
         elif match := _INFO.match(path):
-            self._info(match.group(1), "blobs" in query)
+            self._info(match.group(1), "blobs" in query, _expand(query))
         elif match := _RESOLVE.match(path):
             self._resolve(match.group(1), match.group(3), send_body)
         else:
@@ -159,18 +191,23 @@ class _Handler(BaseHTTPRequestHandler):
     def _search(self, query: dict[str, list[str]]) -> None:
         words = query.get("search", [""])[0].lower()
         limit = int(query.get("limit", ["1000"])[0])
+        expand = _expand(query)
         found = [
-            {
-                "id": repo,
-                "_id": repo,
-                "author": repo.split("/")[0],
-                "downloads": entry.downloads,
-                "likes": 0,
-                "gated": "manual" if entry.gated else False,
-                "private": False,
-                "lastModified": "2026-11-30T12:00:00.000Z",
-                "tags": ["gguf"],
-            }
+            _expanded(
+                {
+                    "id": repo,
+                    "_id": repo,
+                    "author": repo.split("/")[0],
+                    "downloads": entry.downloads,
+                    "likes": 0,
+                    "gated": "manual" if entry.gated else False,
+                    "private": False,
+                    "lastModified": "2026-11-30T12:00:00.000Z",
+                    "tags": ["gguf"],
+                },
+                entry,
+                expand,
+            )
             for repo, entry in sorted(
                 self.hub.repos.items(), key=lambda kv: -kv[1].downloads
             )
@@ -178,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
         ][:limit]
         self._json(found)
 
-    def _info(self, repo: str, blobs: bool) -> None:
+    def _info(self, repo: str, blobs: bool, expand: list[str] | None) -> None:
         entry = self.hub.repos.get(repo)
         if entry is None:
             self._error(401, "RepoNotFound", "Repository not found")
@@ -193,20 +230,29 @@ class _Handler(BaseHTTPRequestHandler):
                     lfs={"sha256": file.sha256, "size": file.size, "pointerSize": 134},
                 )
             siblings.append(sibling)
+        if blobs and expand is not None:
+            # As the Hub: files' metadata and a chosen set of fields exclude
+            # each other (huggingface_hub refuses to ask for both).
+            self._error(400, "BadRequest", "expand cannot be used with blobs")
+            return
         self._json(
-            {
-                "id": repo,
-                "_id": repo,
-                "author": repo.split("/")[0],
-                "sha": COMMIT,
-                "gated": "manual" if entry.gated else False,
-                "private": False,
-                "downloads": entry.downloads,
-                "likes": 0,
-                "tags": ["gguf"],
-                "lastModified": "2026-11-30T12:00:00.000Z",
-                "siblings": siblings,
-            }
+            _expanded(
+                {
+                    "id": repo,
+                    "_id": repo,
+                    "author": repo.split("/")[0],
+                    "sha": COMMIT,
+                    "gated": "manual" if entry.gated else False,
+                    "private": False,
+                    "downloads": entry.downloads,
+                    "likes": 0,
+                    "tags": ["gguf"],
+                    "lastModified": "2026-11-30T12:00:00.000Z",
+                    "siblings": siblings,
+                },
+                entry,
+                expand,
+            )
         )
 
     def _resolve(self, repo: str, name: str, send_body: bool) -> None:

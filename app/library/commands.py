@@ -21,7 +21,13 @@ from app.library import names
 from app.library.catalog import CatalogEntry, shipped_catalog
 from app.library.download import DownloadStopped, Progress, pull
 from app.library.fit import assess, machine_memory
-from app.library.hub import HubError, RemoteFile, list_files, search
+from app.library.hub import (
+    BASE_MODEL_NOTE,
+    HubError,
+    RemoteFile,
+    list_files,
+    search,
+)
 from app.library.installed import (
     MODELS_DIR_ENV,
     InstalledModel,
@@ -189,6 +195,13 @@ def _search(args: argparse.Namespace, n_ctx: int) -> dict[str, Any]:
                 "likes": r.likes,
                 "gated": r.gated,
                 "updated": r.updated,
+                # What the Hub read from the GGUF (null: it said nothing),
+                # and the flag for a GGUF without a chat template.
+                "chat_template": r.chat_template,
+                "architecture": r.architecture,
+                "context_length": r.context_length,
+                "base_model": r.base_model,
+                "note": BASE_MODEL_NOTE if r.base_model else None,
                 "files": [_file_json(f, n_ctx) for f in r.files],
             }
             for r in repositories

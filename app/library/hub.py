@@ -26,6 +26,21 @@ before it and then nothing, at the latest twice the bound after the start,
 since a wait cannot be shortened once begun). Ten seconds, because the
 window's library thread, which runs these, is given 15 to end when the
 window closes.
+
+**A search tells base models apart.** It asks the Hub for each
+repository's GGUF metadata in the same request (``expand``, which the search
+takes as ``model_info`` does; a mirror that ignores it just says nothing),
+so a repository whose GGUF has no chat template, a base model that goes on
+with a text rather than answering it, is known before anything is
+downloaded (``RemoteRepository.base_model``). The Hub reads that metadata
+from one file of the repository; the others are the same model.
+
+**Failures say whether to try again.** ``HubError.transient`` is True where
+asking again later may work (the network, a busy or silent Hub, a stall),
+False where the answer will not change by itself (no such repository,
+revision or file, no access, a setting to fix), so that the window offers
+Resume only where it can help. A gated repository is transient: the user
+accepts its licence, and the same request works.
 """
 
 from __future__ import annotations
@@ -58,16 +73,40 @@ _RETRY_PAUSE_S = 0.5
 # Answers that mean "try again later", as huggingface_hub's own retries take them.
 _TRY_AGAIN = frozenset({408, 429, 500, 502, 503, 504})
 # The most an answer may hold: a search of a hundred repositories is some
-# 50 kB, the file list of a repository of a thousand files under 1 MB.
+# 50 kB (with the GGUF metadata, chat templates included, some 200 kB),
+# the file list of a repository of a thousand files under 1 MB.
 _MAX_ANSWER = 32 * 1024**2
+# What a search asks the Hub for (``expand``): what the results show, and the
+# GGUF metadata. Naming fields means only those come (and the id).
+_SEARCH_FIELDS = ("downloads", "likes", "gated", "lastModified", "gguf")
 
 
 class HubError(Exception):
-    """A Hub request failed; the message says why in one line."""
+    """A Hub request failed; the message says why in one line.
+
+    Attributes
+    ----------
+    transient
+        Whether the same request may work later by itself (see the module's
+        docstring); a subclass or ``transient=`` says False.
+    """
+
+    transient = True
+
+    def __init__(self, message: str = "", *, transient: bool | None = None) -> None:
+        super().__init__(message)
+        if transient is not None:
+            self.transient = transient
 
 
 class GatedRepository(HubError):
-    """The repository needs an accepted licence and a token (HF_TOKEN)."""
+    """The repository needs an accepted licence and a token (HF_TOKEN).
+
+    Transient all the same, unlike other 401s: once the licence is accepted
+    on the Hub's page (and a token saved, ``hf auth login``, which
+    ``huggingface_hub`` reads at each request), the same request works,
+    without a restart.
+    """
 
 
 @dataclass(frozen=True)
@@ -88,7 +127,12 @@ class RemoteFile:
 
 @dataclass(frozen=True)
 class RemoteRepository:
-    """A repository found by a search, with its GGUF files when listed."""
+    """A repository found by a search, with its GGUF files when listed.
+
+    ``chat_template``, ``architecture`` and ``context_length`` are what the
+    Hub read from the repository's GGUF (None: the Hub said nothing);
+    ``chat_template`` is True when the GGUF has one.
+    """
 
     repo: str
     downloads: int | None
@@ -96,12 +140,27 @@ class RemoteRepository:
     gated: bool
     updated: str | None
     files: tuple[RemoteFile, ...] = ()
+    chat_template: bool | None = None
+    architecture: str | None = None
+    context_length: int | None = None
+
+    @property
+    def base_model(self) -> bool:
+        """True when the Hub says the GGUF has no chat template: a base model,
+        which goes on with a text instead of answering (False when it has one,
+        or when nothing is known)."""
+        return self.chat_template is False
+
+
+BASE_MODEL_NOTE = "base model: no chat template"
 
 
 def check_repo_id(repo: str) -> str:
     """``repo`` if it looks like ``owner/name``; else a ``HubError``."""
     if not _REPO_ID.match(repo):
-        raise HubError(f"{repo!r} is not a Hub repository (owner/name)")
+        raise HubError(
+            f"{repo!r} is not a Hub repository (owner/name)", transient=False
+        )
     return repo
 
 
@@ -128,7 +187,8 @@ def check_settings() -> None:
         except ValueError:
             raise HubError(
                 f"{name}={value!r} is not a whole number of seconds "
-                "(huggingface_hub reads it as one)"
+                "(huggingface_hub reads it as one)",
+                transient=False,
             ) from None
 
 
@@ -144,7 +204,9 @@ def search(
     The first ``with_files`` repositories also get their files listed (one
     request each: the Hub lists sizes only per repository). One page of the
     Hub's answer, ``limit`` repositories at most; all of it within one
-    ``timeout_seconds()``.
+    ``timeout_seconds()``. Each repository says what the Hub read from its
+    GGUF (whether it has a chat template: ``RemoteRepository.base_model``),
+    asked for in the same request.
     """
     check_settings()
     from huggingface_hub import ModelInfo, constants
@@ -153,7 +215,15 @@ def search(
         return []
     bound = _Bound(timeout_seconds())
     base = (endpoint or constants.ENDPOINT).rstrip("/")
-    params = {"search": query, "filter": "gguf", "sort": "downloads", "limit": limit}
+    params = {
+        "search": query,
+        "filter": "gguf",
+        "sort": "downloads",
+        "limit": limit,
+        # Sent as expand=downloads&expand=likes..., as huggingface_hub's
+        # list_models sends it.
+        "expand": list(_SEARCH_FIELDS),
+    }
     what = f"search for {query!r}"
     found = _get_json(what, f"{base}/api/models", params, token, bound)
     if not isinstance(found, list):
@@ -170,6 +240,7 @@ def search(
             likes=info.likes,
             gated=bool(info.gated),
             updated=info.last_modified.isoformat() if info.last_modified else None,
+            **_gguf_facts(info.gguf),
         )
         if index < with_files:
             files = list_files(info.id, endpoint=endpoint, token=token, bound=bound)
@@ -225,6 +296,27 @@ def list_files(
             )
         )
     return sorted(files, key=lambda f: (f.size is None, f.size or 0, f.filename))
+
+
+def _gguf_facts(gguf: object) -> dict[str, Any]:
+    """``RemoteRepository``'s GGUF fields from the Hub's ``gguf`` metadata
+    (``chat_template``, ``architecture``, ``context_length``); nothing is
+    known without it, and a field of the wrong type is not known either."""
+    if not isinstance(gguf, dict):
+        return {}
+    template = gguf.get("chat_template")
+    architecture = gguf.get("architecture")
+    context = gguf.get("context_length")
+    return {
+        # Metadata without a template (or with an empty one): a base model.
+        "chat_template": isinstance(template, str) and bool(template.strip()),
+        "architecture": architecture if isinstance(architecture, str) else None,
+        "context_length": (
+            context
+            if isinstance(context, int) and not isinstance(context, bool)
+            else None
+        ),
+    }
 
 
 class _Bound:
@@ -338,21 +430,35 @@ def hub_errors(what: str) -> Iterator[None]:
         # The Hub answers 401 for a repository that does not exist as for a
         # private one, so as not to tell which.
         if _status(exc) == 403:
-            raise HubError(f"{what}: the token (HF_TOKEN) has no access") from exc
+            raise HubError(
+                f"{what}: the token (HF_TOKEN) has no access", transient=False
+            ) from exc
         raise HubError(
-            f"{what}: no such repository on the Hub (a private one needs HF_TOKEN)"
+            f"{what}: no such repository on the Hub (a private one needs HF_TOKEN)",
+            transient=False,
         ) from exc
     except errors.RevisionNotFoundError as exc:
-        raise HubError(f"{what}: no such revision") from exc
+        raise HubError(f"{what}: no such revision", transient=False) from exc
     except errors.RemoteEntryNotFoundError as exc:
-        raise HubError(f"{what}: no such file in the repository") from exc
+        raise HubError(
+            f"{what}: no such file in the repository", transient=False
+        ) from exc
     except errors.OfflineModeIsEnabled as exc:
-        raise HubError(f"{what}: HF_HUB_OFFLINE is set, so the Hub is off") from exc
+        raise HubError(
+            f"{what}: HF_HUB_OFFLINE is set, so the Hub is off", transient=False
+        ) from exc
     except errors.HfHubHTTPError as exc:
         status = _status(exc)
         if status in (401, 403):
-            raise HubError(f"{what}: not allowed ({status}); check HF_TOKEN") from exc
-        raise HubError(f"{what}: the Hub answered {status or 'an error'}") from exc
+            raise HubError(
+                f"{what}: not allowed ({status}); check HF_TOKEN", transient=False
+            ) from exc
+        raise HubError(
+            f"{what}: the Hub answered {status or 'an error'}",
+            # A refusal (4xx) stays one; "try again" answers and server
+            # errors may pass.
+            transient=status is None or status >= 500 or status in _TRY_AGAIN,
+        ) from exc
     except httpx2.TransportError as exc:
         raise HubError(
             f"{what}: cannot reach the Hub ({type(exc).__name__}); check the "

@@ -28,8 +28,8 @@ def test_a_new_conversation_says_which_model_and_what_to_try(qtbot, make_window)
     assert window.center.currentWidget() is window.chat_page
     assert empty.isVisibleTo(window)
     # The readable name the status bar shows, not the file's general.name.
-    assert window.status.model_label.text() == "tiny"
-    assert "tiny" in empty.subtitle.text()
+    assert window.status.model_label.text() == "Tiny"
+    assert "Tiny" in empty.subtitle.text()
     assert window.model_info is not None
     assert window.model_info.name not in empty.subtitle.text()
     assert "Start" in empty.title.text()
@@ -86,7 +86,7 @@ def test_without_a_model_it_says_so_and_where_to_get_one(qtbot, make_window, tmp
     copy.write_bytes(make_window.tiny_model.read_bytes())
     window = make_window(model=copy)
     empty = window.transcript.empty_state
-    assert "copy" in empty.subtitle.text()
+    assert "Copy" in empty.subtitle.text()
     copy.unlink()  # the loaded model cannot come back after a failed load
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(make_window.tiny_model.read_bytes()[:4096])  # a broken GGUF

@@ -31,9 +31,9 @@ def test_switch_back_to_the_model_a_conversation_was_made_with(
     wait_idle(qtbot, window)
     offer = window.model_offer
     assert offer.isVisible()
-    assert "made with tiny." in offer.label.text()
-    assert offer.switch_button.text() == "Switch to tiny"
-    assert offer.keep_button.text() == "Continue with tiny other"
+    assert "made with Tiny." in offer.label.text()
+    assert offer.switch_button.text() == "Switch to Tiny"
+    assert offer.keep_button.text() == "Continue with Tiny Other"
     # Nothing was restored under the other model, and its tree has no marks:
     # none of these checkpoints restores under it.
     assert "restored" not in window.status.restore_label.detail()

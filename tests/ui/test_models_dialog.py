@@ -196,7 +196,7 @@ def test_pause_then_resume_fetches_only_the_rest(qtbot, window, hub, data_dir):
     row = dialog.downloads_panel.rows[key]
     assert row.pause_button.text() == "Pause"
     assert "MB/s" in row.detail_label.text()
-    assert window.status.download_label.text().startswith("Downloading big — ")
+    assert window.status.download_label.text().startswith("Downloading Big — ")
 
     with qtbot.waitSignal(window.models.downloads.download_stopped) as stopped:
         qtbot.mouseClick(row.pause_button, LEFT)
@@ -321,7 +321,7 @@ def test_a_gated_repository_says_to_set_hf_token(qtbot, window, data_dir):
     assert "\n" not in text and "Traceback" not in text
     row = dialog.downloads_panel.rows[key]
     assert "HF_TOKEN" in row.detail_label.text()
-    assert row.pause_button.text() == "Resume"  # to try again, token set
+    assert row.pause_button.text() == "Try again"  # the licence accepted, token set
     assert not any(_destination(data_dir, *GATED).parent.glob("*.gguf*"))
 
 
@@ -335,7 +335,7 @@ def test_the_chat_goes_on_while_a_model_downloads(qtbot, window, hub):
     _wait_for_bytes(qtbot, window, key, 1)
     assert _state(window, key).active
     assert not window.composer.edit.isReadOnly() and window.send_action.isEnabled()
-    assert window.status.download_label.text().startswith("Downloading big — ")
+    assert window.status.download_label.text().startswith("Downloading Big — ")
     send(qtbot, window, "hello while downloading")  # a real reply, real engine
     assert window.transcript.cards[-1].role == "assistant"
     assert window.transcript.cards[-1].text
@@ -498,3 +498,75 @@ def test_a_recommended_models_status_follows_its_download(qtbot, make_window, bi
             timeout=WAIT_MS,
         )
         window.close()
+
+
+# --- base models and names (issue 41) ---------------------------------------------
+
+
+def test_search_flags_a_base_model_before_the_download(qtbot, window, hub, tiny_model):
+    base, chat = "arbor/tiny-base-GGUF", "arbor/tiny-chat-GGUF"
+    # What the Hub reads from a GGUF: a base model's has no chat template.
+    hub.hub.add(
+        base,
+        {"tiny-base-Q8_0.gguf": tiny_model},
+        downloads=5,
+        gguf={"architecture": "llama", "context_length": 2048},
+    )
+    hub.hub.add(
+        chat,
+        {"tiny-chat-Q8_0.gguf": tiny_model},
+        downloads=4,
+        gguf={
+            "architecture": "llama",
+            "context_length": 2048,
+            "chat_template": "{{x}}",
+        },
+    )
+    dialog = _open_models(qtbot, window)
+    _search(qtbot, dialog, "tiny")
+    table = dialog.repo_table
+    notes = dict(zip(_column(table), _column(table, 3), strict=True))
+    assert notes == {
+        TINY[0]: "",  # the Hub read nothing: nothing said
+        base: "base model: no chat template",
+        chat: "",
+    }
+    flagged = table.item(_column(table).index(base), 3)
+    assert "continue a text" in flagged.toolTip()
+    assert table.horizontalHeaderItem(3).text() == "Note"
+
+    _choose_repo(qtbot, dialog, base)
+    assert dialog.search_status.text() == (
+        f"{base}: 1 model file. A base model (no chat template): it continues a "
+        "text rather than answering it."
+    )
+    if shot := os.environ.get("ARBOR_SCREENSHOT"):
+        dialog.resize(900, 560)
+        qtbot.wait(50)
+        dialog.grab().save(shot)
+    _choose_repo(qtbot, dialog, chat)
+    assert dialog.search_status.text() == f"{chat}: 1 model file."
+
+
+def test_a_downloaded_model_has_one_clean_name_everywhere(
+    qtbot, window, hub, tiny_model, data_dir
+):
+    repo, filename = "arbor/gemma-3-270m-it-GGUF", "gemma-3-270m-it-Q4_K_M.gguf"
+    name = "Gemma 3 270M Instruct"  # not "gemma 3 270m it"
+    hub.hub.add(repo, {filename: tiny_model})
+    hub.hub.rate = 100_000  # a few seconds: the status bar has time to say it
+    dialog = _open_models(qtbot, window)
+    key = _start_download(qtbot, window, dialog, repo)
+    row = dialog.downloads_panel.rows[key]
+    assert row.name_label.text() == name
+    qtbot.waitUntil(
+        lambda: window.status.download_label.text().startswith(f"Downloading {name}"),
+        timeout=WAIT_MS,
+    )
+    qtbot.waitUntil(lambda: row.load_button.isVisible(), timeout=WAIT_MS)
+    qtbot.mouseClick(row.load_button, LEFT)
+    wait_idle(qtbot, window)
+    assert window.model_info is not None
+    assert window.model_info.path == str(_destination(data_dir, repo, filename))
+    assert window.status.model_label.text() == name
+    assert name in window.transcript.empty_state.subtitle.text()

@@ -123,7 +123,7 @@ def test_first_run_without_a_model_asks_for_one_and_remembers_it(
     wait_idle(qtbot, window)
     assert window.center.currentWidget() is window.chat_page
     # The file's name, cleaned, not its general.name ("arbor-tiny-test").
-    assert window.status.model_label.text() == "tiny"
+    assert window.status.model_label.text() == "Tiny"
     assert window.status.layers_label.text() == "CPU"
     prefs = load_preferences(window.db)
     assert prefs.model_path == str(make_window.tiny_model)

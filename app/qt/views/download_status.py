@@ -13,12 +13,11 @@ Qwen3 4B — 43%, 12 MB/s, 1 min left", while the dialog is closed too.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import names
 from app.library.installed import InstalledModel
+from app.library.naming import model_name
 from app.library.units import format_bytes
 from app.qt.views.downloads import describe_download, status_text
 from app.qt.views.starter_offer import StarterOfferBar
@@ -206,7 +205,7 @@ class DownloadStatus(QObject):
             self.offer()  # "Use" it now
             return
         state = self._models.downloads.state(key)
-        name = state.name if state is not None else Path(path).name
+        name = state.name if state is not None else model_name(path)
         self._status.showMessage(f"Downloaded {name}: load it in Models…", 8000)
         self.offer()  # "Use" it, if it is the one offered
 

@@ -3,6 +3,9 @@ buttons, and the panel of rows the Models dialog shows.
 
 The rows follow ``DownloadController``'s signals and read its states; their
 buttons ask the controller (Pause, Resume, Cancel) or the window (Load).
+A failed download offers Try again only where that can help
+(``DownloadState.retry``: not after a 401, 403 or 404, nor a second
+checksum mismatch), and Remove in every case.
 """
 
 from __future__ import annotations
@@ -161,9 +164,21 @@ class DownloadRow(QWidget):
             fraction = 0.0  # paused or failed before a size was known
         show_fraction(self.progress, None if waiting else fraction)
         finished = state.status == DONE
-        self.pause_button.setVisible(not finished)
-        self.pause_button.setText("Pause" if state.active else "Resume")
+        failed = state.status == FAILED
+        # Resume after a failure that will not pass would fail again at once.
+        self.pause_button.setVisible(not finished and (not failed or state.retry))
+        self.pause_button.setText(
+            "Pause" if state.active else "Try again" if failed else "Resume"
+        )
+        self.pause_button.setToolTip(
+            "Ask the Hub again; what was downloaded is kept" if failed else ""
+        )
         self.cancel_button.setVisible(not finished)
+        # Failed, nothing runs to cancel: what is left is removing it.
+        self.cancel_button.setText("Remove" if failed else "Cancel")
+        self.cancel_button.setToolTip(
+            "Forget this download and delete what it fetched" if failed else ""
+        )
         self.progress.setVisible(state.status not in (DONE, FAILED))
         self.load_button.setVisible(finished)
         # Removed since (Installed → Remove): nothing to load any more.

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.values import ModelInfo
-from app.library.catalog import shipped_catalog
+from app.library.naming import model_name
 from app.qt.views.theme import app_icon, icon
 
 # Short and answerable by a small model on a slow computer: the first reply
@@ -249,9 +249,9 @@ class EmptyState(QWidget):
             self.examples.hide()
             self.prompt_box.hide()
             return
-        # The catalog's name, as the status bar shows it: ``info.name`` is the
-        # file's general.name, often a build label.
-        name = html.escape(shipped_catalog().name_for(info.path))
+        # The name the status bar shows (app.library.naming): ``info.name``
+        # is the file's general.name, often a build label.
+        name = html.escape(model_name(info.path, general_name=info.name))
         self.title.setText("Start a conversation")
         self.subtitle.setTextFormat(Qt.TextFormat.RichText)
         where = "this computer, offline"

@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.library.catalog import shipped_catalog
+from app.library.naming import model_name
 from app.qt.views.button_row import ButtonRow
 
 
@@ -56,8 +56,7 @@ class ModelOfferBar(QFrame):
         if made_with is None or loaded is None:
             self.hide()
             return
-        catalog = shipped_catalog()
-        old, new = catalog.name_for(made_with), catalog.name_for(loaded)
+        old, new = model_name(made_with), model_name(loaded)
         present = Path(made_with).is_file()
         self.label.setText(
             f"This conversation was made with {old}."

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.library.catalog import shipped_catalog
+from app.library.naming import model_name
 from app.qt.views.elided_label import ElidedLabel
 
 if TYPE_CHECKING:
@@ -222,7 +222,8 @@ class ArborStatusBar(QStatusBar):
             self.model_label.set_detail("")
             self.layers_label.setText("")
             return
-        self.model_label.setText(shipped_catalog().name_for(info.path))
+        # The name every view gives this model (app.library.naming).
+        self.model_label.setText(model_name(info.path, general_name=info.name))
         self.model_label.set_detail(
             f"{info.path}\nstate: {info.state_kind} — {info.state_note}"
         )

@@ -23,8 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.library import names
 from app.library.catalog import Catalog, CatalogEntry
 from app.library.fit import Fit, assess
+from app.library.naming import model_name
 from app.qt.views.downloads import show_fraction
 from app.qt.views.theme import app_icon, icon
 
@@ -184,7 +186,10 @@ class WelcomePage(QWidget):
         self.recent_list.clear()
         existing = [p for p in paths if Path(p).is_file()]
         for path in existing:
-            item = QListWidgetItem(icon("model"), Path(path).name)
+            # The quantization too: two files of one model differ only there.
+            quantization = names.quantization(Path(path).name)
+            text = model_name(path) + (f" · {quantization}" if quantization else "")
+            item = QListWidgetItem(icon("model"), text)
             item.setToolTip(path)
             item.setData(Qt.ItemDataRole.UserRole, path)
             self.recent_list.addItem(item)

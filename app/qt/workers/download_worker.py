@@ -20,6 +20,13 @@ fetched when its turn comes, and the controller ignores that late report.
 Downloads an earlier run left (their ``.part`` files) are listed as paused.
 
 The key of a download is its repository and first file (``repo/file``).
+
+A failed download says whether trying again can help (``DownloadState.
+retry``): it can after a network failure, a stall, a busy Hub, a full disk;
+it cannot after a 401, 403 or 404 (``HubError.transient`` is False), nor
+after a second checksum mismatch (the first one removed the part, and a
+fresh download may be whole; a second one means the Hub's file is not what
+it advertises). The rows then offer Remove and no Resume.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import names
 from app.library.download import (
+    ChecksumMismatch,
     DownloadStopped,
     Progress,
     discard_partial,
@@ -41,6 +49,7 @@ from app.library.download import (
 )
 from app.library.hub import HubError
 from app.library.installed import LibraryError, ModelLibrary
+from app.library.naming import model_name
 from app.qt.workers.threads import end_thread, quit_current_thread, worker_thread
 
 log = logging.getLogger(__name__)
@@ -48,6 +57,12 @@ log = logging.getLogger(__name__)
 # How long closing the window waits for the download thread: a stop is seen
 # within a chunk, but a request for a file's metadata may be under way.
 SHUTDOWN_WAIT_MS = 15_000
+
+# What kind of failure a download had (``DownloadWorker.download_failed``):
+# one that may pass, one that will not, a file that did not match its sha256.
+TRANSIENT = "transient"
+PERMANENT = "permanent"
+MISMATCH = "mismatch"
 
 # The states of a download.
 QUEUED = "queued"
@@ -89,6 +104,8 @@ class DownloadState:
 
     ``status`` is one of ``queued``, ``downloading``, ``verifying``,
     ``paused``, ``failed`` or ``done``; ``message`` is a failure's one line,
+    ``retry`` whether trying it again may help (see the module's docstring),
+    ``mismatches`` how many of its runs ended in a checksum mismatch,
     ``path`` the model file once done.
     """
 
@@ -101,6 +118,8 @@ class DownloadState:
     done: int = 0
     speed: float = 0.0
     message: str = ""
+    retry: bool = True
+    mismatches: int = 0
     path: str | None = None
 
     @property
@@ -140,8 +159,9 @@ class DownloadWorker(QObject):
         (``downloading`` or ``verifying``).
     download_finished(str, str)
         Key and the model file's path: downloaded, verified and recorded.
-    download_failed(str, str)
-        Key and why, in one line.
+    download_failed(str, str, str)
+        Key, why in one line, and the kind of failure: ``TRANSIENT``,
+        ``PERMANENT`` or ``MISMATCH``.
     download_stopped(str, bool)
         Key, and True if paused (the part stays) or False if cancelled (the
         part is gone).
@@ -151,7 +171,7 @@ class DownloadWorker(QObject):
     # Byte counts as "qint64": a Python int crosses threads as a 32-bit int.
     download_progressed = Signal(str, "qint64", "qint64", float, str)  # type: ignore[arg-type]
     download_finished = Signal(str, str)
-    download_failed = Signal(str, str)
+    download_failed = Signal(str, str, str)
     download_stopped = Signal(str, bool)
 
     def __init__(self, library: ModelLibrary, endpoint: str | None = None) -> None:
@@ -190,12 +210,15 @@ class DownloadWorker(QObject):
             # HubError's own text is the one line (network, gated, no space,
             # checksum); an OSError here is the models folder (read-only, gone).
             log.info("download of %s failed: %s", key, exc)
-            self.download_failed.emit(key, _one_line(exc))
+            self.download_failed.emit(key, _one_line(exc), _failure_kind(exc))
             return
         except Exception:
             # A bug: let the window leave the download's busy state, then let
-            # the exception reach sys.excepthook (the crash dialog).
-            self.download_failed.emit(key, "internal error (see the crash report)")
+            # the exception reach sys.excepthook (the crash dialog). Trying
+            # again runs into the same bug.
+            self.download_failed.emit(
+                key, "internal error (see the crash report)", PERMANENT
+            )
             raise
         self.download_finished.emit(key, model.path)
 
@@ -375,6 +398,7 @@ class DownloadController(QObject):
         request = DownloadRequest(state.repo, state.parts)
         self._requests[key] = request
         state.status, state.message, state.speed = QUEUED, "", 0.0
+        state.retry = True
         self._run_requested.emit(request)
 
     def _find_unfinished(self) -> None:
@@ -399,8 +423,7 @@ class DownloadController(QObject):
                 continue  # not a download of ours: leave it alone
             # For a split model the note has this part's size only.
             total = size if isinstance(size, int) and len(parts) == 1 else None
-            entry = self.library.catalog.for_file(repo, parts[0])
-            name = entry.name if entry else names.display_name(parts[0])
+            name = model_name(parts[0], repo=repo, catalog=self.library.catalog)
             self._states[key] = DownloadState(
                 key, repo, parts, name, total, status=PAUSED, done=have
             )
@@ -442,12 +465,19 @@ class DownloadController(QObject):
             state.done = state.total or state.done
         self.download_finished.emit(key, path)
 
-    @Slot(str, str)
-    def _on_worker_download_failed(self, key: str, message: str) -> None:
+    @Slot(str, str, str)
+    def _on_worker_download_failed(self, key: str, message: str, kind: str) -> None:
         self._requests.pop(key, None)
         state = self._states.get(key)
         if state is not None:
             state.status, state.message, state.speed = FAILED, message, 0.0
+            if kind == MISMATCH:
+                state.mismatches += 1
+            # One mismatch may be bytes spoilt on the way (the part is gone,
+            # a new download starts afresh); a second is the Hub's file.
+            state.retry = kind == TRANSIENT or (
+                kind == MISMATCH and state.mismatches < 2
+            )
         self.download_failed.emit(key, message)
 
     @Slot(str, bool)
@@ -469,6 +499,20 @@ class DownloadController(QObject):
         else:
             del self._states[key]
         self.download_stopped.emit(key, paused)
+
+
+def _failure_kind(exc: BaseException) -> str:
+    """``MISMATCH``, ``PERMANENT`` or ``TRANSIENT`` for a download's failure.
+
+    Only the Hub says a failure is for good (``HubError.transient``); the
+    models folder (``OSError``) and the library's records can be put right
+    and tried again.
+    """
+    if isinstance(exc, ChecksumMismatch):
+        return MISMATCH
+    if isinstance(exc, HubError) and not exc.transient:
+        return PERMANENT
+    return TRANSIENT
 
 
 def _one_line(exc: BaseException) -> str:

@@ -5,10 +5,13 @@ computer, and the downloads under way.
 computer at the context size of the settings (a model too big is greyed, with
 what it would need, rather than hidden: the user may free memory or lower
 the context), and whether it calls tools in its own format (the one
-recommended for tools says so). *Search the Hub* finds GGUF repositories and
-lists a chosen one's files. *Installed* loads, removes and adds model files.
-The downloads panel below the tabs shows every download with Pause, Resume,
-Cancel and, once done, Load.
+recommended for tools says so). *Search the Hub* finds GGUF repositories,
+flags those whose GGUF has no chat template (base models, which continue a
+text rather than answer it) before anything is downloaded, and lists a
+chosen one's files. *Installed* loads, removes and adds model files. The
+downloads panel below the tabs shows every download with Pause, Resume,
+Cancel and, once done, Load (after a failure: Try again where it can help,
+and Remove).
 
 Nothing here touches the network or writes a file on the GUI thread: Hub
 requests and changes to the installed models go to the library thread
@@ -46,8 +49,9 @@ from PySide6.QtWidgets import (
 from app.library import names
 from app.library.catalog import CatalogEntry
 from app.library.fit import Fit, assess, machine_memory
-from app.library.hub import RemoteFile, RemoteRepository
+from app.library.hub import BASE_MODEL_NOTE, RemoteFile, RemoteRepository
 from app.library.installed import InstalledModel
+from app.library.naming import model_name
 from app.library.units import format_bytes
 from app.qt.views.dialogs.errors import confirm
 from app.qt.views.downloads import DownloadsPanel
@@ -146,6 +150,15 @@ def _table(headers: list[str], stretch: int = 0) -> QTableWidget:
     return table
 
 
+# Why a repository is flagged as a base model, for the flag's tooltip.
+BASE_MODEL_TIP = (
+    "The Hub finds no chat template in this repository's GGUF: it is a base "
+    "model, trained to continue a text, not to answer one. Arbor would write "
+    "the conversation in a guessed format, and its replies tend to ramble or "
+    "go on with your side of the chat. Look for an instruct or chat version."
+)
+
+
 def _item(text: str, right: bool = False) -> QTableWidgetItem:
     item = QTableWidgetItem(text)
     if right:
@@ -153,6 +166,15 @@ def _item(text: str, right: bool = False) -> QTableWidgetItem:
             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         )
     return item
+
+
+def _repository_note(repository: RemoteRepository) -> QTableWidgetItem:
+    """The Note cell of a search result: the base-model flag, or nothing."""
+    if not repository.base_model:
+        return _item("")
+    note = _item(BASE_MODEL_NOTE)
+    note.setToolTip(BASE_MODEL_TIP)
+    return note
 
 
 def _selected(table: QTableWidget) -> object | None:
@@ -310,7 +332,7 @@ class ModelsDialog(QDialog):
         # One above the other: repository and file names are long, and both
         # lists then have the dialog's whole width.
         splitter = QSplitter(Qt.Orientation.Vertical)
-        self.repo_table = _table(["Repository", "Downloads", "Access"])
+        self.repo_table = _table(["Repository", "Downloads", "Access", "Note"])
         self.repo_table.itemSelectionChanged.connect(
             self._on_repo_table_selection_changed
         )
@@ -540,6 +562,7 @@ class ModelsDialog(QDialog):
             table.setItem(row, 0, name)
             table.setItem(row, 1, _item(f"{downloads:,}" if downloads else "", True))
             table.setItem(row, 2, access)
+            table.setItem(row, 3, _repository_note(repository))
         count = len(found)
         self.search_status.setText(
             f"{count} repositor{'y' if count == 1 else 'ies'} with GGUF files; "
@@ -567,8 +590,17 @@ class ModelsDialog(QDialog):
         self._listing_id = None
         self._fill_files(files)
         count = len(files)
+        repository = _selected(self.repo_table)
+        base = (
+            " A base model (no chat template): it continues a text rather than "
+            "answering it."
+            if isinstance(repository, RemoteRepository)
+            and repository.repo == repo
+            and repository.base_model
+            else ""
+        )
         self.search_status.setText(
-            f"{repo}: {count} model file{'' if count == 1 else 's'}."
+            f"{repo}: {count} model file{'' if count == 1 else 's'}.{base}"
             if count
             else f"{repo} has no GGUF model file."
         )
@@ -609,7 +641,8 @@ class ModelsDialog(QDialog):
     def _on_file_download_button_clicked(self) -> None:
         file = _selected(self.file_table)
         if isinstance(file, RemoteFile):
-            name = names.display_name(file.filename)
+            catalog = self._services.library.catalog
+            name = model_name(file.filename, repo=file.repo, catalog=catalog)
             self._download(file.repo, file.parts, name, file.size)
 
     @Slot(int, str)
