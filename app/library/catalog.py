@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.library import names
+from app.library.naming import model_name
 from app.library.units import format_bytes
 from app.platform.assets import get_asset
 
@@ -102,12 +103,9 @@ class Catalog:
         return None
 
     def name_for(self, path: str) -> str:
-        """How to call the model in ``path``: its catalog name, else a name
-        made from the file name (never the file's own ``general.name``,
-        which is often a build label like "Smollm2 135M 8k Lc100K Mix1")."""
-        filename = Path(path).name
-        entry = self.for_file(None, filename)
-        return entry.name if entry is not None else names.display_name(filename)
+        """How to call the model in ``path``: its catalog name, else its file
+        name tidied (``app.library.naming``, the one naming rule)."""
+        return model_name(path, catalog=self)
 
     def summary(self, path: str, n_ctx_train: int | None = None) -> str:
         """One line about a model file: name, quantization, size, trained

@@ -23,6 +23,7 @@ from typing import Any
 from app.library import names
 from app.library.catalog import Catalog, CatalogEntry
 from app.library.download import PulledFile
+from app.library.naming import model_name
 
 MANIFEST_FILENAME = "models.json"
 MODELS_DIRNAME = "models"
@@ -204,7 +205,7 @@ class ModelLibrary:
         )
         return InstalledModel(
             path=str(path),
-            name=entry.name if entry else names.display_name(path.name),
+            name=entry.name if entry else model_name(path.name, catalog=self.catalog),
             size=size,
             source=source,
             quantization=names.quantization(path.name),

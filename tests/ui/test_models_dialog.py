@@ -152,8 +152,8 @@ def test_a_download_is_verified_listed_and_loads(qtbot, window, data_dir, tiny_m
 
     dialog.tabs.setCurrentIndex(2)
     listed = _column(dialog.installed_table)
-    assert "tiny" in listed
-    row = listed.index("tiny")
+    assert "Tiny" in listed
+    row = listed.index("Tiny")
     assert dialog.installed_table.item(row, 3).text() == "Downloaded"
     assert dialog.installed_table.item(row, 2).text() == "440 kB"
 
@@ -179,8 +179,8 @@ def test_a_download_is_verified_listed_and_loads(qtbot, window, data_dir, tiny_m
     dialog = _open_models(qtbot, window)
     dialog.tabs.setCurrentIndex(2)
     table = dialog.installed_table
-    assert _column(table, 3)[_column(table).index("tiny (loaded)")] == "Downloaded"
-    row = _column(table).index("tiny")
+    assert _column(table, 3)[_column(table).index("Tiny (loaded)")] == "Downloaded"
+    row = _column(table).index("Tiny")
     assert table.item(row, 3).text() == "Added by path"
     table.selectRow(row)
     qtbot.mouseClick(dialog.load_button, LEFT)
@@ -415,33 +415,33 @@ def test_add_a_file_by_path_and_remove_models(
     dialog.tabs.setCurrentIndex(2)
     table = dialog.installed_table
     # The model in use (opened by path at start) is listed and cannot go.
-    qtbot.waitUntil(lambda: "tiny (loaded)" in _column(table), timeout=WAIT_MS)
-    table.selectRow(_column(table).index("tiny (loaded)"))
+    qtbot.waitUntil(lambda: "Tiny (loaded)" in _column(table), timeout=WAIT_MS)
+    table.selectRow(_column(table).index("Tiny (loaded)"))
     assert dialog.load_button.isEnabled() and not dialog.remove_button.isEnabled()
 
     qtbot.mouseClick(dialog.add_button, LEFT)
-    qtbot.waitUntil(lambda: "mine" in _column(table), timeout=WAIT_MS)
-    row = _column(table).index("mine")
+    qtbot.waitUntil(lambda: "Mine" in _column(table), timeout=WAIT_MS)
+    row = _column(table).index("Mine")
     assert table.item(row, 3).text() == "Added by path"
     table.selectRow(row)
     with qtbot.waitSignal(window.models.tasks.library_changed, timeout=WAIT_MS):
         qtbot.mouseClick(dialog.remove_button, LEFT)
-    assert "mine" not in _column(table)
+    assert "Mine" not in _column(table)
     assert mine.is_file()  # only forgotten
     assert "file stays" in questions[-1]
-    assert dialog.installed_note.text().startswith("Forgot mine")
+    assert dialog.installed_note.text().startswith("Forgot Mine")
 
     # A downloaded model's file is deleted.
     with qtbot.waitSignal(window.models.downloads.download_finished, timeout=WAIT_MS):
         _start_download(qtbot, window, dialog, TINY[0])
     downloaded = _destination(data_dir, *TINY)
     dialog.tabs.setCurrentIndex(2)
-    table.selectRow(_column(table).index("tiny"))
+    table.selectRow(_column(table).index("Tiny"))
     with qtbot.waitSignal(window.models.tasks.library_changed, timeout=WAIT_MS):
         qtbot.mouseClick(dialog.remove_button, LEFT)
     assert "is deleted" in questions[-1]
-    assert not downloaded.exists() and "tiny" not in _column(table)
-    assert dialog.installed_note.text().startswith("Removed tiny: 440 kB freed")
+    assert not downloaded.exists() and "Tiny" not in _column(table)
+    assert dialog.installed_note.text().startswith("Removed Tiny: 440 kB freed")
 
 
 # --- the welcome page -------------------------------------------------------------
