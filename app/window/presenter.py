@@ -368,6 +368,10 @@ class WindowPresenter:
         self.generating_job: jobs.Job | None = None
         self.stream: ReplyStream | None = None
         self.stream_shown = False
+        # Whether the tree shows the message sent and the reply being
+        # generated: read again once the job has stored each, not only when
+        # the reply has ended (``_show_stored``).
+        self._message_in_tree = self._reply_in_tree = False
         # The job the engine runs now (what a progress report is about).
         self.running_job: jobs.Job | None = None
         # The tokens of each file attached in the composer, once counted.
@@ -986,6 +990,15 @@ class WindowPresenter:
         stream = self.stream
         if job is None:
             return
+        if (
+            stream is not None
+            and job is self.generating_job
+            and not stream.pieces
+            and not self._message_in_tree
+        ):
+            # A prompt being read: the message sent is stored (before any
+            # model work), so the tree can show it now.
+            self._show_stored(stream)
         if done >= total:
             # Read: the job goes on with what it does otherwise (generating).
             self.view.set_busy(busy_text(job))
@@ -1170,6 +1183,26 @@ class WindowPresenter:
             self.view.show_generating(
                 stream.conversation_id, f"Writing a reply… {stream.pieces:,} tokens"
             )
+            if not self._reply_in_tree:
+                self._show_stored(stream)
+
+    def _show_stored(self, stream: ReplyStream) -> None:
+        """Show in the tree what the reply's job has stored so far: the
+        message sent, and the reply once it is stored. The engine thread
+        stores the reply as its first token comes out, so the first piece
+        may arrive before it: read again at later pieces until it is there."""
+        self._message_in_tree = True
+        if stream.conversation_id != self.conversation_id:
+            self._reply_in_tree = True  # read when the user goes back there
+            return
+        self.reload_tree()
+        nodes = self.snapshot.nodes
+        self._reply_in_tree = any(
+            node.status == Status.GENERATING
+            and node.parent_id is not None
+            and stream.prefix_id in (node.parent_id, nodes[node.parent_id].parent_id)
+            for node in nodes.values()
+        )
 
     def _most_recent(self, besides: int | None = None) -> int | None:
         """The most recently used conversation (other than ``besides``)."""
@@ -1208,6 +1241,7 @@ class WindowPresenter:
         n = job.n if isinstance(job, jobs.RegenerateParallel) else 0
         assert self.conversation_id is not None  # a node is shown
         self.stream = ReplyStream(self.conversation_id, prefix_id, pending_text, n)
+        self._message_in_tree = self._reply_in_tree = False
         if pending_text is not None:
             self.attached_tokens.clear()  # the files went with the message
         self.view.begin_reply(prefix_id, pending_text, n)

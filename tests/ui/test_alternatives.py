@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
-from PySide6.QtCore import Qt
+import pytest
+from PySide6.QtCore import QObject, Qt, Slot
+from PySide6.QtWidgets import QApplication
 
 from app.qt.views.alternatives import AlternativesRow
+from app.qt.views.tree_panel import GRAPH_MODE, LIST_MODE
 from app.window import jobs
 from app.window.actions import TIMES
 from storage import conversation_rows, node_rows
-from tests.ui.conftest import send, wait_idle
+from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 
 def test_regenerate_x3_streams_side_by_side_and_adds_three_siblings(qtbot, make_window):
@@ -94,3 +98,55 @@ def test_conversation_menu_regenerates_the_last_reply_x3(qtbot, make_window):
     parent = node_rows.get_node(window.db, first).parent_id
     assert len(node_rows.get_children(window.db, parent)) == 4
     assert window.transcript.cards[-1].sibling_label.text() == "2/4"
+
+
+class _AlternativeDelay(QObject):
+    """Sleeps on every piece of an alternative, on the engine thread (a slot
+    of that thread's object: see ``tests.ui.conftest._TokenDelay``)."""
+
+    @Slot(int, str)
+    def wait(self, _index: int, _piece: str) -> None:
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    "where", ["composer", "tree", "graph", "list", "filter", "transcript"]
+)
+def test_escape_stops_alternatives_wherever_the_focus_is(qtbot, make_window, where):
+    window = make_window()
+    window.prefs = replace(
+        window.prefs, sampling=replace(window.prefs.sampling, max_tokens=8)
+    )
+    send(qtbot, window, "Hello")
+    window.prefs = replace(
+        window.prefs,
+        sampling=replace(window.prefs.sampling, max_tokens=2000, temperature=0.9),
+    )
+    worker = window.engine.worker
+    delay = _AlternativeDelay()
+    delay.moveToThread(worker.thread())
+    window.test_token_delays = [delay]  # kept as long as the window
+    worker.alternative_received.connect(delay.wait, Qt.ConnectionType.DirectConnection)
+    if where == "graph":
+        window.tree_panel.set_mode(GRAPH_MODE)
+    target = {
+        "composer": window.composer.edit,
+        "tree": window.tree_panel.view,
+        "graph": window.tree_panel.graph,
+        "list": window.sidebar.list_view,
+        "filter": window.sidebar.filter_edit,
+        "transcript": window.transcript.cards[0].body,
+    }[where]
+    menu = window.transcript.cards[-1].regenerate_button.menu()
+    with qtbot.waitSignal(window.engine.alternative_received, timeout=WAIT_MS):
+        menu.actions()[1].trigger()
+    target.setFocus()
+    assert QApplication.focusWidget() is target
+    qtbot.keyClick(target, Qt.Key.Key_Escape)
+    # Stopped at once, long before 2,000 tokens each.
+    qtbot.waitUntil(lambda: not window.generating, timeout=5_000)
+    wait_idle(qtbot, window)
+    choices = window.transcript.choices
+    assert choices is not None
+    assert all(len(card.text) < 2_000 for card in choices.cards)
+    window.tree_panel.set_mode(LIST_MODE)

@@ -12,6 +12,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.qt.views.attachment_chips import AttachmentViewer
 from storage import node_rows
 from tests.test_attachments import write_pdf
 from tests.ui.conftest import WAIT_MS, wait_idle
@@ -48,12 +49,16 @@ def test_a_dropped_file_goes_with_the_message(qtbot, make_window, tmp_path: Path
     _drop(window, [notes, report])
     chips = window.composer.attachments
     assert [f.name for f in chips.files] == ["notes.txt", "report.pdf"]
-    # Counted by the engine: the chip says what the file takes.
-    assert chips.chip_text("notes.txt") == "notes.txt · counting tokens…"
+    # Its length, then what it takes once the engine has counted it.
+    assert chips.chip_text("notes.txt") == (
+        "notes.txt · 39 characters · counting tokens…"
+    )
     qtbot.waitUntil(
         lambda: "counting" not in chips.chip_text("report.pdf"), timeout=WAIT_MS
     )
-    assert re.fullmatch(r"notes\.txt · \d+ tokens", chips.chip_text("notes.txt"))
+    assert re.fullmatch(
+        r"notes\.txt · 39 characters · \d+ tokens", chips.chip_text("notes.txt")
+    )
     wait_idle(qtbot, window)
     assert window.composer.edit.toPlainText() == ""  # not pasted as paths
 
@@ -75,6 +80,8 @@ def test_a_dropped_file_goes_with_the_message(qtbot, make_window, tmp_path: Path
     assert card.attachments is not None
     assert [f.name for f in card.attachments.files] == ["notes.txt", "report.pdf"]
     assert card.attachments.isVisibleTo(card)
+    # The same measure as in the composer (a message's tokens are not per file).
+    assert card.attachments.chip_text("notes.txt") == "notes.txt · 39 characters"
     # The conversation is named after the words, not the files.
     assert window.windowTitle().startswith("What do these say?")
 
@@ -125,3 +132,54 @@ def test_a_file_that_is_not_text_is_refused_at_once(
     ]
     assert window.composer.attachments.files == []
     assert not _errors()
+
+
+def _viewers() -> list[AttachmentViewer]:
+    return [
+        w
+        for w in QApplication.topLevelWidgets()
+        if isinstance(w, AttachmentViewer) and w.isVisible()
+    ]
+
+
+def test_clicking_a_chip_shows_the_file(qtbot, make_window, tmp_path: Path):
+    window = make_window()
+    notes = tmp_path / "notes.txt"
+    text = "The oak is a tree.\nThe pine is another."
+    notes.write_text(text + "\n", encoding="utf-8")
+    _drop(window, [notes])
+    chips = window.composer.attachments
+    qtbot.waitUntil(
+        lambda: "counting" not in chips.chip_text("notes.txt"), timeout=WAIT_MS
+    )
+    wait_idle(qtbot, window)
+    # In the composer: the whole text, read-only, with what it takes.
+    qtbot.mouseClick(chips.chip("notes.txt"), Qt.MouseButton.LeftButton)
+    (viewer,) = _viewers()
+    assert viewer.windowTitle() == "notes.txt"
+    assert viewer.text.toPlainText() == text and viewer.text.isReadOnly()
+    assert re.fullmatch(
+        r"notes\.txt · 39 characters · \d+ tokens", viewer.figure.text()
+    )
+    viewer.close()
+    qtbot.waitUntil(lambda: not _viewers())
+    assert [f.name for f in chips.files] == ["notes.txt"]  # opening keeps it
+
+    qtbot.keyClicks(window.composer.edit, "Read this.")
+    window.send_action.trigger()
+    wait_idle(qtbot, window)
+    # On the sent message, by the mouse and by the keyboard.
+    card = window.transcript.cards[-2]
+    assert card.attachments is not None
+    chip = card.attachments.chip("notes.txt")
+    qtbot.mouseClick(chip, Qt.MouseButton.LeftButton)
+    (viewer,) = _viewers()
+    assert viewer.text.toPlainText() == text
+    assert viewer.figure.text() == "notes.txt · 39 characters"
+    viewer.close()
+    qtbot.waitUntil(lambda: not _viewers())
+    chip.setFocus()
+    qtbot.keyClick(chip, Qt.Key.Key_Return)
+    (viewer,) = _viewers()
+    assert viewer.text.toPlainText() == text
+    viewer.close()

@@ -1,4 +1,11 @@
-"""``ConversationListModel``: the sidebar's conversations, most recent first."""
+"""``ConversationListModel``: the sidebar's conversations, most recent first.
+
+Titles need not be unique (an imported copy keeps its original's, marked
+"(imported)" once, and a file imported twice gives two copies of one title),
+so conversations listed with the same title are numbered by age: the oldest
+as it is, the next "(2)", "(3)" (``CopyNumberRole``), which the delegate
+keeps in sight when it elides the title.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +33,9 @@ ProgressRole = Qt.ItemDataRole.UserRole + 3
 # The short mark of a conversation made elsewhere than in the window or the
 # CLI, drawn beside its title (None: no mark).
 BadgeRole = Qt.ItemDataRole.UserRole + 4
+# Among listed conversations of the same title, this one's place by age
+# (2 for the second made, ...); None for the oldest and for a unique title.
+CopyNumberRole = Qt.ItemDataRole.UserRole + 5
 
 # Each origin's mark and what it means, said in the row's tooltip.
 BADGES: dict[Origin, tuple[str, str]] = {
@@ -50,6 +60,7 @@ class ConversationListModel(QAbstractListModel):
         super().__init__(parent)
         self._db = db
         self._records: list[ConversationRecord] = []
+        self._copy_numbers: dict[int, int] = {}
         self._filter = ""
         # What is happening in a conversation now (a reply being written),
         # said in its row instead of its figures.
@@ -62,6 +73,7 @@ class ConversationListModel(QAbstractListModel):
         records = conversation_rows.list_conversations(self._db, self._filter or None)
         self.beginResetModel()
         self._records = records
+        self._copy_numbers = _copy_numbers(records)
         self.endResetModel()
 
     def row_of(self, conversation_id: int) -> int:
@@ -91,6 +103,8 @@ class ConversationListModel(QAbstractListModel):
             return record.title
         if role == ConversationIdRole:
             return record.id
+        if role == CopyNumberRole:
+            return self._copy_numbers.get(record.id)
         badge = BADGES.get(record.origin) if record.origin is not None else None
         if role == BadgeRole:
             return badge[0] if badge is not None else None
@@ -113,8 +127,16 @@ class ConversationListModel(QAbstractListModel):
         if row < 0:
             return
         self._records[row] = replace(self._records[row], title=title)
-        index = self.index(row, 0)
-        self.dataChanged.emit(index, index)
+        numbers = _copy_numbers(self._records)
+        changed = [
+            r
+            for r, record in enumerate(self._records)
+            if numbers.get(record.id) != self._copy_numbers.get(record.id)
+        ]
+        self._copy_numbers = numbers
+        for changed_row in {row, *changed}:
+            index = self.index(changed_row, 0)
+            self.dataChanged.emit(index, index)
 
     def set_progress(self, conversation_id: int, text: str | None) -> None:
         """Say what is happening in a conversation (None: nothing any more)."""
@@ -135,6 +157,19 @@ class ConversationListModel(QAbstractListModel):
         self.beginRemoveRows(QModelIndex(), row, row)
         del self._records[row]
         self.endRemoveRows()
+
+
+def _copy_numbers(records: list[ConversationRecord]) -> dict[int, int]:
+    """Each conversation's number among those of its title, by age (ids
+    grow), for the titles that more than one has; the oldest has none."""
+    by_title: dict[str, list[int]] = {}
+    for record in records:
+        by_title.setdefault(record.title.strip(), []).append(record.id)
+    numbers: dict[int, int] = {}
+    for ids in by_title.values():
+        for number, conversation_id in enumerate(sorted(ids)[1:], start=2):
+            numbers[conversation_id] = number
+    return numbers
 
 
 def _made_by(record: ConversationRecord) -> str:

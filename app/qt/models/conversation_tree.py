@@ -96,6 +96,9 @@ ROLE_LABELS: dict[str, str] = {
 }
 # The root's label when it holds a system prompt.
 ROOT_WITH_PROMPT = "System prompt"
+# What a reply being written says before its text is stored (a row shown
+# while it streams: the window reads the tree when the reply is stored).
+WRITING = "writing…"
 # The Checkpoint column's mark of a message that restores instantly.
 SAVED_MARK = "✓"
 # How a start restored from another start's checkpoint says so.
@@ -238,6 +241,12 @@ def branch_label(role: str, text: str, thought: bool, others: tuple[str, ...]) -
     if differing is None:
         return row_label(role, text, thought)
     return f"{ROLE_LABELS.get(role, role)}: {shorten(differing, SNIPPET_CHARS)}"
+
+
+def _writing(node: NodeSummary) -> bool:
+    """Whether ``node`` is a reply being written with no text stored yet
+    (its label says so rather than "(empty)")."""
+    return node.status == Status.GENERATING and not label_source(node).strip()
 
 
 def format_bytes(size: int) -> str:
@@ -538,6 +547,8 @@ class ConversationTreeModel(QAbstractItemModel):
 
     def _head_label(self, node: NodeSummary) -> str:
         assert node.parent_id is not None
+        if _writing(node):
+            return self._display(node, 0)
         nodes = self._snapshot.nodes
         others = tuple(
             label_source(nodes[sibling])
@@ -579,6 +590,8 @@ class ConversationTreeModel(QAbstractItemModel):
     @staticmethod
     def _display(node: NodeSummary, column: int) -> str:
         if column == 0:
+            if _writing(node):
+                return f"{ROLE_LABELS.get(node.role, node.role)}: {WRITING}"
             label = row_label(node.role, label_source(node), bool(node.thinking))
             return label + offered_tools_note(node)
         if column == 1:

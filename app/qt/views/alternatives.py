@@ -30,7 +30,10 @@ class AlternativesRow(QWidget):
         layout.setSpacing(8)
         self.cards = [MessageCard(Role.ASSISTANT, "") for _ in range(n)]
         for card in self.cards:
-            layout.addWidget(card, 1)
+            # At the top, as tall as its text: stretched to the tallest, a
+            # card spreads the extra height around its text, whose first
+            # words then sit lower than the others' (read across, to compare).
+            layout.addWidget(card, 1, Qt.AlignmentFlag.AlignTop)
         self._parts: list[list[str]] = [[] for _ in range(n)]
         self._dirty: set[int] = set()
         # Pieces arrive per token; redrawing Markdown that often would stall
@@ -84,7 +87,7 @@ class ChoiceRow(QWidget):
         for node_id, text in replies:
             column = QVBoxLayout()
             card = MessageCard(Role.ASSISTANT, text)
-            column.addWidget(card, 1)
+            column.addWidget(card)
             button = QPushButton("Keep this one")
             button.setToolTip(
                 "Go on from this reply; the others stay as its siblings (k/N)"
@@ -92,6 +95,9 @@ class ChoiceRow(QWidget):
             button.setProperty("node_id", node_id)
             button.clicked.connect(self._on_button_clicked)
             column.addWidget(button, 0, Qt.AlignmentFlag.AlignHCenter)
+            # The column's room below a shorter reply stays empty, so that
+            # each reply begins at the top, its button right under it.
+            column.addStretch(1)
             layout.addLayout(column, 1)
             self.cards.append(card)
             self.buttons.append(button)

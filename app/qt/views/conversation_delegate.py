@@ -1,8 +1,14 @@
 """``ConversationDelegate``: a conversation as two lines, title over figures,
-with a small mark after the title for one made elsewhere (through the API)."""
+with a small mark after the title for one made elsewhere (through the API).
+
+A title too long for the row is cut before its trailing marks, not through
+them: "Planning the garden … (imported) (2)" still tells an imported copy, and
+which copy, from the conversation it came from.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import (
@@ -22,7 +28,12 @@ from PySide6.QtWidgets import (
     QStyleOptionViewItem,
 )
 
-from app.qt.models.conversation_list import BadgeRole, ProgressRole, SubtitleRole
+from app.qt.models.conversation_list import (
+    BadgeRole,
+    CopyNumberRole,
+    ProgressRole,
+    SubtitleRole,
+)
 
 PADDING = 8
 # Between the title and its mark; inside the mark, around its capitals.
@@ -35,6 +46,37 @@ BADGE_RADIUS = 4.0
 BADGE_FILL_ALPHA = 40
 
 Index = QModelIndex | QPersistentModelIndex
+
+# A title's trailing marks, kept when it is elided: short words in
+# parentheses, as "(imported)" and a copy's "(2)".
+_MARKS = re.compile(r"(?:\s*\([^()\n]{1,24}\))+$")
+# The most of the row's width the marks keep; past that, the title is cut
+# at its end like any other (a row of marks alone says nothing).
+MARKS_SHARE = 0.6
+
+
+def shown_title(index: Index) -> str:
+    """A row's title as drawn: the conversation's, then its copy number."""
+    title = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
+    number = index.data(CopyNumberRole)
+    return f"{title} ({number})" if number else title
+
+
+def elide_title(metrics: QFontMetrics, title: str, width: int) -> str:
+    """``title`` cut to ``width`` pixels before its trailing marks, which stay
+    whole where they take at most ``MARKS_SHARE`` of the width."""
+    if metrics.horizontalAdvance(title) <= width:
+        return title
+    marks = _MARKS.search(title)
+    if marks is not None and marks.start() > 0:
+        kept = marks.group(0)
+        room = width - metrics.horizontalAdvance(kept)
+        if metrics.horizontalAdvance(kept) <= width * MARKS_SHARE:
+            head = metrics.elidedText(
+                title[: marks.start()].rstrip(), Qt.TextElideMode.ElideRight, room
+            )
+            return head + kept
+    return metrics.elidedText(title, Qt.TextElideMode.ElideRight, width)
 
 
 @dataclass(frozen=True)
@@ -97,7 +139,8 @@ class ConversationDelegate(QStyledItemDelegate):
     ) -> None:
         opt = QStyleOptionViewItem(option)
         self.initStyleOption(opt, index)
-        title, opt.text = opt.text, ""
+        opt.text = ""
+        title = shown_title(index)
         style = opt.widget.style() if opt.widget else QApplication.style()
         style.drawControl(
             QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget
@@ -115,9 +158,7 @@ class ConversationDelegate(QStyledItemDelegate):
         painter.save()
         painter.setPen(opt.palette.color(text_role))
         painter.setFont(title_font)
-        elided = painter.fontMetrics().elidedText(
-            title, Qt.TextElideMode.ElideRight, layout.title.width()
-        )
+        elided = elide_title(painter.fontMetrics(), title, layout.title.width())
         painter.drawText(layout.title, Qt.AlignmentFlag.AlignVCenter, elided)
         if layout.badge is not None:
             self._paint_badge(painter, opt, layout.badge, str(index.data(BadgeRole)))
