@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.library.catalog import Catalog, shipped_catalog
-from app.library.naming import model_name, tidy
+from app.library.catalog import Catalog, model_name, shipped_catalog
+from app.library.naming import tidy
 
 
 @pytest.mark.parametrize(

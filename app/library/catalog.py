@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, fields
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from app.library import names
-from app.library.naming import model_name
+from app.library.naming import file_model_name
 from app.library.units import format_bytes
 from app.platform.assets import get_asset
 
@@ -144,6 +144,29 @@ _TYPES: dict[str, tuple[type, ...]] = {
 def shipped_catalog() -> Catalog:
     """The catalog Arbor ships, read once."""
     return load_catalog()
+
+
+def model_name(
+    path: str,
+    *,
+    repo: str | None = None,
+    general_name: str | None = None,
+    catalog: Catalog | None = None,
+) -> str:
+    """How to call the model in ``path`` (a path or a file name; for a split
+    model, its first part): its catalog entry's name, else its file's name
+    tidied (``app.library.naming`` says the order).
+
+    ``repo``: the Hub repository it comes from, when known (a catalog file is
+    then matched by repository too); ``general_name``: the GGUF's
+    ``general.name``, once the file is loaded; ``catalog``: the catalog to
+    look in (None: the shipped one).
+    """
+    catalog = catalog if catalog is not None else shipped_catalog()
+    entry = catalog.for_file(repo, PurePath(path).name)
+    if entry is not None:
+        return entry.name
+    return file_model_name(path, general_name)
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from app.library import names
-from app.library.catalog import Catalog, CatalogEntry
+from app.library.catalog import Catalog, CatalogEntry, model_name
 from app.library.download import PulledFile
-from app.library.naming import model_name
 
 MANIFEST_FILENAME = "models.json"
 MODELS_DIRNAME = "models"

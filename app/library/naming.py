@@ -1,8 +1,9 @@
 """The one name a model is shown under, wherever it is shown.
 
 Downloads, the status bar, the switch bar, the welcome page and the empty
-conversation all call ``model_name``, so a model has the same name before it
-is downloaded, while it downloads and once it is loaded. In order:
+conversation all call ``app.library.catalog.model_name``, so a model has
+the same name before it is downloaded, while it downloads and once it is
+loaded. In order:
 
 1. The catalog's name, for a catalog file ("Gemma 3 1B Instruct").
 2. The file name, cleaned: quantization, split suffix and ".gguf" dropped
@@ -19,12 +20,8 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
-from typing import TYPE_CHECKING
 
 from app.library import names
-
-if TYPE_CHECKING:
-    from app.library.catalog import Catalog
 
 # Sizes: 270m, 4b, 1.5b, 8x7b, 100k; and the "effective"/"active"
 # parameter counts of newer families: e2b (Gemma 3n), a3b (Qwen3 MoE).
@@ -59,37 +56,11 @@ def tidy(text: str) -> str:
     return " ".join(words)
 
 
-def model_name(
-    path: str,
-    *,
-    repo: str | None = None,
-    general_name: str | None = None,
-    catalog: Catalog | None = None,
-) -> str:
-    """How to call the model in ``path`` (a path or a file name; for a split
-    model, its first part). See the module's docstring for the order.
-
-    Parameters
-    ----------
-    path
-        The model file, or its name in a repository.
-    repo
-        The Hub repository it comes from, when known (a catalog file is then
-        matched by repository too).
-    general_name
-        The GGUF's ``general.name``, once the file is loaded.
-    catalog
-        The catalog to look in; None: the shipped one.
-    """
-    if catalog is None:
-        from app.library.catalog import shipped_catalog
-
-        catalog = shipped_catalog()
-    filename = PurePath(path).name
-    entry = catalog.for_file(repo, filename)
-    if entry is not None:
-        return entry.name
-    cleaned = names.display_name(filename)
+def file_model_name(filename: str, general_name: str | None = None) -> str:
+    """The name of a model no catalog entry names: ``filename`` cleaned and
+    tidied, or the GGUF's ``general_name`` where the file name says nothing
+    (steps 2 and 3 above)."""
+    cleaned = names.display_name(PurePath(filename).name)
     if cleaned.lower().removesuffix(".gguf") in _GENERIC and general_name:
         return tidy(" ".join(re.split(r"[-_\s]+", general_name)).strip())
     return tidy(cleaned)

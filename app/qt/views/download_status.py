@@ -16,8 +16,8 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import names
+from app.library.catalog import model_name
 from app.library.installed import InstalledModel
-from app.library.naming import model_name
 from app.library.units import format_bytes
 from app.qt.views.downloads import describe_download, status_text
 from app.qt.views.starter_offer import StarterOfferBar

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.values import ModelInfo
-from app.library.naming import model_name
+from app.library.catalog import model_name
 from app.qt.views.theme import app_icon, icon
 
 # Short and answerable by a small model on a slow computer: the first reply

@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.library.naming import model_name
+from app.library.catalog import model_name
 from app.qt.views.button_row import ButtonRow
 
 

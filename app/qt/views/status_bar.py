@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.library.naming import model_name
+from app.library.catalog import model_name
 from app.qt.views.elided_label import ElidedLabel
 
 if TYPE_CHECKING:

@@ -24,9 +24,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.library import names
-from app.library.catalog import Catalog, CatalogEntry
+from app.library.catalog import Catalog, CatalogEntry, model_name
 from app.library.fit import Fit, assess
-from app.library.naming import model_name
 from app.qt.views.downloads import show_fraction
 from app.qt.views.theme import app_icon, icon
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import names
+from app.library.catalog import model_name
 from app.library.download import (
     ChecksumMismatch,
     DownloadStopped,
@@ -49,7 +50,6 @@ from app.library.download import (
 )
 from app.library.hub import HubError
 from app.library.installed import LibraryError, ModelLibrary
-from app.library.naming import model_name
 from app.qt.workers.threads import end_thread, quit_current_thread, worker_thread
 
 log = logging.getLogger(__name__)

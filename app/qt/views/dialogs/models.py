@@ -47,11 +47,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.library import names
-from app.library.catalog import CatalogEntry
+from app.library.catalog import CatalogEntry, model_name
 from app.library.fit import Fit, assess, machine_memory
 from app.library.hub import BASE_MODEL_NOTE, RemoteFile, RemoteRepository
 from app.library.installed import InstalledModel
-from app.library.naming import model_name
 from app.library.units import format_bytes
 from app.qt.views.dialogs.errors import confirm
 from app.qt.views.downloads import DownloadsPanel
