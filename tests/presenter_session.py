@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
+from app import jobs
 from app.backend.values import SamplingParams
+from app.jobs.results import JobResult
 from app.preferences import load_preferences
 from app.qt.workers.engine_worker import EngineWorker
-from app.window import jobs
-from app.window.job_results import JobResult
 from app.window.presenter import View, WindowPresenter
 from storage import conversation_rows
 from storage.db import Database

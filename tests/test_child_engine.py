@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from app import jobs
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.results import StopReason
+from app.jobs.results import Created, Failed, ModelLoaded, Replied
 from app.runner import child_process
 from app.runner.child_process import (
     ChildEngine,
@@ -28,8 +30,6 @@ from app.runner.child_process import (
 )
 from app.runner.job_runner import Reports
 from app.runner.worker_sockets import TIMEOUT_ENV
-from app.window import jobs
-from app.window.job_results import Created, Failed, ModelLoaded, Replied
 from storage import node_rows
 from storage.db import Database
 from storage.values import Status

@@ -35,8 +35,9 @@ def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
         # The Qt-free window logic really is: its package imports no Qt on
         # the way in (a file-level rule cannot see an __init__ doing it).
         ("app.window.presenter", ("llama_cpp", "numpy", "PySide6")),
-        ("app.window.jobs", ("llama_cpp", "numpy", "PySide6")),
-        ("app.window.job_results", ("llama_cpp", "numpy", "PySide6")),
+        # The jobs cross to the child process, which starts without Qt.
+        ("app.jobs", ("llama_cpp", "numpy", "PySide6")),
+        ("app.jobs.results", ("llama_cpp", "numpy", "PySide6")),
         ("app.window.actions", ("llama_cpp", "numpy", "PySide6")),
         ("app.conversation.tree_snapshot", ("llama_cpp", "numpy", "PySide6")),
         ("app.conversation.results", ("llama_cpp", "numpy", "PySide6")),

@@ -41,6 +41,14 @@ CONTRACTS: list[tuple[list[str], tuple[str, ...], str]] = [
     (["app", "storage"], ("mcp",), "only app/mcp speaks to tool servers"),
     # The jobs run in a child process too, which must start without Qt.
     (["app/runner"], ("app.qt",), "the runner runs without Qt"),
+    # The jobs are the contract between the window and the runner, below
+    # both: the runner takes them from app/jobs, never from the window.
+    (["app/runner"], ("app.window",), "the runner stands below the window"),
+    (
+        ["app/jobs"],
+        ("app.window", "app.qt", "app.runner"),
+        "the jobs name neither who asks nor who runs them",
+    ),
 ]
 # Where a contract does not reach, by the forbidden name.
 EXEMPT = {
@@ -258,6 +266,8 @@ def test_rules_see_the_files():
     assert len(_python_files("app/backend")) >= 5
     assert len(_python_files("storage")) >= 4
     assert len(_python_files(*WINDOW_SIDE)) >= 30
+    assert len(_python_files("app/jobs")) >= 2
+    assert len(_python_files("app/runner")) >= 4
     # The write check finds writes where they are (the dialogs read).
     assert _storage_names(ROOT / "app/conversation/service.py") & STORAGE_WRITES
     assert {"list_conversations", "total_checkpoint_bytes"} <= _storage_names(
@@ -272,6 +282,8 @@ def test_rules_see_the_files():
     assert "app.window.presenter.WindowPresenter" in _modules(
         ROOT / "app/qt/views/main_window.py"
     )
+    assert "app.jobs" in _modules(ROOT / "app/runner/job_runner.py")
+    assert _breaks("app.window.presenter", ("app.window",)) == "app.window"
     assert _breaks("app.backend.engine", ("app.backend",)) == "app.backend"
     assert _breaks("app.backendish", ("app.backend",)) is None
     assert _breaks("app.backend.values.ModelInfo", ("app.backend",)) is None

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from app import jobs
 from app.conversation.batches import Batches
+from app.jobs.results import Deleted, Failed, ModelLoaded
 from app.platform.paths import database_path
 from app.preferences import load_preferences
-from app.window import jobs
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, SHORTCUTS_HELP, When
-from app.window.job_results import Deleted, Failed, ModelLoaded
 from storage import conversation_rows, node_rows
 from storage.db import Database, open_database
 from storage.errors import NotFound

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from app import jobs
+from app.jobs.results import Replied
 from app.mcp.config import Permission, ServerConfig
-from app.window import jobs
-from app.window.job_results import Replied
 from app.window.presenter import GENERIC_TOOLS_NOTE
 from app.window.tool_turns import offers_tools, waiting_calls
 from storage import node_rows, tool_use

@@ -20,13 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from app import jobs
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.tool_loop import DENIED
-from app.mcp.config import Permission, ServerConfig
-from app.runner.job_runner import JobRunner, Reports
-from app.window import jobs
-from app.window.job_results import (
+from app.jobs.results import (
     Created,
     Done,
     Failed,
@@ -34,6 +32,8 @@ from app.window.job_results import (
     ModelLoaded,
     Replied,
 )
+from app.mcp.config import Permission, ServerConfig
+from app.runner.job_runner import JobRunner, Reports
 from storage import node_rows, tool_use
 from storage.db import Database
 from storage.records import NodeRecord

@@ -116,14 +116,13 @@ class ReplyMarks:
     """When each reply was asked for and when the window heard it was done."""
 
     def __init__(self, engine: Any) -> None:
-        from app.window import jobs
+        from app import jobs
 
         self.marks: list[tuple[float, str]] = []
-        is_reply = jobs.is_generating
         submit = engine.submit
 
         def submitted(job: Any) -> None:
-            if is_reply(job):
+            if isinstance(job, jobs.Generating):
                 self.marks.append((time.perf_counter(), "start"))
             submit(job)
 
@@ -131,7 +130,7 @@ class ReplyMarks:
         engine.finished.connect(
             lambda result: (
                 self.marks.append((time.perf_counter(), "end"))
-                if is_reply(result.job)
+                if isinstance(result.job, jobs.Generating)
                 else None
             )
         )

@@ -16,9 +16,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app import jobs
 from app.server.http_api import NotServed, ServedModel
 from app.server.serve import Listen, LocalServer
-from app.window import jobs
 
 
 class LocalServerController(QObject):

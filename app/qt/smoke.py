@@ -12,9 +12,9 @@ import json
 
 from PySide6.QtCore import QTimer
 
+from app.jobs import Generating
+from app.jobs.results import Failed, JobResult, Replied
 from app.qt.views.main_window import MainWindow
-from app.window.job_results import Failed, JobResult, Replied
-from app.window.jobs import is_generating
 
 ENV_VAR = "ARBOR_SMOKE_MESSAGE"
 
@@ -38,7 +38,7 @@ def run_smoke_test(window: MainWindow, text: str, timeout_ms: int = 120_000) -> 
         window.actions_by_name["send"].trigger()
 
     def on_finished(result: JobResult) -> None:
-        if sent and is_generating(result.job):
+        if sent and isinstance(result.job, Generating):
             if isinstance(result, Replied):
                 finish({"reply": result.reply.text})
             elif isinstance(result, Failed):

@@ -40,10 +40,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
 
+from app import jobs
+from app.jobs.results import Failed, JobResult, ModelLoaded
 from app.runner.job_runner import JobRunner, Reports
 from app.runner.worker_sockets import WorkerSockets
-from app.window import jobs
-from app.window.job_results import Failed, JobResult, ModelLoaded
 from storage.db import open_database
 from storage.errors import StorageUnavailable
 

@@ -27,13 +27,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from app import jobs
 from app.backend.errors import BackendError
 from app.backend.model_file import check_model_file
 from app.conversation.errors import USER_ERRORS
+from app.jobs.results import Done, Failed, JobResult, ModelLoaded
 from app.runner.child_process import ChildEngine, stop_flag
 from app.runner.job_runner import JobRunner, Reports
-from app.window import jobs
-from app.window.job_results import Done, Failed, JobResult, ModelLoaded
 from storage import node_rows
 from storage.db import Database
 

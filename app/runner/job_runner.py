@@ -1,14 +1,14 @@
 """The window's jobs run on the conversation service, without Qt.
 
 ``JobRunner`` owns the model (a ``LlamaEngine``, once loaded) and the
-``ConversationService`` on it, and runs the jobs of ``app/window/jobs.py``
-one at a time, answering each with one result of
-``app/window/job_results.py``. What a job streams (tokens, reasoning,
-alternatives, progress) goes to the callbacks of its ``Reports``, and it
-stops when ``Reports.should_stop`` says so. It runs wherever it is put: on
-the window's engine thread (``app/qt/workers/engine_worker.py`` turns the
-callbacks into signals) or in a child process of its own
-(``app/runner/child_process.py``, when the model is placed on workers).
+``ConversationService`` on it, and runs the jobs of ``app/jobs`` one at a
+time, answering each with one result of ``app/jobs/results.py`` (the job's
+``result_type``). What a job streams (tokens, reasoning, alternatives,
+progress) goes to the callbacks of its ``Reports``, and it stops when
+``Reports.should_stop`` says so. It runs wherever it is put: on the window's
+engine thread (``app/qt/workers/engine_worker.py`` turns the callbacks into
+signals) or in a child process of its own (``app/runner/child_process.py``,
+when the model is placed on workers).
 
 Tool jobs (``SendWithTools`` and the others that take the tool loop up)
 run on the MCP servers of its ``ToolSessions``, which outlive model loads;
@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import assert_never
 
+from app import jobs
 from app.backend.errors import BackendError, ContextFullError, Interrupted
 from app.backend.model_file import check_model_file
 from app.backend.settings import BackendSettings
@@ -33,10 +34,7 @@ from app.conversation.service import ConversationService
 from app.conversation.streams import AlternativeStreams, Streams
 from app.conversation.tool_loop import Ending
 from app.conversation.tree_snapshot import TreeSnapshot
-from app.preferences import save_preferences
-from app.runner.tool_sessions import ToolSessions, offers_tools, run_tool_job
-from app.window import jobs
-from app.window.job_results import (
+from app.jobs.results import (
     Counted,
     Created,
     Deleted,
@@ -47,8 +45,9 @@ from app.window.job_results import (
     ModelLoaded,
     Moved,
     Replied,
-    result_type_of,
 )
+from app.preferences import save_preferences
+from app.runner.tool_sessions import ToolSessions, offers_tools, run_tool_job
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 
@@ -120,7 +119,7 @@ class JobRunner:
             engine.decode_watch = self._watch_decode
         try:
             result = self._dispatch(job)
-            if not isinstance(result, result_type_of(job)):  # pragma: no cover
+            if not isinstance(result, job.result_type):  # pragma: no cover
                 raise TypeError(f"{name} answered with {type(result).__name__}")
             # A job is finished once everything it wrote behind is on disk:
             # its checkpoints (the window then reads them: tree marks,

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+from app import jobs
 from app.conversation import tool_loop
 from app.conversation.errors import ServiceError
 from app.conversation.service import ConversationService
@@ -32,7 +33,6 @@ from app.mcp import config
 from app.mcp.client import McpClients
 from app.mcp.config import ServerConfig
 from app.mcp.toolbox import McpToolRunner, Toolbox, build_toolbox
-from app.window import jobs
 from storage import node_rows, tool_use
 from storage.db import Database
 from storage.values import Role

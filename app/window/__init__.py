@@ -1,3 +1,3 @@
 """The window's logic without Qt: the presenter's state machine, the action
-table, the jobs the window submits and the reply being streamed. Importing it
-loads no PySide6 (tests/test_import_weight.py)."""
+table and the reply being streamed (the jobs it submits are ``app.jobs``).
+Importing it loads no PySide6 (tests/test_import_weight.py)."""

@@ -5,7 +5,7 @@ model is loaded or loading, whether a reply is being generated, and whether
 the database can be written. The window forwards what the user asks for
 (send, click a node, rename, ...) and what the engine reports; the presenter
 decides, submits jobs to the engine worker (the only writer, see
-``app/window/jobs.py``) and tells its ``View`` what to show. Tests drive it
+``app/jobs``) and tells its ``View`` what to show. Tests drive it
 with plain Python: a recording view and an engine that runs jobs inline.
 
 It reads the database directly (a snapshot of the tree, a conversation's
@@ -17,21 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, assert_never
+from typing import TYPE_CHECKING, Any, Protocol
 
+from app import jobs
 from app.backend.settings import BackendSettings
 from app.backend.values import ModelInfo, SamplingParams
 from app.conversation.presets import Preset, conversation_sampling, stored_sampling
 from app.conversation.results import StopReason
 from app.conversation.titles import title_from
 from app.conversation.tree_snapshot import TreeSnapshot
-from app.library.catalog import shipped_catalog
-from app.library.units import format_bytes
-from app.mcp.config import STEP_LIMIT, ServerConfig, load_servers
-from app.preferences import Preferences
-from app.window import jobs, tool_turns
-from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
-from app.window.job_results import (
+from app.jobs.results import (
     Counted,
     Created,
     Deleted,
@@ -43,6 +38,11 @@ from app.window.job_results import (
     Moved,
     Replied,
 )
+from app.library.catalog import shipped_catalog
+from app.mcp.config import STEP_LIMIT, ServerConfig, load_servers
+from app.preferences import Preferences
+from app.window import tool_turns
+from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.window.reply_stream import ReplyStream
 from storage import conversation_rows, node_rows, tree_reads
 from storage.catalog import ConversationRecord
@@ -85,108 +85,6 @@ class WayOn(Enum):
     SUMMARY = "summary"  # a new conversation from the model's summary
     MODELS = "models"  # a model with a longer context (the Models dialog)
     NOTHING = "nothing"
-
-
-def busy_text(job: jobs.Job) -> str | None:
-    """What the status bar says while ``job`` runs (None: nothing)."""
-    match job:
-        case jobs.LoadModel():
-            return "Loading the model…"
-        case jobs.Restore():
-            return "Restoring…"
-        case jobs.DeleteBranch() | jobs.DeleteConversation():
-            return "Deleting…"
-        case jobs.ClearCheckpoints() | jobs.EvictCheckpoints():
-            return "Deleting checkpoints…"
-        case jobs.ContinueWithSummary():
-            return "Summarizing this branch…"
-        case jobs.ServeRequest():
-            return "Serving a request (local server)…"
-        case jobs.AnswerCalls() | jobs.EditCallArguments():
-            return "Running the tool…"
-        case jobs.SaveToolServers():
-            return None
-        case _ if jobs.is_generating(job):
-            return "Generating…"
-        case _:
-            return None
-
-
-def progress_text(job: jobs.Job, done: int, total: int) -> str | None:
-    """What the status bar says while ``job`` has done ``done`` of ``total``."""
-    match job:
-        case jobs.LoadModel():
-            return f"Loading the model… {done * 100 // max(total, 1)}%"
-        case jobs.Restore():
-            return f"Reading this branch again… {done:,} of {total:,} tokens"
-        case jobs.ContinueWithSummary():
-            return f"Reading the branch to summarize… {done:,} of {total:,} tokens"
-        case jobs.EvictCheckpoints():
-            return f"Freeing space… {format_bytes(done)} of {format_bytes(total)}"
-        case _ if jobs.is_generating(job):
-            return f"Reading the prompt… {done:,} of {total:,} tokens"
-        case _:
-            return None
-
-
-def failure_title(job: jobs.Job) -> str:
-    """The title of the message that says ``job`` failed."""
-    match job:
-        case jobs.LoadModel():
-            return "Could not load the model"
-        case jobs.NewConversation():
-            return "Could not create the conversation"
-        case jobs.NewSystemPrompt():
-            return "Could not change the system prompt"
-        case jobs.SetSampling():
-            return "Could not change the sampling"
-        case jobs.ContinueWithSummary():
-            return "Could not continue from a summary"
-        case jobs.CountTokens():
-            return "Could not attach the file"
-        case jobs.Restore():
-            return "Could not go to that message"
-        case jobs.SetActiveNode():
-            return "Could not save your place"
-        case jobs.DeleteBranch():
-            return "Could not delete the branch"
-        case jobs.SetReasoning():
-            return "Could not change the reasoning setting"
-        case jobs.RenameConversation():
-            return "Could not rename the conversation"
-        case jobs.DeleteConversation():
-            return "Could not delete the conversation"
-        case jobs.ImportConversation():
-            return "Could not import the conversation"
-        case jobs.SavePreferences():
-            return "Could not save the settings"
-        case jobs.EvictCheckpoints():
-            return "Cannot evict checkpoints"
-        case jobs.ClearCheckpoints():
-            return "Cannot clear checkpoints"
-        case jobs.ServeRequest():
-            return "Could not answer the local server's request"
-        case jobs.SaveToolServers():
-            return "Could not save the tool servers"
-        case (
-            jobs.SendWithTools()
-            | jobs.AnswerCalls()
-            | jobs.EditCallArguments()
-            | jobs.EditToolResult()
-        ):
-            return "Could not go on with the tools"
-        case (
-            jobs.Send()
-            | jobs.Edit()
-            | jobs.Regenerate()
-            | jobs.RegenerateParallel()
-            | jobs.GenerateReply()
-            | jobs.ContinueReply()
-        ):
-            return "Could not generate a reply"
-        case _:
-            # A new job type needs its own title (mypy checks it is listed).
-            assert_never(job)
 
 
 class Engine(Protocol):
@@ -476,7 +374,7 @@ class WindowPresenter:
         ``settings`` (by default, the preferences')."""
         job = jobs.LoadModel(path, settings or self.prefs.backend)
         self.loading_model = str(path)
-        self.view.set_busy(busy_text(job))  # at once: loading can take a while
+        self.view.set_busy(job.busy)  # at once: loading can take a while
         self.view.state_changed()
         self.engine.submit(job)
 
@@ -847,7 +745,7 @@ class WindowPresenter:
             self.apply_preferences(replace(self.prefs, backend=backend))
         elif choice is WayOn.SUMMARY and self.active_id is not None:
             job = jobs.ContinueWithSummary(self.active_id, self._sampling())
-            self.view.set_busy(busy_text(job))
+            self.view.set_busy(job.busy)
             self.engine.submit(job)
 
     def reload_after_loss(self, on_workers: bool) -> None:
@@ -981,7 +879,7 @@ class WindowPresenter:
     def on_started(self, job: jobs.Job) -> None:
         """A job began on the engine thread."""
         self.running_job = job
-        self.view.set_busy(busy_text(job))
+        self.view.set_busy(job.busy)
         self.view.state_changed()  # e.g. Stop now stops a model load
 
     def on_progress(self, done: int, total: int) -> None:
@@ -1001,10 +899,10 @@ class WindowPresenter:
             self._show_stored(stream)
         if done >= total:
             # Read: the job goes on with what it does otherwise (generating).
-            self.view.set_busy(busy_text(job))
+            self.view.set_busy(job.busy)
             self.view.show_progress(0, 0)
             return
-        text = progress_text(job, done, total)
+        text = job.progress(done, total)
         if stream is not None and stream.pieces:
             # After the replies streamed: their checkpoints being made.
             text = f"Saving the replies… {done:,} of {total:,} tokens"
@@ -1038,7 +936,7 @@ class WindowPresenter:
 
     def on_failed(self, job: jobs.Job, message: str) -> None:
         """A job failed with a message for the user."""
-        self.view.show_error(failure_title(job), message)
+        self.view.show_error(job.failure, message)
 
     def on_finished(self, result: JobResult) -> None:
         """A job ended, after success or failure."""
@@ -1051,7 +949,7 @@ class WindowPresenter:
         match result:
             case ModelLoaded() | Failed(job=jobs.LoadModel()):
                 self._model_loaded(result)
-            case _ if jobs.is_generating(result.job):
+            case _ if isinstance(result.job, jobs.Generating):
                 self._end_generation(result)
             case Created(job=jobs.NewSystemPrompt(conversation_id=changed)):
                 if changed == self.conversation_id and result.node_id is not None:
@@ -1446,7 +1344,11 @@ class WindowPresenter:
                 self.save_preferences(replace(self.prefs, backend=self._loaded_backend))
             self.view.state_changed()
             return
-        self._loaded_backend = result.job.settings
+        job = result.job
+        # A ModelLoaded answers a LoadModel (its ``result_type``); the result
+        # names it as any job, so that the results need not import the jobs.
+        assert isinstance(job, jobs.LoadModel)
+        self._loaded_backend = job.settings
         self.after_loss = None
         self.model_info = result.model
         self.profile_id = result.profile_id
@@ -1472,7 +1374,7 @@ class WindowPresenter:
         elif self.model_info is not None and self._loaded_backend is not None:
             path, settings = Path(self.model_info.path), self._loaded_backend
         else:  # pragma: no cover - a child runs only after a load on workers
-            self.view.show_error(failure_title(job), failed.error)
+            self.view.show_error(job.failure, failed.error)
             return
         self.model_info = None
         remaining = tuple(w for w in settings.workers if w not in failed.lost_workers)

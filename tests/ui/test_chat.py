@@ -9,8 +9,8 @@ from dataclasses import replace
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel
 
+from app import jobs
 from app.preferences import load_preferences, save_preferences
-from app.window import jobs
 from storage import conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 

@@ -18,6 +18,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox, QSpinBox
 
+from app import jobs
 from app.backend.settings import BackendSettings
 from app.backend.values import LayerHolder
 from app.preferences import Preferences, WorkerPrefs, load_preferences
@@ -30,7 +31,6 @@ from app.qt.views.dialogs.workers_tab import (
     WorkersTab,
 )
 from app.qt.views.main_window import MainWindow
-from app.window import jobs
 from tests.ui.conftest import WAIT_MS, wait_idle
 from tests.workers import free_port, running_worker
 

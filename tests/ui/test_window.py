@@ -94,7 +94,7 @@ def test_rename_through_the_dialog(qtbot, make_window, monkeypatch):
 
 def test_new_conversation_with_a_system_prompt_uses_it(qtbot, make_window):
     window = make_window()
-    from app.window import jobs
+    from app import jobs
 
     window.engine.submit(jobs.NewConversation("Answer like a pirate.", "Pirate"))
     wait_idle(qtbot, window)
@@ -309,7 +309,7 @@ def test_storage_dialog_evicts_and_clears_checkpoints_without_losing_messages(
 def test_closing_the_storage_dialog_saves_the_budget_only_if_it_changed(
     qtbot, make_window, monkeypatch
 ):
-    from app.window import jobs
+    from app import jobs
 
     window = make_window()
     submitted = []
@@ -331,7 +331,7 @@ def test_closing_the_storage_dialog_saves_the_budget_only_if_it_changed(
 def test_a_reply_evicts_checkpoints_beyond_the_budget_and_keeps_every_message(
     qtbot, make_window
 ):
-    from app.window import jobs
+    from app import jobs
 
     window = make_window()
     send(qtbot, window, "one")

@@ -13,8 +13,8 @@ from dataclasses import replace
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.window import jobs
-from app.window.job_results import Failed
+from app import jobs
+from app.jobs.results import Failed
 from storage import conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 

@@ -18,7 +18,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
+from app import jobs
 from app.backend.settings import AUTO_GPU_LAYERS
+from app.jobs.results import Failed, JobResult, ModelLoaded
 from app.preferences import load_preferences, save_preferences
 from app.qt.views.dialogs.gpu_layers import (
     NO_GPU_EXPLANATION,
@@ -26,8 +28,6 @@ from app.qt.views.dialogs.gpu_layers import (
     GpuLayersField,
 )
 from app.runner.host import NOT_ON_WORKERS
-from app.window import jobs
-from app.window.job_results import Failed, JobResult, ModelLoaded
 from storage import node_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 from tests.workers import free_ports, running_worker

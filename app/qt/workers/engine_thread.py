@@ -1,6 +1,6 @@
 """The GUI-side handle of the engine worker: its thread, its queue, its shutdown.
 
-The window submits jobs here (``app/window/jobs.py``); each is queued to the
+The window submits jobs here (``app/jobs``); each is queued to the
 worker through a signal, so it runs on the engine thread, one at a time, in
 order.
 """
@@ -11,10 +11,10 @@ import logging
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app import jobs
+from app.jobs.results import JobResult
 from app.qt.workers.engine_worker import EngineWorker
 from app.qt.workers.threads import end_thread, worker_thread
-from app.window import jobs
-from app.window.job_results import JobResult
 from storage.db import Database
 
 log = logging.getLogger(__name__)

@@ -16,12 +16,12 @@ import threading
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app import jobs
 from app.conversation.service import ConversationService
+from app.jobs.results import Failed
 from app.qt.workers.threads import quit_current_thread
 from app.runner.host import EngineHost
 from app.runner.job_runner import Reports
-from app.window import jobs
-from app.window.job_results import Failed
 from storage.db import Database
 from storage.errors import StorageUnavailable
 

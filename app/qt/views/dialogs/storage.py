@@ -26,11 +26,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import jobs
+from app.jobs.results import JobResult
 from app.qt.models.conversation_tree import format_bytes
 from app.qt.views.dialogs.errors import confirm, show_error
 from app.qt.workers.engine_thread import EngineController
-from app.window import jobs
-from app.window.job_results import JobResult
 from storage import checkpoint_rows, conversation_rows
 from storage.db import Database
 from storage.errors import StorageUnavailable

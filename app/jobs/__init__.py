@@ -1,8 +1,23 @@
-"""Requests the window sends to the engine worker (Qt-free).
+"""The jobs: what the window asks of whoever runs them (Qt-free, picklable).
 
-Jobs are plain frozen dataclasses queued through one signal, so they run one at
-a time on the engine thread in the order they were asked for. What each one
-did comes back as one of ``app.window.job_results``.
+The contract between the window (``app/window``, ``app/qt``) and the runner
+(``app/runner``), below both: it imports neither, nor Qt
+(``tests/test_layering.py``). Jobs are plain frozen dataclasses queued through
+one signal, so they run one at a time on the engine thread (or in its child
+process) in the order they were asked for. What each one did comes back as one
+of ``app.jobs.results``.
+
+Each job carries its own words and its result type, so that a new job is its
+class here plus one ``case`` where it runs (``app/runner/job_runner.py``
+``_dispatch``) and one where its result is handled (``app/window/presenter.py``
+``on_finished``). The words, declared on ``BaseJob`` (``app/jobs/base.py``):
+
+- ``busy``: what the status bar says while it runs (None: nothing);
+- ``progress(done, total)``: what it says as the job reports progress;
+- ``failure``: the title of the message that says it failed;
+- ``result_type``: the result it makes when it succeeds.
+
+The jobs that stream a reply (and can be stopped) are ``Generating``.
 """
 
 from __future__ import annotations
@@ -15,25 +30,67 @@ from typing import Any
 
 from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
+from app.jobs.base import BaseJob
+from app.jobs.results import (
+    Counted,
+    Created,
+    Deleted,
+    Done,
+    Freed,
+    ModelLoaded,
+    Moved,
+    Replied,
+)
+from app.library.units import format_bytes
 from app.mcp.config import ServerConfig
 from app.preferences import Preferences
 
 
+class Generating(BaseJob):
+    """A job that streams a reply (or several), and can be stopped."""
+
+    busy = "Generating…"
+    failure = "Could not generate a reply"
+    result_type = Replied
+
+    def progress(self, done: int, total: int) -> str | None:
+        """The prompt read so far, in tokens."""
+        return f"Reading the prompt… {done:,} of {total:,} tokens"
+
+
+class WithTools(Generating):
+    """A reply with the MCP servers' tools offered, and the tool loop after
+    it (``app.conversation.tool_loop``)."""
+
+    failure = "Could not go on with the tools"
+
+
 @dataclass(frozen=True)
-class LoadModel:
+class LoadModel(BaseJob):
     """Load (or replace) the model; cannot be cancelled."""
+
+    busy = "Loading the model…"
+    failure = "Could not load the model"
+    result_type = ModelLoaded
+
+    def progress(self, done: int, total: int) -> str | None:
+        """How much of the model is loaded, in percent."""
+        return f"Loading the model… {done * 100 // max(total, 1)}%"
 
     path: Path
     settings: BackendSettings
 
 
 @dataclass(frozen=True)
-class NewConversation:
+class NewConversation(BaseJob):
     """Create a conversation with an optional system prompt and title.
 
     ``sampling`` None: its replies use the Settings' sampling; else these,
     from the preset named ``preset`` if any.
     """
+
+    failure = "Could not create the conversation"
+    result_type = Created
 
     system_prompt: str | None
     title: str | None = None
@@ -42,16 +99,22 @@ class NewConversation:
 
 
 @dataclass(frozen=True)
-class NewSystemPrompt:
+class NewSystemPrompt(BaseJob):
     """A new root with ``system_prompt``: a branch of its own, nothing erased."""
+
+    failure = "Could not change the system prompt"
+    result_type = Created
 
     conversation_id: int
     system_prompt: str
 
 
 @dataclass(frozen=True)
-class SetSampling:
+class SetSampling(BaseJob):
     """The sampling a conversation's replies use (None: the Settings')."""
+
+    failure = "Could not change the sampling"
+    result_type = Done
 
     conversation_id: int
     sampling: SamplingParams | None
@@ -59,7 +122,7 @@ class SetSampling:
 
 
 @dataclass(frozen=True)
-class Send:
+class Send(Generating):
     """A user message under ``parent_id`` (root or assistant), and its reply."""
 
     parent_id: int
@@ -69,7 +132,7 @@ class Send:
 
 
 @dataclass(frozen=True)
-class Edit:
+class Edit(Generating):
     """An edited sibling of user message ``node_id``, and its reply."""
 
     node_id: int
@@ -79,7 +142,7 @@ class Edit:
 
 
 @dataclass(frozen=True)
-class Regenerate:
+class Regenerate(Generating):
     """A new reply beside assistant message ``node_id``.
 
     In a branch whose start offers tools the reply may call them, as
@@ -94,7 +157,7 @@ class Regenerate:
 
 
 @dataclass(frozen=True)
-class RegenerateParallel:
+class RegenerateParallel(Generating):
     """``n`` new replies generated together beside reply (or under user message)
     ``node_id``; they stream side by side."""
 
@@ -105,7 +168,7 @@ class RegenerateParallel:
 
 
 @dataclass(frozen=True)
-class GenerateReply:
+class GenerateReply(Generating):
     """A (new) reply to user message ``node_id``."""
 
     node_id: int
@@ -114,7 +177,7 @@ class GenerateReply:
 
 
 @dataclass(frozen=True)
-class SendWithTools:
+class SendWithTools(WithTools):
     """A user message under ``parent_id`` with the enabled MCP servers' tools
     offered, and the tool loop after it (``app.conversation.tool_loop``).
 
@@ -134,10 +197,13 @@ class SendWithTools:
 
 
 @dataclass(frozen=True)
-class AnswerCalls:
+class AnswerCalls(WithTools):
     """The user's decisions on the calls of reply ``node_id`` that have no
     result yet: each ``(call_id, "run" | "deny")``; a call not named waits
     (and so do those after it). The loop goes on after the results."""
+
+    # The calls decided run first; the model replies after them.
+    busy = "Running the tool…"
 
     node_id: int
     decisions: tuple[tuple[str, str], ...]
@@ -146,10 +212,13 @@ class AnswerCalls:
 
 
 @dataclass(frozen=True)
-class EditCallArguments:
+class EditCallArguments(WithTools):
     """A sibling of reply ``node_id`` whose call ``call_id`` has
     ``arguments`` (the JSON text of an object) instead: that call runs, the
     others are decided as their permissions say, and the loop goes on."""
+
+    # The calls decided run first; the model replies after them.
+    busy = "Running the tool…"
 
     node_id: int
     call_id: str
@@ -159,7 +228,7 @@ class EditCallArguments:
 
 
 @dataclass(frozen=True)
-class EditToolResult:
+class EditToolResult(WithTools):
     """A sibling of tool result ``node_id`` that reads ``text``, and the loop
     going on from it: the reply's later calls are answered (one that asks
     waits), then the model replies."""
@@ -171,100 +240,154 @@ class EditToolResult:
 
 
 @dataclass(frozen=True)
-class SaveToolServers:
+class SaveToolServers(BaseJob):
     """Store ``servers`` as the user's MCP servers; the servers running are
     stopped, so that the next tool use starts them as configured now."""
+
+    failure = "Could not save the tool servers"
+    result_type = Done
 
     servers: tuple[ServerConfig, ...]
 
 
 @dataclass(frozen=True)
-class Restore:
+class Restore(BaseJob):
     """Put the engine at the end of ``node_id``'s path."""
 
+    busy = "Restoring…"
+    failure = "Could not go to that message"
+    result_type = Moved
+
+    def progress(self, done: int, total: int) -> str | None:
+        """The tokens of the branch read again so far."""
+        return f"Reading this branch again… {done:,} of {total:,} tokens"
+
     node_id: int
 
 
 @dataclass(frozen=True)
-class DeleteBranch:
+class DeleteBranch(BaseJob):
     """Delete ``node_id`` and everything below it."""
 
+    busy = "Deleting…"
+    failure = "Could not delete the branch"
+    result_type = Moved
+
     node_id: int
 
 
 @dataclass(frozen=True)
-class SetActiveNode:
+class SetActiveNode(BaseJob):
     """Remember ``node_id`` as where its conversation continues (no restore)."""
 
+    failure = "Could not save your place"
+    result_type = Moved
+
     node_id: int
 
 
 @dataclass(frozen=True)
-class RenameConversation:
+class RenameConversation(BaseJob):
     """Give a conversation a new title."""
+
+    failure = "Could not rename the conversation"
+    result_type = Done
 
     conversation_id: int
     title: str
 
 
 @dataclass(frozen=True)
-class DeleteConversation:
+class DeleteConversation(BaseJob):
     """Delete a conversation with every message and checkpoint in it."""
+
+    busy = "Deleting…"
+    failure = "Could not delete the conversation"
+    result_type = Deleted
 
     conversation_id: int
 
 
 @dataclass(frozen=True)
-class ImportConversation:
+class ImportConversation(BaseJob):
     """Create a conversation from an exported file's JSON (read by the window).
 
     ``data`` is checked here, on the worker, and written in one transaction.
     """
 
+    failure = "Could not import the conversation"
+    result_type = Created
+
     data: Any
 
 
 @dataclass(frozen=True)
-class EvictCheckpoints:
+class EvictCheckpoints(BaseJob):
     """Delete least recently used checkpoints until they fit ``budget_bytes``."""
+
+    busy = "Deleting checkpoints…"
+    failure = "Cannot evict checkpoints"
+    result_type = Freed
+
+    def progress(self, done: int, total: int) -> str | None:
+        """The checkpoint bytes freed so far."""
+        return f"Freeing space… {format_bytes(done)} of {format_bytes(total)}"
 
     budget_bytes: int
 
 
 @dataclass(frozen=True)
-class ClearCheckpoints:
+class ClearCheckpoints(BaseJob):
     """Delete every checkpoint (messages stay: they are reprocessed when needed)."""
+
+    busy = "Deleting checkpoints…"
+    failure = "Cannot clear checkpoints"
+    result_type = Freed
 
 
 @dataclass(frozen=True)
-class SetReasoning:
+class SetReasoning(BaseJob):
     """Store a conversation's reasoning choice; its next reply uses it.
 
     ``choice`` is one of the model's ``reasoning_choices``, or None for the
     template's default.
     """
 
+    failure = "Could not change the reasoning setting"
+    result_type = Done
+
     conversation_id: int
     choice: str | None
 
 
 @dataclass(frozen=True)
-class SavePreferences:
+class SavePreferences(BaseJob):
     """Store the user's preferences (the window keeps using them at once)."""
+
+    failure = "Could not save the settings"
+    result_type = Done
 
     prefs: Preferences
 
 
 @dataclass(frozen=True)
-class ContinueWithSummary:
+class ContinueWithSummary(BaseJob):
     """Start a conversation from the model's summary of ``node_id``'s path."""
+
+    busy = "Summarizing this branch…"
+    failure = "Could not continue from a summary"
+    result_type = Created
+
+    def progress(self, done: int, total: int) -> str | None:
+        """The tokens of the branch read so far, before the summary."""
+        return f"Reading the branch to summarize… {done:,} of {total:,} tokens"
 
     node_id: int
     params: SamplingParams
 
 
 @dataclass(frozen=True)
-class ContinueReply:
+class ContinueReply(Generating):
     """A longer sibling of reply ``node_id``, which ended at the length limit."""
 
     node_id: int
@@ -273,18 +396,25 @@ class ContinueReply:
 
 
 @dataclass(frozen=True)
-class CountTokens:
+class CountTokens(BaseJob):
     """How many tokens ``text`` (a file to attach, named ``name``) takes."""
+
+    failure = "Could not attach the file"
+    result_type = Counted
 
     name: str
     text: str
 
 
 @dataclass(frozen=True)
-class ServeRequest:
+class ServeRequest(BaseJob):
     """Work for the local server (``app/server``): ``run`` is called with the
     service and its result or exception ends ``future``, which the server
     waits on. Its failures are the client's to hear, not the window's."""
+
+    busy = "Serving a request (local server)…"
+    failure = "Could not answer the local server's request"
+    result_type = Done
 
     # Called with the engine worker's ConversationService (unnamed here: the
     # window side does not name what drives the engine).
@@ -322,23 +452,3 @@ Job = (
     | EditToolResult
     | SaveToolServers
 )
-
-
-def is_generating(job: Job | None) -> bool:
-    """Whether ``job`` streams a reply (and can be stopped)."""
-    match job:
-        case (
-            Send()
-            | Edit()
-            | Regenerate()
-            | RegenerateParallel()
-            | GenerateReply()
-            | ContinueReply()
-            | SendWithTools()
-            | AnswerCalls()
-            | EditCallArguments()
-            | EditToolResult()
-        ):
-            return True
-        case _:
-            return False

@@ -1,18 +1,23 @@
-"""What a job of the window did, one result type per kind of job (Qt-free).
+"""What a job did, one result type per kind of job (Qt-free).
 
 The engine worker answers every job with exactly one of these, through its
 ``finished`` signal, after success and failure alike: ``Failed`` when the job
-did not do what was asked, else the type its job makes (the table in
-``result_type_of``). Each carries only the fields its job fills, so a reader
+did not do what was asked, else the type its job names (its ``result_type``,
+``app.jobs``). Each carries only the fields its job fills, so a reader
 matches on the type and mypy checks what it reads.
+
+Each names the job it answers as a ``BaseJob`` (one of ``app.jobs.Job``): the
+jobs name these results as theirs, and the results naming the jobs' own
+classes back would make the two modules import each other. A reader matches
+the job's class (``Failed(job=jobs.LoadModel())``) where it needs the fields.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any
 
-from app.window import jobs
+from app.jobs.base import BaseJob
 
 if TYPE_CHECKING:
     from app.backend.values import ModelInfo
@@ -30,7 +35,7 @@ class Failed:
     instead): ``for_dialog``.
     """
 
-    job: jobs.Job
+    job: BaseJob
     error: str
     context_full: bool = False
     # With ``context_full``: the tokens the message and its reply's opening
@@ -60,7 +65,7 @@ class Failed:
 class ModelLoaded:
     """A model is loaded; ``profile_id`` names whose checkpoints count now."""
 
-    job: jobs.LoadModel
+    job: BaseJob  # a LoadModel
     model: ModelInfo
     n_ctx: int
     profile_id: int | None
@@ -79,7 +84,7 @@ class Replied:
     ended on (a reply, or a result whose next call waits).
     """
 
-    job: jobs.Job
+    job: BaseJob
     replies: tuple[Reply, ...]
     # Checkpoint bytes deleted after the reply to keep within the budget.
     evicted_bytes: int = 0
@@ -144,7 +149,7 @@ class Created:
     """A conversation (or a start in one) was made; ``node_id`` is where it
     opens, None for an imported one (it opens where it was left)."""
 
-    job: jobs.Job
+    job: BaseJob
     conversation_id: int
     node_id: int | None = None
 
@@ -154,7 +159,7 @@ class Moved:
     """The conversation stands at ``node_id`` now (a restore, a delete below
     it, a remembered place); ``sync`` says what a restore took."""
 
-    job: jobs.Job
+    job: BaseJob
     conversation_id: int
     node_id: int | None
     sync: SyncStats | None = None
@@ -166,7 +171,7 @@ class Moved:
 class Counted:
     """The tokens a file's text takes, beside how full the context is."""
 
-    job: jobs.CountTokens
+    job: BaseJob  # a CountTokens
     n_tokens: int
     context_tokens: int
     n_ctx: int
@@ -176,7 +181,7 @@ class Counted:
 class Freed:
     """Checkpoint bytes deleted (the messages stay)."""
 
-    job: jobs.Job
+    job: BaseJob
     evicted_bytes: int
 
 
@@ -184,7 +189,7 @@ class Freed:
 class Deleted:
     """A conversation is gone; the context is empty now if it held it."""
 
-    job: jobs.DeleteConversation
+    job: BaseJob  # a DeleteConversation
     context_tokens: int
     n_ctx: int
 
@@ -193,7 +198,7 @@ class Deleted:
 class Done:
     """A job with nothing to report beyond having been done."""
 
-    job: jobs.Job
+    job: BaseJob
 
 
 JobResult = (
@@ -201,49 +206,3 @@ JobResult = (
 )
 
 Succeeded = ModelLoaded | Replied | Created | Moved | Counted | Freed | Deleted | Done
-
-
-def result_type_of(job: jobs.Job) -> type[Succeeded]:
-    """The result type ``job`` makes when it succeeds (the one table of them)."""
-    match job:
-        case jobs.LoadModel():
-            return ModelLoaded
-        case (
-            jobs.Send()
-            | jobs.Edit()
-            | jobs.Regenerate()
-            | jobs.RegenerateParallel()
-            | jobs.GenerateReply()
-            | jobs.ContinueReply()
-            | jobs.SendWithTools()
-            | jobs.AnswerCalls()
-            | jobs.EditCallArguments()
-            | jobs.EditToolResult()
-        ):
-            return Replied
-        case (
-            jobs.NewConversation()
-            | jobs.NewSystemPrompt()
-            | jobs.ImportConversation()
-            | jobs.ContinueWithSummary()
-        ):
-            return Created
-        case jobs.Restore() | jobs.SetActiveNode() | jobs.DeleteBranch():
-            return Moved
-        case jobs.CountTokens():
-            return Counted
-        case jobs.EvictCheckpoints() | jobs.ClearCheckpoints():
-            return Freed
-        case jobs.DeleteConversation():
-            return Deleted
-        case (
-            jobs.SetSampling()
-            | jobs.SetReasoning()
-            | jobs.RenameConversation()
-            | jobs.SavePreferences()
-            | jobs.ServeRequest()
-            | jobs.SaveToolServers()
-        ):
-            return Done
-        case _:
-            assert_never(job)
