@@ -14,11 +14,12 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtCore import QEvent, QObject, QTimer, Slot
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from app.library.catalog import shipped_catalog
 from app.library.installed import ModelLibrary, models_dir_for
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 CRASH_LOG = "crash.log"
 DESKTOP_ID = "io.github.arbor.Arbor"  # as in packaging/linux
 APP_LOG = "arbor.log"
+# What waits for the window's first frame runs after this long if no frame
+# came (a window started minimised, a platform that never exposes it).
+FIRST_FRAME_WAIT_MS = 3000
 
 # Kept open for the life of the process: faulthandler writes to it on a crash.
 _crash_file: IO[str] | None = None
@@ -188,14 +192,10 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     window = build_window(db, model)
     instance.activation_requested.connect(lambda: bring_to_front(window))
     window.show()
-    window.start_local_server_if_asked()
-    if previous_crash:
-        CrashDialog(
-            "Arbor closed unexpectedly last time. Your conversations are saved. "
-            "The report below may help fix the problem.",
-            previous_crash,
-            window,
-        ).show()
+    # Until its first frame is painted, a shown window is black (X11 and
+    # Wayland map it with no background): nothing else on the GUI thread
+    # before that frame.
+    after_first_frame(window, lambda: _after_first_frame(window, previous_crash))
     close_on_sigterm(window)
     if os.environ.get(SMOKE_ENV_VAR):
         run_smoke_test(window, os.environ[SMOKE_ENV_VAR])
@@ -209,6 +209,60 @@ def run_gui(data_dir: Path | None, model: Path | None, verbose: bool = False) ->
     db.close()
     instance.release()
     return status
+
+
+def _after_first_frame(window: MainWindow, previous_crash: str | None) -> None:
+    """What a start does once the window shows: the local server if asked for
+    at start, the last run's crash report."""
+    window.start_local_server_if_asked()
+    if previous_crash:
+        CrashDialog(
+            "Arbor closed unexpectedly last time. Your conversations are saved. "
+            "The report below may help fix the problem.",
+            previous_crash,
+            window,
+        ).show()
+
+
+class _FirstFrame(QObject):
+    """Runs some work once, after the first paint of a window (see
+    ``after_first_frame``)."""
+
+    def __init__(self, window: QWidget, work: Callable[[], None], wait_ms: int) -> None:
+        super().__init__(window)
+        self._window = window
+        self._work: Callable[[], None] | None = work
+        window.installEventFilter(self)
+        QTimer.singleShot(wait_ms, self, self._run)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self._window and event.type() == QEvent.Type.Paint:
+            # The window's own paint comes first in a frame; its children's
+            # and the copy to the screen follow in the same event, so a
+            # zero timer runs after the frame is on screen.
+            self._window.removeEventFilter(self)
+            QTimer.singleShot(0, self, self._run)
+        return False
+
+    @Slot()
+    def _run(self) -> None:
+        work, self._work = self._work, None
+        if work is not None:
+            self._window.removeEventFilter(self)
+            work()
+            self.deleteLater()
+
+
+def after_first_frame(
+    window: QWidget, work: Callable[[], None], wait_ms: int = FIRST_FRAME_WAIT_MS
+) -> None:
+    """Run ``work`` once ``window`` (shown, or about to be) has painted its first
+    frame, or after ``wait_ms`` if it paints none.
+
+    Work that can wait a frame goes here rather than between ``show()`` and
+    the event loop: whatever runs there keeps the mapped window black.
+    """
+    _FirstFrame(window, work, wait_ms)
 
 
 def close_on_sigterm(window: MainWindow) -> None:

@@ -364,6 +364,12 @@ class WindowPresenter:
             self.view.show_chat(True)
         elif model is not None:
             self.load_model(model)
+            if len(self.snapshot.nodes) > 1:
+                # A restart: the conversation is there to read while the
+                # model loads (the composer waits for it), not the first
+                # start's page that offers models. A load that fails brings
+                # that page back, with the reason (``model_missing``).
+                self.view.show_chat(True)
         else:
             # Conversations stay readable without a model; the page that asks
             # for one is for a first start, with nothing to read.

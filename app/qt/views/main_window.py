@@ -804,10 +804,15 @@ class MainWindow(QMainWindow):
     def start_local_server_if_asked(self) -> None:
         """Start the local server when the user asked for it at start (on
         127.0.0.1 only); a failure is said in the status bar."""
+        wanted = self.prefs.local_server
+        if not wanted.at_start:
+            # Asked before the import: the server's modules (aiohttp, and the
+            # certificates its import loads) took 0.3-0.5 s of the GUI thread
+            # at every start, while the window waited for its first frame.
+            return
         from app.server.serve import Listen, ServeError, is_loopback
 
-        wanted = self.prefs.local_server
-        if not wanted.at_start or not is_loopback(wanted.host):
+        if not is_loopback(wanted.host):
             return
         try:
             url = self._local_server().start(Listen(wanted.host, wanted.port))
