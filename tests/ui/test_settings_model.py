@@ -22,11 +22,11 @@ def test_settings_tell_what_the_model_is(qtbot, make_window, tiny_model):
     dialog.model_combo.setCurrentText(str(tiny_model))
     summary = dialog.model_summary.text()
     # tiny.gguf, as the file is named; its size; its trained context.
-    assert summary.startswith("tiny · ")
+    assert summary.startswith("Tiny · ")
     assert "kB" in summary or "MB" in summary
     assert "trained for 32,768 tokens" in summary
     dialog.model_combo.setCurrentText(str(tiny_model.parent / "gone-Q4_K_M.gguf"))
-    assert dialog.model_summary.text() == "gone · Q4_K_M · the file is not there"
+    assert dialog.model_summary.text() == "Gone · Q4_K_M · the file is not there"
 
 
 def test_file_dialogs_start_beside_the_model_not_in_the_starter_package(tmp_path):

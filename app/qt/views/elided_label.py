@@ -83,17 +83,23 @@ class ElidedLabel(QLabel):
         # QLabel paints its whole text, cut off at the edge; this paints it
         # elided, as QLabel would otherwise (frame, alignment, palette).
         painter = QPainter(self)
-        self.drawFrame(painter)
-        alignment = QStyle.visualAlignment(self.layoutDirection(), self.alignment())
-        self.style().drawItemText(
-            painter,
-            self._text_rect(),
-            int(alignment.value),
-            self.palette(),
-            self.isEnabled(),
-            self.shown_text(),
-            self.foregroundRole(),
-        )
+        try:
+            self.drawFrame(painter)
+            alignment = QStyle.visualAlignment(self.layoutDirection(), self.alignment())
+            self.style().drawItemText(
+                painter,
+                self._text_rect(),
+                int(alignment.value),
+                self.palette(),
+                self.isEnabled(),
+                self.shown_text(),
+                self.foregroundRole(),
+            )
+        finally:
+            # Ended here, not when Python frees it: a painter still active
+            # after the paint event ("endPaint() called with active
+            # painter") once crashed the window.
+            painter.end()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
