@@ -232,8 +232,14 @@ class _FirstFrame(QObject):
         super().__init__(window)
         self._window = window
         self._work: Callable[[], None] | None = work
+        # A timer of this object's own, not QTimer.singleShot with a Python
+        # callable: it goes when this object goes, with nothing left behind
+        # to call into a deleted object.
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._run)
         window.installEventFilter(self)
-        QTimer.singleShot(wait_ms, self, self._run)
+        self._timer.start(wait_ms)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self._window and event.type() == QEvent.Type.Paint:
@@ -241,13 +247,14 @@ class _FirstFrame(QObject):
             # and the copy to the screen follow in the same event, so a
             # zero timer runs after the frame is on screen.
             self._window.removeEventFilter(self)
-            QTimer.singleShot(0, self, self._run)
+            self._timer.start(0)
         return False
 
     @Slot()
     def _run(self) -> None:
         work, self._work = self._work, None
         if work is not None:
+            self._timer.stop()
             self._window.removeEventFilter(self)
             work()
             self.deleteLater()
