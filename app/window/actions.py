@@ -14,10 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from app.window.presenter import WindowPresenter
+from typing import Protocol
 
 # How many replies "Regenerate last reply N times" generates together (a reply's
 # own regenerate menu offers 2 to 4).
@@ -56,12 +53,42 @@ class SidePanels(Protocol):
         """Show or hide the conversation tree."""
 
 
+class PresenterSteps(Protocol):
+    """The presenter's steps an action takes as it is (``WindowPresenter``
+    has them): named here so that the actions, which the presenter reads,
+    do not import the presenter back."""
+
+    def new_conversation(self) -> None:
+        """Start a conversation."""
+
+    def regenerate_last(self) -> None:
+        """Regenerate the last reply on the active path."""
+
+    def alternatives_last(self) -> None:
+        """Regenerate it several times, side by side."""
+
+    def reply_to_active(self) -> None:
+        """A reply to the active message of the user's."""
+
+    def previous_branch(self) -> None:
+        """Go to the previous sibling."""
+
+    def next_branch(self) -> None:
+        """Go to the next sibling."""
+
+    def parent_message(self) -> None:
+        """Go to the message above."""
+
+    def child_message(self) -> None:
+        """Go to the newest message below."""
+
+
 class ActionTarget(Protocol):
     """What the handlers find on the window: its presenter, its zoom, and
     the steps that ask the user something (or move the focus) first."""
 
     @property
-    def presenter(self) -> WindowPresenter:
+    def presenter(self) -> PresenterSteps:
         """The window's Qt-free logic."""
 
     @property
