@@ -44,7 +44,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from app.library.file_hashes import HashCache, stamp_of
-from app.library.hub import HubError, check_repo_id, check_settings, hub_errors
+from app.library.hub import (
+    HubError,
+    check_repo_id,
+    check_settings,
+    hub_errors,
+    retried_errors,
+)
 from app.library.units import format_bytes
 
 if TYPE_CHECKING:
@@ -417,11 +423,7 @@ def _stream(
                             last_byte = time.monotonic()
                             meter.add(len(chunk))
                         why = "the connection ended early"
-            except (
-                httpx2.TimeoutException,
-                httpx2.NetworkError,
-                httpx2.RemoteProtocolError,
-            ) as exc:
+            except retried_errors() as exc:
                 # Cut, refused or silent: tried again until the bound.
                 why = type(exc).__name__
             meter.check_stop()

@@ -331,6 +331,15 @@ class _Bound:
         return self._until - time.monotonic()
 
 
+def retried_errors() -> tuple[type[Exception], ...]:
+    """The transfer errors worth asking again for, while time is left: a
+    Hub that is silent, or a connection cut (a search's answer here, a
+    file's bytes in ``download``)."""
+    import httpx2
+
+    return (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError)
+
+
 def _get_json(
     what: str, url: str, params: dict[str, Any], token: str | None, bound: _Bound
 ) -> Any:
@@ -364,11 +373,7 @@ def _get_json(
                 raise HubError(
                     f"{what}: the Hub's answer cannot be read ({type(exc).__name__})"
                 ) from exc
-            except (
-                httpx2.TimeoutException,
-                httpx2.NetworkError,
-                httpx2.RemoteProtocolError,
-            ) as exc:
+            except retried_errors() as exc:
                 # Silent, or cut: asked again while there is time.
                 why = type(exc).__name__
             time.sleep(max(0.0, min(_RETRY_PAUSE_S, bound.left())))

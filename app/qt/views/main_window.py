@@ -836,10 +836,6 @@ class MainWindow(QMainWindow):
     def _remember_local_server(self, wanted: LocalServerPrefs) -> None:
         self.presenter.save_preferences(replace(self.prefs, local_server=wanted))
 
-    def show_tree_panel(self, checked: bool) -> None:
-        """Show or hide the conversation tree."""
-        self.tree_panel.setVisible(checked)
-
     def show_shortcuts(self) -> None:
         """List the keyboard shortcuts."""
         QMessageBox.information(self, "Keyboard shortcuts", SHORTCUTS_HELP)

@@ -520,11 +520,6 @@ class ToolResultView(QFrame):
             self.fold_toggle.setVisible(long)
             self._show_folded(True)
 
-    def set_expanded(self, expanded: bool) -> None:
-        """Show the whole result, or its first lines (a short one is whole)."""
-        if not self.fold_toggle.isHidden():
-            self.fold_toggle.setChecked(expanded)
-
     def _show_folded(self, folded: bool) -> None:
         if folded and not self.fold_toggle.isHidden():
             self.text_view.setPlainText(fold(self._text)[0] + "\n…")

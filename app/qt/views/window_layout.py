@@ -251,8 +251,8 @@ class PanelSplitter(QSplitter):
     def addWidget(self, widget: QWidget) -> None:
         super().addWidget(widget)
         if self.indexOf(widget) != self.CENTER:
-            # Shown or hidden by anyone: the window's own show_tree_panel and
-            # focus_tree show the tree without a word to the splitter.
+            # Shown or hidden by anyone: the window's focus_tree shows the
+            # tree without a word to the splitter.
             widget.installEventFilter(self)
 
     def centre_room(self, shown: set[int]) -> int:
