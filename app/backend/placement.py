@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.backend.values import Device, LayerHolder
-from app.library.units import format_bytes
+from app.text.quantities import format_bytes
 
 _MIB = 1024 * 1024
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")

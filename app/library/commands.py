@@ -34,8 +34,8 @@ from app.library.installed import (
     ModelLibrary,
     models_dir_for,
 )
-from app.library.units import format_bytes, format_duration
 from app.platform.starter_model import starter_model_path
+from app.text.quantities import format_bytes, format_duration
 
 
 def add_parser(sub: Any, parser_class: Any, path_type: Any, text_type: Any) -> None:

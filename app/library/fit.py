@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.backend.offload import headroom
-from app.library.units import format_bytes
+from app.text.quantities import format_bytes
 
 # What llama.cpp needs besides the weights and the KV cache: compute buffers,
 # the tokenizer, the output logits. Measured roughly: ~150 MB for a 135M model,

@@ -24,11 +24,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.text.quantities import format_bytes
+
 # The most text one file may bring: far beyond any context a local model
 # has, and small enough to read and count at once.
 MAX_CHARS = 2_000_000
 # The most bytes read from a file: a bigger one is refused before reading.
-MAX_BYTES = 20 << 20
+# Decimal, as sizes are shown (app.text.quantities): the message says 20 MB.
+MAX_BYTES = 20 * 1000**2
 
 # A block's first lines: its name and length (which make taking a message
 # apart exact, whatever the file holds), then its fence.
@@ -61,8 +64,8 @@ def read_attachment(path: Path) -> Attachment:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise AttachmentError(
-                f"{name} is {size / (1 << 20):,.0f} MB; files up to "
-                f"{MAX_BYTES >> 20} MB can be attached."
+                f"{name} is {format_bytes(size)}; files up to "
+                f"{format_bytes(MAX_BYTES)} can be attached."
             )
         data = path.read_bytes()
     except OSError as exc:

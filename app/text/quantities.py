@@ -1,14 +1,27 @@
-"""Sizes and times as the model library shows them, in the window and the CLI."""
+"""Sizes and times as Arbor shows them, in the window, the CLI and errors.
+
+Sizes are decimal (SI: 1 kB = 1000 bytes), as the Hugging Face Hub and
+the README give a model's size, so that "2.5 GB" means the same on the
+Hub's page and here; memory is shown the same way, so a model's size
+and the memory it needs read in one unit.
+"""
 
 from __future__ import annotations
 
 
-def format_bytes(count: int) -> str:
-    """Sizes as people read them: 98 MB, 2.5 GB (decimal, like the Hub)."""
-    if count < 1000**2:
-        return f"{max(count, 0) / 1000:.0f} kB"
-    if count < 1000**3:
-        return f"{count / 1000**2:.0f} MB"
+def format_bytes(count: float) -> str:
+    """A byte count for people: "512 B", "2.0 kB", "440 kB", "98 MB", "2.5 GB".
+
+    kB and MB keep one decimal below 10 (a checkpoint of 2.0 kB, not 2 kB);
+    GB always keep one, since whether a model fits turns on tenths.
+    """
+    count = max(count, 0)
+    if count < 1000:
+        return f"{count:.0f} B"
+    for unit, scale in (("kB", 1000), ("MB", 1000**2)):
+        if count < scale * 999.5:
+            value = count / scale
+            return f"{value:.1f} {unit}" if value < 9.95 else f"{value:.0f} {unit}"
     return f"{count / 1000**3:.1f} GB"
 
 
