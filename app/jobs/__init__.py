@@ -41,9 +41,9 @@ from app.jobs.results import (
     Moved,
     Replied,
 )
-from app.library.units import format_bytes
 from app.mcp.config import ServerConfig
 from app.preferences import Preferences
+from app.text.quantities import format_bytes
 
 
 class Generating(BaseJob):
