@@ -139,11 +139,11 @@ def test_the_root_row_is_in_plain_words_and_its_figures_in_the_tooltip(qtbot):
     texts = _root_texts(model)
     assert texts[0] == "Start"
     assert not any("conversation start" in t for t in texts)
-    assert not any("KB" in t or "MB" in t for t in texts)
+    assert not any("kB" in t or "MB" in t for t in texts)
     assert "✓" in texts[2]  # the compact mark stays
     tooltip = model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
     assert "21 tokens" in tooltip
-    assert "484.8 KB" in tooltip and "restores instantly" in tooltip
+    assert "485 kB" in tooltip and "restores instantly" in tooltip
 
     model.set_snapshot(
         TreeSnapshot(2, [_node(2, None, "root", "You are a pirate. Arr.", 0)])
@@ -159,4 +159,4 @@ def test_the_real_root_row_has_no_jargon(qtbot, make_window):
     texts = _root_texts(window.tree_model)
     assert texts[0] == "Start"
     assert not any("(conversation start)" in t for t in texts)
-    assert not any(" KB" in t or " MB" in t or " B" in t for t in texts)
+    assert not any(" kB" in t or " MB" in t or " B" in t for t in texts)

@@ -200,7 +200,7 @@ def test_tree_model_turns_snapshots_into_row_changes(qtbot, qtmodeltester):
     assert model.rowCount(model.index_of(1)) == 4
     # A mark in the row; the size, in words, in the tooltip.
     assert model.index_of(5, 2).data() == "✓"
-    assert "saved (2.0 KB)" in model.index_of(5).data(Qt.ItemDataRole.ToolTipRole)
+    assert "saved (2.0 kB)" in model.index_of(5).data(Qt.ItemDataRole.ToolTipRole)
     qtmodeltester.check(model)
 
     changed = [

@@ -20,7 +20,7 @@ from PySide6.QtCore import (
     Qt,
 )
 
-from app.qt.models.conversation_tree import format_bytes
+from app.text.quantities import format_bytes
 from storage import conversation_rows
 from storage.catalog import ConversationRecord
 from storage.db import Database

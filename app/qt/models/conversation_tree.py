@@ -62,6 +62,7 @@ from app.conversation.tool_text import label_text
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.text.plain_text import shorten
 from app.text.plain_text import snippet as plain_snippet
+from app.text.quantities import format_bytes
 from storage import tool_use
 from storage.records import NodeSummary
 from storage.values import Role, Status
@@ -247,17 +248,6 @@ def _writing(node: NodeSummary) -> bool:
     """Whether ``node`` is a reply being written with no text stored yet
     (its label says so rather than "(empty)")."""
     return node.status == Status.GENERATING and not label_source(node).strip()
-
-
-def format_bytes(size: int) -> str:
-    """A byte count for people: 0 B, 20.4 KB, 3.1 MB, 1.20 GB."""
-    if size < 1000:
-        return f"{size} B"
-    for unit, scale in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9)):
-        if size < scale * 1000 or unit == "GB":
-            value = size / scale
-            return f"{value:.2f} {unit}" if unit == "GB" else f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")
 
 
 # What the marks' pixmaps are drawn in, and the pixmaps made: a handful of

@@ -18,13 +18,13 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.library import names
 from app.library.catalog import model_name
 from app.library.installed import InstalledModel
-from app.library.units import format_bytes
 from app.qt.views.downloads import describe_download, status_text
 from app.qt.views.starter_offer import StarterOfferBar
 from app.qt.views.status_bar import ArborStatusBar
 from app.qt.views.welcome import WelcomePage, welcome_offer
 from app.qt.workers.download_worker import DONE, PAUSED, DownloadState
 from app.qt.workers.library_worker import ModelServices
+from app.text.quantities import format_bytes
 
 
 class DownloadStatus(QObject):

@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.library.units import format_bytes, format_duration
 from app.qt.workers.download_worker import (
     DONE,
     DOWNLOADING,
@@ -33,6 +32,7 @@ from app.qt.workers.download_worker import (
     DownloadController,
     DownloadState,
 )
+from app.text.quantities import format_bytes, format_duration
 
 
 def show_fraction(bar: QProgressBar, fraction: float | None) -> None:

@@ -80,7 +80,6 @@ from app.qt.models.conversation_tree import (
     TOOL_GLYPHS,
     TOOL_TINT,
     differing_text,
-    format_bytes,
     label_source,
     tool_mark,
 )
@@ -92,6 +91,7 @@ from app.qt.views.tree_layout import (
     node_text,
 )
 from app.text.plain_text import shorten
+from app.text.quantities import format_bytes
 from storage.records import NodeSummary
 from storage.values import Role, Status
 

@@ -24,9 +24,9 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library.hub import HubError, list_files, search
 from app.library.installed import InstalledModel, LibraryError, ModelLibrary
-from app.library.units import format_bytes
 from app.qt.workers.download_worker import DownloadController
 from app.qt.workers.threads import end_thread, quit_current_thread, worker_thread
+from app.text.quantities import format_bytes
 
 log = logging.getLogger(__name__)
 

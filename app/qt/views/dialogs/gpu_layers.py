@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from app.backend.offload import best_layers
 from app.backend.settings import ALL_GPU_LAYERS, AUTO_GPU_LAYERS
 from app.backend.values import ModelInfo
-from app.library.units import format_bytes
+from app.text.quantities import format_bytes
 
 NO_GPU_EXPLANATION = (
     "llama.cpp found no GPU here, so without workers every layer runs on the "

@@ -51,11 +51,11 @@ from app.library.catalog import CatalogEntry, model_name
 from app.library.fit import Fit, assess, machine_memory
 from app.library.hub import BASE_MODEL_NOTE, RemoteFile, RemoteRepository
 from app.library.installed import InstalledModel
-from app.library.units import format_bytes
 from app.qt.views.dialogs.errors import confirm
 from app.qt.views.downloads import DownloadsPanel
 from app.qt.views.welcome import catalog_fit, choose_model_file
 from app.qt.workers.library_worker import ModelServices
+from app.text.quantities import format_bytes
 
 # Where in each table's first cell the row's object is kept.
 _ROW_ROLE = Qt.ItemDataRole.UserRole

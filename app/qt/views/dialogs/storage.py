@@ -28,9 +28,9 @@ from PySide6.QtWidgets import (
 
 from app import jobs
 from app.jobs.results import JobResult
-from app.qt.models.conversation_tree import format_bytes
 from app.qt.views.dialogs.errors import confirm, show_error
 from app.qt.workers.engine_thread import EngineController
+from app.text.quantities import format_bytes
 from storage import checkpoint_rows, conversation_rows
 from storage.db import Database
 from storage.errors import StorageUnavailable

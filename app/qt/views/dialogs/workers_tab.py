@@ -56,9 +56,9 @@ from app.backend.errors import InvalidSetting
 from app.backend.settings import consecutive_runs, layers_text, worker_address
 from app.backend.values import ModelInfo
 from app.library.catalog import shipped_catalog
-from app.library.units import format_bytes
 from app.preferences import WorkerPrefs
 from app.qt.workers.worker_check import DeviceMemory, WorkerCheck
+from app.text.quantities import format_bytes
 
 COLUMNS = ("Worker", "Status", "Devices and free memory", "Layers")
 WORKER, STATUS, MEMORY, LAYERS = range(len(COLUMNS))
