@@ -18,8 +18,8 @@ from typing import Any
 
 from app.library import names
 from app.library.naming import file_model_name
-from app.library.units import format_bytes
 from app.platform.assets import get_asset
+from app.text.quantities import format_bytes
 
 CATALOG_ASSET = "models/catalog.json"
 

@@ -51,7 +51,7 @@ from app.library.hub import (
     hub_errors,
     retried_errors,
 )
-from app.library.units import format_bytes
+from app.text.quantities import format_bytes
 
 if TYPE_CHECKING:
     import httpx2
