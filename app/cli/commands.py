@@ -519,12 +519,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from app.library import commands as models_commands
+    from app.cli import library_commands
 
     if args.models_command is None:
         raise UsageError("name a models command: list, catalog, search, pull, add, rm")
     data_dir = args.data_dir or paths.default_data_dir()
-    return emit(models_commands.run(args, data_dir))
+    return emit(library_commands.run(args, data_dir))
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:

@@ -336,9 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _tools_parser(sub)
 
-    from app.library import commands as models_commands
+    from app.cli import library_commands
 
-    models_commands.add_parser(sub, _Parser, _path_type, _text_type)
+    library_commands.add_parser(sub, _Parser, _path_type, _text_type)
 
     chat = sub.add_parser("chat", help="chat interactively in the terminal")
     chat.add_argument(
