@@ -23,7 +23,7 @@ from app.backend.settings import (
 )
 from app.backend.values import MAX_FORKS, SamplingParams
 from app.platform.starter_model import starter_model_path
-from app.server import DEFAULT_PORT
+from app.preferences import DEFAULT_PORT
 
 if TYPE_CHECKING:
     pass

@@ -27,6 +27,7 @@ from app.backend.errors import ContextFullError
 from app.conversation.errors import USER_ERRORS
 from app.conversation.results import Reply
 from app.conversation.streams import Streams
+from app.preferences import keep_checkpoints_within_budget
 from app.server import client_chats, text_completions
 from app.server.client_chats import ClientChat
 from app.server.completion import Completion, complete
@@ -489,8 +490,6 @@ class _Api:
     def _after_reply(self) -> None:
         # Checkpoints written out and the storage budget kept, behind the
         # reply rather than before it: the client has its answer already.
-        from app.preferences import keep_checkpoints_within_budget
-
         def settle(service: Any) -> None:
             service.flush_checkpoints()
             keep_checkpoints_within_budget(service)
