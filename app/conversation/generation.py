@@ -1,7 +1,7 @@
 """Sampling replies: one pipeline for a single reply and for alternatives.
 
 Every reply follows an opening (its generation prompt) that the service has
-decoded; a reply while it is sampled is a ``ReplyStream``. One step function
+decoded; a reply while it is sampled is a ``ReplyBeingSampled``. One step function
 samples each stream's next token under the same rules (the turn's end, a
 marker or stop string the model wrote, ``max_tokens``, its share of the
 context); one loop decodes what a step sampled (on the main sequence for a
@@ -68,7 +68,7 @@ NOTHING_EARLIER = Earlier()
 
 
 @dataclass
-class ReplyStream:
+class ReplyBeingSampled:
     """One reply while it is sampled; its ``node`` is stored once its first
     token is out."""
 
@@ -193,11 +193,11 @@ class ReplyPipeline:
         thinking_first = starts_in_thinking(engine.reasoning_format, self._opening.text)
         started = time.perf_counter()
         with ExitStack() as samplers:
-            sampling: list[ReplyStream] = []
+            sampling: list[ReplyBeingSampled] = []
             for index, reply in enumerate(replies):
                 splitter = ReasoningSplitter(engine.reasoning_format, thinking_first)
                 sampling.append(
-                    ReplyStream(
+                    ReplyBeingSampled(
                         params=reply.params,
                         streams=reply.streams,
                         sampler=samplers.enter_context(
@@ -231,7 +231,7 @@ class ReplyPipeline:
                 self._sync.drop(_node(stream).id)
         return [done[k] for k in range(len(sampling))]
 
-    def _sample(self, streams: list[ReplyStream], forked: bool) -> None:
+    def _sample(self, streams: list[ReplyBeingSampled], forked: bool) -> None:
         """Sample every stream until each stops; one decode per step.
 
         The opening's logits (row -1) give every stream its first token;
@@ -261,7 +261,7 @@ class ReplyPipeline:
             if cut is not None:  # the reply ends inside a character: before it
                 self._cut(stream, cut)
 
-    def _step_until_stopped(self, streams: list[ReplyStream]) -> None:
+    def _step_until_stopped(self, streams: list[ReplyBeingSampled]) -> None:
         engine = self._engine
         should_stop = streams[0].streams.should_stop  # one for them all
         rows = {s.index: -1 for s in streams}
@@ -298,14 +298,14 @@ class ReplyPipeline:
                 for stream in streams:
                     self._save_partial(stream)
 
-    def _stored(self, streams: list[ReplyStream]) -> None:
+    def _stored(self, streams: list[ReplyBeingSampled]) -> None:
         """Store the replies' nodes, once."""
         if streams[0].node is None:
             for stream, node in zip(streams, self._store_replies(), strict=True):
                 stream.node = node
 
     def _next_token(
-        self, stream: ReplyStream, row: int, first_step: bool
+        self, stream: ReplyBeingSampled, row: int, first_step: bool
     ) -> int | None:
         """Sample the stream's next token, from batch ``row``; None when it
         stops there.
@@ -358,7 +358,7 @@ class ReplyPipeline:
             return None
         return token
 
-    def _push(self, stream: ReplyStream, tokens: list[int]) -> int | None:
+    def _push(self, stream: ReplyBeingSampled, tokens: list[int]) -> int | None:
         """Show ``tokens`` as the reply's text; where one completes a turn
         marker or a stop string, return the index of the first token to drop
         (the later ones are not shown)."""
@@ -371,7 +371,7 @@ class ReplyPipeline:
                 return cut
         return None
 
-    def _cut(self, stream: ReplyStream, cut: int) -> None:
+    def _cut(self, stream: ReplyBeingSampled, cut: int) -> None:
         """Drop the stream's tokens from ``cut`` on, then add the text the
         dropped tokens held before a marker (``"Hi"`` of ``"Hi\\n"`` at the
         stop string ``"\\n"``) as tokens of its own, so that the span ends
@@ -402,7 +402,7 @@ class ReplyPipeline:
             stream.tokens.append(token)
             engine.decode([token], [1])
 
-    def _save_partial(self, stream: ReplyStream) -> None:
+    def _save_partial(self, stream: ReplyBeingSampled) -> None:
         """Write a reply in progress, so that a crash loses little of it."""
         engine = self._engine
         tokens = stream.tokens
@@ -429,7 +429,7 @@ class ReplyPipeline:
             )
 
     def _finish(
-        self, stream: ReplyStream, stats: ReplyStats, later: bool = False
+        self, stream: ReplyBeingSampled, stats: ReplyStats, later: bool = False
     ) -> Reply:
         """Close the reply's turn, store its node and its checkpoint (with
         ``later``, a fork's node alone: its span is decoded when visited)."""
@@ -489,7 +489,9 @@ class ReplyPipeline:
             logprobs=tuple(stream.logprobs[: len(stream.tokens)]),
         )
 
-    def _calls(self, stream: ReplyStream) -> tuple[str, str, list[dict[str, str]]]:
+    def _calls(
+        self, stream: ReplyBeingSampled
+    ) -> tuple[str, str, list[dict[str, str]]]:
         """The reply's answer, its reasoning and the calls it made: read
         from the text the catcher kept aside; a call that does not parse
         (cut at max_tokens, broken JSON) is shown as text instead."""
@@ -517,7 +519,7 @@ class ReplyPipeline:
         return answer, thinking, calls
 
     def _place_span(
-        self, stream: ReplyStream, stats: ReplyStats
+        self, stream: ReplyBeingSampled, stats: ReplyStats
     ) -> tuple[list[int], list[int], str]:
         """Have the reply's whole span in the context, its turn closed; return
         the span, its batch sizes and its text after the opening."""
@@ -543,7 +545,7 @@ class ReplyPipeline:
         stats.redecode_ms = (time.perf_counter() - started) * 1000
         return span, chunks, text
 
-    def _closing(self, stream: ReplyStream) -> tuple[list[int], list[int], str]:
+    def _closing(self, stream: ReplyBeingSampled) -> tuple[list[int], list[int], str]:
         """Split a sampled reply into what is decoded and what closes the turn.
 
         Returns the sampled tokens already decoded, the tokens that close the
@@ -574,7 +576,7 @@ def _catcher(shape: ReplyShape) -> CallCatcher | None:
     return CallCatcher(shape.tools.trigger, calling)
 
 
-def _node(stream: ReplyStream) -> NodeRecord:
+def _node(stream: ReplyBeingSampled) -> NodeRecord:
     """A stream's node, stored by now (``ReplyPipeline._stored``)."""
     assert stream.node is not None, "a reply's node is stored at its first token"
     return stream.node
