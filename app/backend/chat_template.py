@@ -4,7 +4,7 @@ A GGUF's ``tokenizer.chat_template`` is written for Hugging Face transformers,
 which renders it with Jinja2's ``ImmutableSandboxedEnvironment``. llama.cpp
 renders the same source with its own engine and, before rendering, adapts the
 messages to what the template can take. To make the context of a reply equal
-to what llama.cpp would build (DESIGN.md, invariant 6) we do the same in
+to what llama.cpp would build (docs/DESIGN.md, invariant 6) we do the same in
 three steps:
 
 1. **Environment**: HF's (trim/lstrip blocks, ``{% break %}``/``{% continue %}``,

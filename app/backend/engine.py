@@ -273,7 +273,7 @@ class LlamaEngine:
             "state_kind": self.state_kind.value,
             "checkpoint_format": CHECKPOINT_FORMAT,
             # Cells computed by other kernels restore without an error but are
-            # not what these would compute (DESIGN.md): the CPU variant and
+            # not what these would compute (docs/DESIGN.md): the CPU variant and
             # the devices holding layers separate profiles.
             "cpu_backend": cpu_variant or "built in",
             "offload": offload_plan.signature(self.placement, found),
