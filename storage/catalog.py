@@ -50,6 +50,9 @@ class ConversationRecord:
     # The program that made it, where an API client said (its user agent or
     # a header); None for the window, the CLI and clients that said nothing.
     client: str | None = None
+    # The context size its model loads with, where raised for this
+    # conversation alone; None: the Settings' own.
+    context_size: int | None = None
 
 
 # A conversation's stored columns, in the order ``conversation_from_stored``
@@ -69,6 +72,7 @@ CONVERSATION_COLUMNS = (
     "sampling",
     "origin",
     "client",
+    "context_size",
 )
 _COLUMNS = ", ".join(f"c.{name}" for name in CONVERSATION_COLUMNS)
 
@@ -204,6 +208,7 @@ def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
         sampling,
         origin,
         client,
+        context_size,
     ) = values
     return ConversationRecord(
         id=conversation_id,
@@ -220,6 +225,7 @@ def conversation_from_stored(values: Sequence[Any]) -> ConversationRecord:
         sampling=stored_json(sampling),
         origin=None if origin is None else Origin(origin),
         client=client,
+        context_size=context_size,
     )
 
 

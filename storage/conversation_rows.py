@@ -202,6 +202,13 @@ def set_reasoning(db: Database, conversation_id: int, choice: str | None) -> Non
         get_row(s, Conversation, conversation_id).reasoning = choice
 
 
+def set_context_size(db: Database, conversation_id: int, size: int | None) -> None:
+    """Store the context size a conversation's model loads with (None: the
+    Settings' own)."""
+    with db.write() as s:
+        get_row(s, Conversation, conversation_id).context_size = size
+
+
 def set_conversation_model(
     db: Database, conversation_id: int, path: str, identity: str
 ) -> None:
@@ -298,6 +305,7 @@ def insert_conversation(
     active_key: Hashable | None = None,
     origin: Origin | None = None,
     client: str | None = None,
+    context_size: int | None = None,
 ) -> tuple[ConversationRecord, dict[Hashable, int]]:
     """Insert a whole conversation in one transaction: all of it or nothing.
 
@@ -305,7 +313,7 @@ def insert_conversation(
     the caller has checked the shape (``ValueError`` here is a bug). Returns
     the new conversation and the new id of every key. ``active_key`` names
     where it reopens (the root when None); ``origin`` where it was first made
-    (None: the window or the CLI).
+    (None: the window or the CLI); ``context_size`` the context raised for it.
     """
     if not nodes:
         raise ValueError("A conversation needs its root.")
@@ -318,6 +326,7 @@ def insert_conversation(
             updated_at=utcnow(),
             origin=origin,
             client=client,
+            context_size=context_size,
         )
         s.add(conv)
         s.flush()

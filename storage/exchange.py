@@ -25,7 +25,7 @@ The JSON format, version 1::
     {"format": "arbor-conversation", "version": 1,
      "title": str, "system_prompt": str | null, "reasoning": str | null,
      "created_at": ISO 8601, "active": node id, "origin": "local server" | null,
-     "client": str | null,
+     "client": str | null, "context_size": int | null,
      "nodes": [{"id": int, "parent": int | null,
                 "role": "root"|"user"|"assistant"|"tool",
                 "text": str, "thinking": str, "status": str,
@@ -36,8 +36,9 @@ Node ids are the exporting database's; they only link nodes within the file.
 ``origin`` (where the conversation was made, null for the window or the
 CLI) came after the first files of version 1: a file without it imports as
 made in the window. So did ``client`` (the program that made it) and
-``tool_use`` (a start's tools, a reply's calls, a tool result's call): a
-file without them has none.
+``tool_use`` (a start's tools, a reply's calls, a tool result's call) and
+``context_size`` (a context raised for this conversation): a file without
+them has none.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ _PARENT_ROLES = {
     Role.TOOL: (Role.ASSISTANT, Role.TOOL),
 }
 _MAX_CLIENT = 100
+# No model reads more than this many positions (llama.cpp's largest are ~10M).
+_MAX_CONTEXT_SIZE = 1 << 24
 _MAX_TITLE = 200
 # Appended to an imported conversation's title (not again to a copy's copy).
 IMPORTED_MARK = " (imported)"
@@ -129,6 +132,7 @@ def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
         "active": conversation.active_node_id,
         "origin": conversation.origin,
         "client": conversation.client,
+        "context_size": conversation.context_size,
         "nodes": [
             {
                 "id": node.id,
@@ -389,6 +393,7 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[NewNode], Hashable | None]
         "created_at": _moment(data.get("created_at"), "the conversation"),
         "origin": _origin(data.get("origin")),
         "client": _client(data),
+        "context_size": _context_size(data.get("context_size")),
     }
     return header, ordered, active
 
@@ -399,6 +404,17 @@ def _client(data: dict[str, Any]) -> str | None:
     if client is not None and len(client) > _MAX_CLIENT:
         raise ExchangeError(f'The "client" {client[:20]!r}… is too long.')
     return client
+
+
+def _context_size(value: Any) -> int | None:
+    """A context size raised for the conversation (absent in older files)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ExchangeError('The "context_size" must be a whole number of tokens.')
+    if not 0 < value <= _MAX_CONTEXT_SIZE:
+        raise ExchangeError(f'The "context_size" {value:,} is not a context size.')
+    return value
 
 
 def _origin(value: Any) -> Origin | None:

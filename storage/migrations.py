@@ -326,6 +326,13 @@ def _add_tool_use_and_client(raw: sqlite3.Connection) -> None:
         raw.execute("ALTER TABLE conversation ADD COLUMN client VARCHAR(100)")
 
 
+def _add_context_size(raw: sqlite3.Connection) -> None:
+    # Version 10: a context size raised for one conversation
+    # (conversation.context_size); NULL, the Settings' own, for what is there.
+    if "context_size" not in _column_names(raw, "conversation"):
+        raw.execute("ALTER TABLE conversation ADD COLUMN context_size INTEGER")
+
+
 def _column_names(raw: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
 
@@ -340,4 +347,5 @@ _STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {
     6: _add_counters,
     7: _add_origin,
     8: _add_tool_use_and_client,
+    9: _add_context_size,
 }

@@ -64,6 +64,9 @@ class Conversation(Base):
     # The program that made it, where known (an API client's name: its user
     # agent or what it said in a header); None for the window and the CLI.
     client: Mapped[str | None] = mapped_column(String(100))
+    # The context size its model is loaded with, in tokens, when the user
+    # raised it for this conversation; None: the Settings' own.
+    context_size: Mapped[int | None] = mapped_column(Integer)
     # Its nodes (roots included) and the bytes of their checkpoints, what the
     # list shows; kept by the triggers of storage/counters.py, never by Python.
     node_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

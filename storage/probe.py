@@ -18,15 +18,15 @@ from storage.errors import StorageUnavailable
 
 DATABASE_FILENAME = "arbor.sqlite3"
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # The oldest schema that can be read as it is, without upgrading: what a
-# read-only database must have. Versions 6 to 9 added columns that every
+# read-only database must have. Versions 6 to 10 added columns that every
 # listing reads (a conversation's sampling, its counts, its origin and
-# client, a node's tool use), so an older file must be upgraded first, which
-# needs write access: opened read-only it is refused with that said, and
-# left as it is.
-READABLE_FROM = 9
+# client, a node's tool use, its context size), so an older file must be
+# upgraded first, which needs write access: opened read-only it is refused
+# with that said, and left as it is.
+READABLE_FROM = 10
 
 # Tables every Arbor database has had since version 1.
 _OUR_TABLES = frozenset(

@@ -22,6 +22,7 @@ def _as_version_8(path: Path) -> None:
     with contextlib.closing(sqlite3.connect(path)) as con:
         con.execute("ALTER TABLE node DROP COLUMN tool_use")
         con.execute("ALTER TABLE conversation DROP COLUMN client")
+        con.execute("ALTER TABLE conversation DROP COLUMN context_size")
         con.execute("PRAGMA user_version = 8")
         con.commit()
 
