@@ -15,6 +15,7 @@ from app.backend.errors import InvalidSetting
 from app.backend.settings import BackendSettings, worker_address
 from app.backend.values import SamplingParams
 from app.conversation.presets import STARTER_PRESETS, Preset, presets_from_stored
+from app.platform.ports import DEFAULT_PORT
 from storage import setting_rows
 from storage.db import Database
 
@@ -38,12 +39,6 @@ def step_text_scale(scale: int, steps: int) -> int:
     """
     at = min(range(len(TEXT_SCALES)), key=lambda i: abs(TEXT_SCALES[i] - scale))
     return TEXT_SCALES[max(0, min(len(TEXT_SCALES) - 1, at + steps))]
-
-
-# The port ``arbor serve`` and the window's local server listen on unless
-# told (llama.cpp's server takes 8080 and Ollama 11434; this one is free of
-# both). Here, below the server, which reads the preferences.
-DEFAULT_PORT = 8790
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from app.backend.settings import (
     worker_address,
 )
 from app.backend.values import MAX_FORKS, SamplingParams
+from app.platform.ports import DEFAULT_PORT
 from app.platform.starter_model import starter_model_path
-from app.preferences import DEFAULT_PORT
 
 if TYPE_CHECKING:
     pass

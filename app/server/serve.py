@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from app.preferences import DEFAULT_PORT
+from app.platform.ports import DEFAULT_PORT
 from app.server.engine_owner import EngineOwner, EngineThread, Submit
 from app.server.http_api import NotServed, ServedModel, ServerConfig, build_app
 
