@@ -92,7 +92,8 @@ def _mark_cut_reply(argv: Sequence[str]) -> None:
     Its database is the one its command line names; that command line was
     checked here before the child started, so it parses again.
     """
-    from app.cli.parser import UsageError, build_parser
+    from app.cli.arguments import UsageError
+    from app.cli.parser import build_parser
     from app.platform.paths import database_path
     from storage import node_rows
     from storage.db import open_database

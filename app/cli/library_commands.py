@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.cli.arguments import CliParser, UsageError, path_type, text_type
 from app.cli.interrupt import StopRequest
+from app.cli.output import emit
 from app.library import names
 from app.library.catalog import CatalogEntry, shipped_catalog
 from app.library.download import DownloadStopped, Progress, pull
@@ -34,23 +36,21 @@ from app.library.installed import (
     ModelLibrary,
     models_dir_for,
 )
+from app.platform import paths
 from app.platform.starter_model import starter_model_path
 from app.text.quantities import format_bytes, format_duration
 
 
-def add_parser(sub: Any, parser_class: Any, path_type: Any, text_type: Any) -> None:
-    """Add ``models`` and its commands to the CLI's subparsers ``sub``.
-
-    ``parser_class`` and the argument types are the CLI's own, so that a
-    mistake here reads like one anywhere else.
-    """
+def add_parser(sub: Any) -> None:
+    """Add ``models`` and its commands to the CLI's subparsers ``sub``."""
     models = sub.add_parser("models", help="find, download and manage models")
+    models.set_defaults(handler=_cmd_models)
     models.add_argument(
         "--models-dir",
         type=path_type("models folder"),
         help=f"where downloads go (default: ${MODELS_DIR_ENV}, else DATA_DIR/models)",
     )
-    actions = models.add_subparsers(dest="models_command", parser_class=parser_class)
+    actions = models.add_subparsers(dest="models_command", parser_class=CliParser)
     actions.add_parser("list", help="the models on this machine")
     actions.add_parser(
         "catalog", help="recommended models, and whether each fits this machine"
@@ -74,6 +74,13 @@ def add_parser(sub: Any, parser_class: Any, path_type: Any, text_type: Any) -> N
         help="remove a model (a downloaded file is deleted, an added one forgotten)",
     )
     remove.add_argument("name", type=text_type("model name"))
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    if args.models_command is None:
+        raise UsageError("name a models command: list, catalog, search, pull, add, rm")
+    data_dir = args.data_dir or paths.default_data_dir()
+    return emit(run(args, data_dir))
 
 
 def run(args: argparse.Namespace, data_dir: Path) -> Any:

@@ -1,4 +1,5 @@
-"""``arbor worker``: serve this machine's devices to Arbor on another machine.
+"""``arbor worker``: serve this machine's devices to Arbor on another machine;
+``arbor workers``: check such workers from here. Their grammar and bodies.
 
 Starts llama.cpp's RPC server in this process (``app.backend.rpc_worker``),
 checks that it answers, prints the address to give the other machine, and
@@ -10,12 +11,17 @@ line of ours written there never reached the reader.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import signal
 import sys
 import threading
 import time
 from types import FrameType
+from typing import Any
+
+from app.cli.arguments import int_type, positive_int, worker_type
 
 # How long the server has to answer its own hello before it counts as not
 # started (binding a taken port makes llama.cpp's server return at once).
@@ -27,6 +33,82 @@ UNSAFE_WARNING = (
     "read what they compute. Listen on this address only on a network you "
     "trust, never on the internet."
 )
+
+
+# llama.cpp's rpc-server listens on this port unless told otherwise.
+DEFAULT_WORKER_PORT = 50052
+
+
+def _endpoint(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets: ``[::1]:50052``)."""
+    host, colon, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT with a port of 1 to 65535, not {value!r}"
+        )
+    return host, int(port)
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``worker`` and ``workers`` to the CLI's subparsers ``sub``."""
+    worker = sub.add_parser(
+        "worker",
+        help="lend this machine's devices to Arbor on another machine (llama.cpp RPC)",
+    )
+    worker.set_defaults(handler=_cmd_worker)
+    worker.add_argument(
+        "--listen",
+        type=_endpoint,
+        default=("127.0.0.1", DEFAULT_WORKER_PORT),
+        metavar="HOST:PORT",
+        help=f"address to listen on (default 127.0.0.1:{DEFAULT_WORKER_PORT}; RPC "
+        "has no authentication or encryption: use other addresses on a trusted "
+        "network only)",
+    )
+    worker.add_argument(
+        "--threads",
+        dest="worker_threads",
+        type=positive_int,
+        help="CPU threads for the layers computed here (default: automatic)",
+    )
+
+    workers = sub.add_parser(
+        "workers",
+        help="check `arbor worker`s: whether each answers, its devices and their "
+        "free memory (one JSON line per finding)",
+    )
+    workers.add_argument(
+        "addresses",
+        type=worker_type,
+        nargs="+",
+        metavar="HOST:PORT",
+        help="a worker to check",
+    )
+    workers.add_argument(
+        "--timeout",
+        dest="hello_timeout",
+        type=int_type(1, 600, "--timeout must be 1 to 600 seconds"),
+        help="seconds each worker has to answer (default 5, as with --worker)",
+    )
+    workers.set_defaults(handler=_cmd_workers)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    host, port = args.listen
+    return run_worker(host, port, args.worker_threads)
+
+
+def _cmd_workers(args: argparse.Namespace) -> int:
+    from app.backend import rpc_client, worker_survey
+
+    def report(finding: dict[str, object]) -> None:
+        # At once: the window reads each line as it comes, and a worker that
+        # aborts this process must not take the lines before it along.
+        print(json.dumps(finding), flush=True)
+
+    timeout = args.hello_timeout or rpc_client.HELLO_TIMEOUT_S
+    return 0 if worker_survey.survey(args.addresses, timeout, report) else 1
 
 
 def run_worker(host: str, port: int, threads: int | None) -> int:
