@@ -15,7 +15,8 @@ def wants_window(argv: Sequence[str]) -> bool:
     """Whether the command line names no subcommand (and asks for no help)."""
     if any(arg in ("-h", "--help") for arg in argv):
         return False
-    from app.cli.parser import UsageError, build_parser
+    from app.cli.arguments import UsageError
+    from app.cli.parser import build_parser
 
     try:
         args = build_parser().parse_args(list(argv))
