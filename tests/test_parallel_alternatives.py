@@ -159,7 +159,10 @@ def test_single_regenerate_output_is_unchanged(arbor):
     assert set(out) == {"user_node", "assistant_node", "text", "stats"}
 
 
-def test_stop_ends_every_alternative(service):
+def test_stop_ends_every_alternative_at_once(service, tiny_model):
+    # After Stop nothing more is decoded: the first reply stays in the
+    # context, the others are stored without a checkpoint and decoded, exactly,
+    # when first visited.
     _user, assistant = _asked(service)
     calls = 0
 
@@ -169,11 +172,23 @@ def test_stop_ends_every_alternative(service):
         return calls > 3
 
     replies = service.regenerate_parallel(
-        assistant, SEEDED, 2, AlternativeStreams(should_stop=should_stop)
+        assistant, SEEDED, 3, AlternativeStreams(should_stop=should_stop)
     )
     for reply in replies:
         assert reply.stats.stop_reason == "stopped"
         assert 1 <= reply.stats.generated_tokens <= 3
+    assert [r.stats.redecode_ms > 0 for r in replies] == [True, False, False]
+    tail = service.engine.tokenize(TAIL)
+    for reply in reversed(replies):
+        node = reply.assistant_node
+        first_visit = service.restore(node)
+        assert (first_visit.reprocessed_tokens > 0) == (reply is not replies[0])
+        service.engine.decode(tail)
+        restored = service.engine.logits()
+        service.engine.truncate(service.engine.n_past - len(tail))
+        expected = _logits_after_reprocessing(tiny_model, service, node, tail)
+        assert (restored == expected).all()
+    for reply in replies:  # checkpointed on the first visit
         assert service.restore(reply.assistant_node).reprocessed_tokens == 0
 
 

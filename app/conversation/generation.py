@@ -177,7 +177,8 @@ class ReplyPipeline:
         is decoded again and checkpointed now; the others are stored with
         their spans and no checkpoint, decoded when first visited (an API
         client asking for ``n`` goes on from one, and the window's
-        alternatives, which the user switches between, are all made ready).
+        alternatives, which the user switches between, are all made ready,
+        unless the user stopped them).
 
         ``forked``: sample them together on forks of the main sequence, one
         decode per step, each span then decoded again alone (see
@@ -221,9 +222,13 @@ class ReplyPipeline:
             self._sample(sampling, forked)
         stats.generate_ms = (time.perf_counter() - started) * 1000
         done: dict[int, Reply] = {}
+        # After a Stop nobody should wait for the alternatives to be decoded
+        # again one by one (seconds): they are stored as they are and decoded
+        # when first visited, as an API client's are.
+        stopped = any(s.stop_reason is StopReason.STOPPED for s in sampling)
         # The last one finished stays in the context: the first.
         for stream in reversed(sampling):
-            later = forked and stream.index > 0 and not checkpoint_all
+            later = forked and stream.index > 0 and (stopped or not checkpoint_all)
             done[stream.index] = self._finish(
                 stream, replace(stats, fallbacks=list(stats.fallbacks)), later
             )
