@@ -390,6 +390,11 @@ class ConversationService:
         key = (engine.vocab_id, system_prompt or "", _variables_key(variables))
         return _remembered(self._start_spans, key, render)
 
+    def set_context_size(self, conversation_id: int, size: int | None) -> None:
+        """Store the context size a conversation's model loads with; None is
+        the Settings' own. Nothing is loaded here: that is the caller's."""
+        conversation_rows.set_context_size(self.db, conversation_id, size)
+
     def set_reasoning(self, conversation_id: int, choice: str | None) -> None:
         """Store a conversation's reasoning choice; None is the template's default."""
         engine = self.engine

@@ -346,6 +346,18 @@ class ClearCheckpoints(BaseJob):
 
 
 @dataclass(frozen=True)
+class SetContextSize(BaseJob):
+    """Store the context size a conversation's model loads with (None: the
+    Settings' own); loading the model with it is a ``LoadModel`` of its own."""
+
+    failure = "Could not keep the context size for this conversation"
+    result_type = Done
+
+    conversation_id: int
+    size: int | None
+
+
+@dataclass(frozen=True)
 class SetReasoning(BaseJob):
     """Store a conversation's reasoning choice; its next reply uses it.
 
@@ -436,6 +448,7 @@ Job = (
     | SetActiveNode
     | DeleteBranch
     | SetReasoning
+    | SetContextSize
     | RenameConversation
     | DeleteConversation
     | ImportConversation

@@ -212,6 +212,9 @@ class JobRunner:
             case jobs.SetReasoning(conversation_id=conversation, choice=choice):
                 service.set_reasoning(conversation, choice)
                 return Done(job)
+            case jobs.SetContextSize(conversation_id=conversation, size=size):
+                service.set_context_size(conversation, size)
+                return Done(job)
             case jobs.RenameConversation(conversation_id=conversation, title=title):
                 service.rename_conversation(conversation, title)
                 return Done(job)
