@@ -59,15 +59,17 @@ def test_the_exchange_carries_a_raised_context_size(tmp_path: Path) -> None:
         data = exchange.export_json(db, made.id)
         assert data["context_size"] == 12288
         copied = exchange.import_json(db, data)
-        assert conversation_rows.get_conversation(
-            db, copied.conversation_id
-        ).context_size == 12288
+        assert (
+            conversation_rows.get_conversation(db, copied.conversation_id).context_size
+            == 12288
+        )
 
         del data["context_size"]  # a file from before version 10
         older = exchange.import_json(db, data)
-        assert conversation_rows.get_conversation(
-            db, older.conversation_id
-        ).context_size is None
+        assert (
+            conversation_rows.get_conversation(db, older.conversation_id).context_size
+            is None
+        )
         for bad in (0, -5, "4096", 1.5, True, 1 << 30):
             with pytest.raises(ExchangeError, match="context_size"):
                 exchange.import_json(db, {**data, "context_size": bad})

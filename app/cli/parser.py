@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--n-ctx",
         type=int,
-        default=BackendSettings.n_ctx,
-        help="context size in tokens",
+        help=f"context size in tokens (default: the size raised for the "
+        f"conversation in the window, else {BackendSettings.n_ctx})",
     )
     parser.add_argument(
         "--n-gpu-layers",
@@ -158,7 +158,7 @@ def _gpu_layers(text: str) -> int:
 def backend_settings(args: argparse.Namespace) -> BackendSettings:
     """The backend settings the flags ask for."""
     return BackendSettings(
-        n_ctx=args.n_ctx,
+        n_ctx=args.n_ctx or BackendSettings.n_ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,
         n_batch=args.batch_size,

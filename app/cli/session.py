@@ -19,6 +19,7 @@ from app.platform import paths
 from app.platform.starter_model import starter_model_path
 
 if TYPE_CHECKING:
+    from app.backend.settings import BackendSettings
     from app.conversation.service import ConversationService
     from storage.db import Database
 
@@ -62,12 +63,30 @@ def command_service(args: argparse.Namespace, with_model: bool) -> ConversationS
     if with_model:
         from app.backend.engine import LlamaEngine
 
-        engine = LlamaEngine(resolve_model(args.model), args.settings)
+        engine = LlamaEngine(resolve_model(args.model), _settings_for(args, db))
         # Checkpoints are written beside the generation; commands that write
         # them close the service (``with service:``) before they report, so
         # the exit status covers those writes.
         return ConversationService(db, engine, CheckpointWriter(db))
     return ConversationService(db, engine)
+
+
+def _settings_for(args: argparse.Namespace, db: Database) -> BackendSettings:
+    """The flags' backend settings, with the context size raised for the
+    command's conversation in the window where ``--n-ctx`` does not say."""
+    from storage import conversation_rows, node_rows
+    from storage.errors import NotFound
+
+    settings: BackendSettings = args.settings
+    node = getattr(args, "node", None)
+    if args.n_ctx is not None or not isinstance(node, int):
+        return settings
+    try:
+        conversation = node_rows.get_node(db, node).conversation_id
+        size = conversation_rows.get_conversation(db, conversation).context_size
+    except NotFound:
+        return settings  # the command says so itself
+    return settings if size is None else replace(settings, n_ctx=size)
 
 
 def stop_on_ctrl_c(
