@@ -22,9 +22,8 @@ from typing import Any, Protocol
 from app import jobs
 from app.backend.settings import BackendSettings
 from app.backend.values import ModelInfo, SamplingParams
-from app.conversation.presets import Preset, conversation_sampling, stored_sampling
+from app.conversation.presets import Preset
 from app.conversation.results import StopReason
-from app.conversation.titles import title_from
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.jobs.results import (
     Counted,
@@ -44,9 +43,9 @@ from app.preferences import Preferences
 from app.window import tool_turns
 from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.window.reply_stream import ReplyStream
+from app.window.shown_conversation import Move, ShownConversation
 from app.window.view import Engine, View
-from storage import conversation_rows, node_rows, tree_reads
-from storage.catalog import ConversationRecord
+from storage import node_rows
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.models import DEFAULT_TITLE
@@ -113,16 +112,7 @@ class WindowPresenter:
         # The loaded model's backend profile: the tree marks its checkpoints.
         self.profile_id: int | None = None
         self.loading_model: str | None = None
-        self.conversation_id: int | None = None
-        # The shown conversation as stored (which model it was made with).
-        self.shown_record: ConversationRecord | None = None
-        # Conversations the user chose to go on with the loaded model, though
-        # they were made with another.
-        self._keep_loaded: set[int] = set()
-        self.active_id: int | None = None
-        self.snapshot = TreeSnapshot.empty()
-        # The shown conversation's stored reasoning choice (None: the default).
-        self.reasoning: str | None = None
+        self.shown = ShownConversation(db, engine, view)
         # The reply being generated, what it streamed so far, and whether the
         # transcript shows it (the user may be reading something else).
         self.generating_job: jobs.Job | None = None
@@ -139,15 +129,37 @@ class WindowPresenter:
         # After the engine's process ended (a worker lost): the model and
         # settings it ran, to load again where the user chooses.
         self.after_loss: LostEngine | None = None
-        # Whether the next message offers the tools of the enabled MCP
-        # servers (the composer's Tools menu: "off", "auto" for the model to
-        # decide, "required" for a first reply that calls one), whether any
-        # server is enabled, and the start whose offer the menu last followed.
-        self.tool_choice = "off"
+        # Whether any MCP server is enabled (the composer's Tools menu offers
+        # them; ``tool_choice`` is the shown branch's).
         self.tools_available = self._any_tool_server()
-        self._tools_start: int | None = None
 
     # --- state --------------------------------------------------------------------
+    # What the window reads of its parts, under the names it has always used.
+
+    @property
+    def conversation_id(self) -> int | None:
+        """The conversation shown."""
+        return self.shown.conversation_id
+
+    @property
+    def active_id(self) -> int | None:
+        """The node shown last on the transcript's path."""
+        return self.shown.active_id
+
+    @property
+    def snapshot(self) -> TreeSnapshot:
+        """The shown conversation's tree."""
+        return self.shown.snapshot
+
+    @property
+    def reasoning(self) -> str | None:
+        """The shown conversation's reasoning choice (None: the default)."""
+        return self.shown.reasoning
+
+    @property
+    def tool_choice(self) -> str:
+        """The composer's Tools menu on the shown branch: off, auto, required."""
+        return self.shown.tool_choice
 
     @property
     def generating(self) -> bool:
@@ -200,7 +212,7 @@ class WindowPresenter:
                 "A reply is being written elsewhere: read on, or Stop it (Esc); "
                 "you can write here when it is done.",
             )
-        if self._active_role() == Role.USER:
+        if self.shown.active_role() == Role.USER:
             return (
                 True,
                 "Type to send a new version of the message above (a new branch); "
@@ -216,7 +228,7 @@ class WindowPresenter:
         With no model, the view asks for one.
         """
         self.view.refresh_list(None)
-        recent = self._most_recent()
+        recent = self.shown.most_recent()
         if recent is not None:
             self.show_conversation(recent)
         elif not self.read_only:
@@ -226,7 +238,7 @@ class WindowPresenter:
             self.view.show_chat(True)
         elif model is not None:
             self.load_model(model)
-            if len(self.snapshot.nodes) > 1:
+            if len(self.shown.snapshot.nodes) > 1:
                 # A restart: the conversation is there to read while the
                 # model loads (the composer waits for it), not the first
                 # start's page that offers models. A load that fails brings
@@ -235,7 +247,7 @@ class WindowPresenter:
         else:
             # Conversations stay readable without a model; the page that asks
             # for one is for a first start, with nothing to read.
-            self.view.show_chat(len(self.snapshot.nodes) > 1)
+            self.view.show_chat(len(self.shown.snapshot.nodes) > 1)
 
     def load_model(self, path: Path, settings: BackendSettings | None = None) -> None:
         """Load a model in the background (the composer waits for it), with
@@ -252,16 +264,11 @@ class WindowPresenter:
         self, conversation_id: int, node_id: int | None = None
     ) -> None:
         """Show a conversation at ``node_id`` (by default, its active node)."""
-        try:
-            record = conversation_rows.get_conversation(self.db, conversation_id)
-        except (StorageUnavailable, NotFound) as exc:
-            self.view.show_error("Could not open the conversation", str(exc))
+        shown = self.shown
+        left = shown.conversation_id if self._shown_is_unused() else None
+        record = shown.open(conversation_id)
+        if record is None:
             return
-        left = self.conversation_id if self._shown_is_unused() else None
-        self.conversation_id = conversation_id
-        self.shown_record = record
-        self.reasoning = record.reasoning
-        self.view.conversation_shown(record)
         self.reload_tree()
         if left is not None and left != conversation_id:
             self._drop_unused(left)
@@ -269,8 +276,8 @@ class WindowPresenter:
         if node_id is None and stream and stream.conversation_id == conversation_id:
             self._show_stream(stream)  # back where the reply streams
             return
-        if node_id not in self.snapshot:
-            node_id = record.active_node_id or self.snapshot.root_id
+        if node_id not in self.shown.snapshot:
+            node_id = record.active_node_id or self.shown.snapshot.root_id
         self.activate(node_id)
 
     def activate(
@@ -304,17 +311,7 @@ class WindowPresenter:
     def made_with_other_model(self) -> str | None:
         """The model file the shown conversation was made with, when another
         model is loaded and the user has not chosen to go on with that one."""
-        record, info = self.shown_record, self.model_info
-        if (
-            record is None
-            or info is None
-            or not record.model_identity
-            or not record.model_path
-            or record.model_identity == info.identity
-            or record.id in self._keep_loaded
-        ):
-            return None
-        return record.model_path
+        return self.shown.made_with_other(self.model_info)
 
     def switch_to_made_with(self) -> None:
         """Load the model the shown conversation was made with."""
@@ -324,42 +321,39 @@ class WindowPresenter:
 
     def keep_loaded_model(self) -> None:
         """Go on with the loaded model in the shown conversation."""
-        if self.conversation_id is not None:
-            self._keep_loaded.add(self.conversation_id)
-            self.activate(self.active_id, follow=False)
+        if self.shown.keep_loaded_model():
+            self.activate(self.shown.active_id, follow=False)
 
     def reload_tree(self) -> None:
         """Read the shown conversation's tree again."""
-        if self.conversation_id is None:
-            self._set_snapshot(TreeSnapshot.empty())
-            return
-        try:
-            nodes = tree_reads.tree(self.db, self.conversation_id, self.profile_id)
-        except (StorageUnavailable, NotFound) as exc:
-            self.view.show_error("Could not read the conversation", str(exc))
-            return
-        self._set_snapshot(TreeSnapshot(self.conversation_id, nodes))
+        self.shown.reload_tree(self.profile_id)
 
     def select_conversation(self, conversation_id: int) -> None:
         """The user picked a conversation in the list."""
-        if conversation_id != self.conversation_id:
+        if conversation_id != self.shown.conversation_id:
             self.show_conversation(conversation_id)
 
     def choose_node(self, node_id: int) -> None:
         """The user picked a node (in the tree, or "Branch from here")."""
-        if node_id != self.active_id:
+        if node_id != self.shown.active_id:
             self.activate(node_id)
 
     def choose_sibling(self, node_id: int) -> None:
         """The user stepped to a sibling: show the newest leaf below it."""
-        self.activate(self.snapshot.latest_leaf(node_id))
+        self.activate(self.shown.snapshot.latest_leaf(node_id))
 
     def open_search_hit(self, conversation_id: int, node_id: int) -> None:
         """Show a search hit (also while a reply streams: the user reads)."""
-        if conversation_id != self.conversation_id:
+        if conversation_id != self.shown.conversation_id:
             self.show_conversation(conversation_id, node_id)
-        elif node_id != self.active_id:
+        elif node_id != self.shown.active_id:
             self.activate(node_id)
+
+    def _walk(self, move: Move) -> None:
+        """Activate where ``move`` leads from the active node, if anywhere."""
+        target = self.shown.step(move)
+        if target is not None:
+            self.activate(target)
 
     def previous_branch(self) -> None:
         """Go to the previous sibling at the nearest fork above the active node."""
@@ -379,10 +373,7 @@ class WindowPresenter:
 
     def last_of_role(self, role: str) -> int | None:
         """The last message of ``role`` on the active path."""
-        active = self.active_id
-        if active is None or active not in self.snapshot:
-            return None
-        return self.snapshot.last_of_role(active, role)
+        return self.shown.last_of_role(role)
 
     # --- generating ---------------------------------------------------------------
 
@@ -394,18 +385,18 @@ class WindowPresenter:
         no text its reply is generated. Returns whether the text was taken:
         the composer then clears and leaves editing.
         """
-        if not self.can_reply or self.loading_model or self.active_id is None:
+        if not self.can_reply or self.loading_model or self.shown.active_id is None:
             return False
-        if self.made_with_other_model() is not None and self.conversation_id:
+        if self.made_with_other_model() is not None and self.shown.conversation_id:
             # Writing on is choosing the loaded model.
-            self._keep_loaded.add(self.conversation_id)
+            self.shown.keep_loaded_model()
             self.view.offer_model_switch(None)
         text = text.strip()
         budget = self.prefs.checkpoint_budget_bytes
-        if editing is not None and editing in self.snapshot:
+        if editing is not None and editing in self.shown.snapshot:
             if not text:
                 return False
-            edited = self.snapshot.nodes[editing]
+            edited = self.shown.snapshot.nodes[editing]
             parent = edited.parent_id
             assert parent is not None  # a message is never the root
             if edited.role == Role.TOOL:
@@ -416,37 +407,26 @@ class WindowPresenter:
             job: jobs.Job = jobs.Edit(editing, text, self._sampling(), budget)
             self._begin_generation(job, parent, text)
             return True
-        if self._active_role() == Role.USER:
+        if self.shown.active_role() == Role.USER:
             if text:
-                return self.send(text, editing=self.active_id)
+                return self.send(text, editing=self.shown.active_id)
             self.reply_to_active()
             return False
         if not text:
             return False
         if self.tools_on:
             job = jobs.SendWithTools(
-                self.active_id, text, self._sampling(), budget, self.tool_choice
+                self.shown.active_id,
+                text,
+                self._sampling(),
+                budget,
+                self.shown.tool_choice,
             )
         else:
-            job = jobs.Send(self.active_id, text, self._sampling(), budget)
-        self._name_after(text)
-        self._begin_generation(job, self.active_id, text)
+            job = jobs.Send(self.shown.active_id, text, self._sampling(), budget)
+        self.shown.name_after(text)
+        self._begin_generation(job, self.shown.active_id, text)
         return True
-
-    def _name_after(self, first_message: str) -> None:
-        """Show the name a first message gives the shown conversation at once,
-        as the worker stores it with the message (not once the reply is done)."""
-        record, active = self.shown_record, self.snapshot.nodes.get(self.active_id or 0)
-        if (
-            record is None
-            or record.title != DEFAULT_TITLE
-            or active is None
-            or active.parent_id is not None  # not a first message
-        ):
-            return
-        title = title_from(first_message)
-        self.shown_record = replace(record, title=title)
-        self.view.show_title(record.id, title)
 
     def attach(self, name: str, text: str) -> None:
         """A file was attached in the composer: count what it takes of the
@@ -461,12 +441,16 @@ class WindowPresenter:
 
     def reply_to_active(self) -> None:
         """Generate a reply to the active node, a user message."""
-        if not self.can_reply or self.loading_model or self._active_role() != Role.USER:
+        if (
+            not self.can_reply
+            or self.loading_model
+            or self.shown.active_role() != Role.USER
+        ):
             return
-        assert self.active_id is not None
+        assert self.shown.active_id is not None
         budget = self.prefs.checkpoint_budget_bytes
-        job = jobs.GenerateReply(self.active_id, self._sampling(), budget)
-        self._begin_generation(job, self.active_id, None)
+        job = jobs.GenerateReply(self.shown.active_id, self._sampling(), budget)
+        self._begin_generation(job, self.shown.active_id, None)
 
     @property
     def stoppable(self) -> bool:
@@ -489,7 +473,7 @@ class WindowPresenter:
         budget = self.prefs.checkpoint_budget_bytes
         self._begin_generation(
             jobs.Regenerate(node_id, self._sampling(), budget),
-            self._parent(node_id),
+            self.shown.parent_of(node_id),
             None,
         )
 
@@ -500,7 +484,7 @@ class WindowPresenter:
         budget = self.prefs.checkpoint_budget_bytes
         self._begin_generation(
             jobs.ContinueReply(node_id, self._sampling(), budget),
-            self._parent(node_id),
+            self.shown.parent_of(node_id),
             None,
         )
 
@@ -511,7 +495,7 @@ class WindowPresenter:
         budget = self.prefs.checkpoint_budget_bytes
         self._begin_generation(
             jobs.RegenerateParallel(node_id, self._sampling(), n, budget),
-            self._parent(node_id),
+            self.shown.parent_of(node_id),
             None,
         )
 
@@ -520,12 +504,12 @@ class WindowPresenter:
     @property
     def tools_on(self) -> bool:
         """Whether the next message offers the enabled servers' tools."""
-        return self.tool_choice != "off" and self.tools_available
+        return self.shown.tool_choice != "off" and self.tools_available
 
     def set_tools(self, choice: str) -> None:
         """The composer's Tools menu: ``"off"``, ``"auto"`` (the model
         decides) or ``"required"`` (the message's first reply calls a tool)."""
-        self.tool_choice = choice
+        self.shown.tool_choice = choice
         info = self.model_info
         if choice != "off" and info is not None and info.tool_format == "generic":
             self.view.show_message(GENERIC_TOOLS_NOTE)
@@ -544,13 +528,13 @@ class WindowPresenter:
     def run_edited_call(self, node_id: int, call_id: str, arguments: str) -> None:
         """Run call ``call_id`` of reply ``node_id`` with ``arguments``
         instead: a sibling reply holds the edited call; nothing is erased."""
-        if not self.can_reply or node_id not in self.snapshot:
+        if not self.can_reply or node_id not in self.shown.snapshot:
             return
         budget = self.prefs.checkpoint_budget_bytes
         job = jobs.EditCallArguments(
             node_id, call_id, arguments, self._sampling(), budget
         )
-        self._begin_generation(job, self._parent(node_id), None)
+        self._begin_generation(job, self.shown.parent_of(node_id), None)
 
     def save_tool_servers(self, servers: list[ServerConfig]) -> None:
         """Store the MCP servers as Settings → Tools left them."""
@@ -559,7 +543,7 @@ class WindowPresenter:
         self.view.state_changed()
 
     def _answer_calls(self, node_id: int, call_id: str, decision: str) -> None:
-        if not self.can_reply or node_id not in self.snapshot:
+        if not self.can_reply or node_id not in self.shown.snapshot:
             return
         budget = self.prefs.checkpoint_budget_bytes
         job = jobs.AnswerCalls(
@@ -572,17 +556,6 @@ class WindowPresenter:
             return any(server.enabled for server in load_servers(self.db))
         except StorageUnavailable:
             return False
-
-    def _follow_tools_offer(self, node_id: int | None) -> None:
-        """On a branch of another start, the Tools switch shows whether that
-        start offers tools (a switch turned on stays on along its branch)."""
-        if node_id is None or node_id not in self.snapshot:
-            return
-        start = self.snapshot.path(node_id)[0]
-        if start != self._tools_start:
-            self._tools_start = start
-            offered = tool_turns.offers_tools(self.snapshot, node_id)
-            self.tool_choice = "auto" if offered else "off"
 
     def regenerate_last(self) -> None:
         """Regenerate the last reply on the active path."""
@@ -598,10 +571,7 @@ class WindowPresenter:
 
     def set_reasoning(self, choice: str | None) -> None:
         """The user chose how the shown conversation's model reasons."""
-        if self.conversation_id is None or choice == self.reasoning:
-            return
-        self.reasoning = choice
-        self.engine.submit(jobs.SetReasoning(self.conversation_id, choice))
+        self.shown.set_reasoning(choice)
 
     def way_on_chosen(self, choice: WayOn, size: int | None) -> None:
         """The user chose how to go on from a full context (``size``: new n_ctx)."""
@@ -611,8 +581,8 @@ class WindowPresenter:
         elif choice is WayOn.RAISE and size is not None:
             backend = replace(self.prefs.backend, n_ctx=size)
             self.apply_preferences(replace(self.prefs, backend=backend))
-        elif choice is WayOn.SUMMARY and self.active_id is not None:
-            job = jobs.ContinueWithSummary(self.active_id, self._sampling())
+        elif choice is WayOn.SUMMARY and self.shown.active_id is not None:
+            job = jobs.ContinueWithSummary(self.shown.active_id, self._sampling())
             self.view.set_busy(job.busy)
             self.engine.submit(job)
 
@@ -661,14 +631,11 @@ class WindowPresenter:
 
     def branch_system_prompt(self) -> str:
         """The system prompt of the branch shown (the text of its root)."""
-        if self.active_id is None or self.active_id not in self.snapshot:
-            return ""
-        return self.snapshot.nodes[self.snapshot.path(self.active_id)[0]].text
+        return self.shown.branch_system_prompt()
 
     def conversation_sampling(self) -> tuple[SamplingParams, str | None]:
         """The sampling the shown conversation's replies use, and its preset."""
-        stored = self.shown_record.sampling if self.shown_record else None
-        return conversation_sampling(stored, self.prefs.sampling)
+        return self.shown.sampling(self.prefs.sampling)
 
     def change_conversation_settings(
         self, system_prompt: str, sampling: SamplingParams | None, preset: str | None
@@ -676,15 +643,8 @@ class WindowPresenter:
         """Give the shown conversation ``sampling`` (None: the Settings') and,
         where ``system_prompt`` is not the branch's, a new branch from a new
         start with it: the branches written with the old one stay."""
-        record = self.shown_record
-        if record is None or self.generating:
-            return
-        stored = stored_sampling(sampling, preset)
-        if stored != record.sampling:
-            self.engine.submit(jobs.SetSampling(record.id, sampling, preset))
-            self.shown_record = replace(record, sampling=stored)
-        if system_prompt.strip() != self.branch_system_prompt().strip():
-            self.engine.submit(jobs.NewSystemPrompt(record.id, system_prompt.strip()))
+        if not self.generating:
+            self.shown.change_settings(system_prompt, sampling, preset)
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         """Give a conversation a new title (shown at once, stored by the worker)."""
@@ -702,10 +662,10 @@ class WindowPresenter:
         if self.read_only:
             return  # the job fails and says why
         self.view.conversation_removed(conversation_id)
-        if conversation_id != self.conversation_id:
+        if conversation_id != self.shown.conversation_id:
             return
-        self.conversation_id = None
-        recent = self._most_recent(besides=conversation_id)
+        self.shown.conversation_id = None
+        recent = self.shown.most_recent(besides=conversation_id)
         if recent is not None:
             self.show_conversation(recent)
             return
@@ -820,7 +780,7 @@ class WindowPresenter:
             case _ if isinstance(result.job, jobs.Generating):
                 self._end_generation(result)
             case Created(job=jobs.NewSystemPrompt(conversation_id=changed)):
-                if changed == self.conversation_id and result.node_id is not None:
+                if changed == self.shown.conversation_id and result.node_id is not None:
                     self.reload_tree()
                     self.activate(result.node_id)
                     self.view.refresh_list(changed)
@@ -828,7 +788,7 @@ class WindowPresenter:
                 self.view.refresh_list(result.conversation_id)
                 self.show_conversation(result.conversation_id)
             case Failed(job=jobs.SetSampling(conversation_id=changed)):
-                self._show_stored_sampling(changed)
+                self.shown.show_stored_sampling(changed)
             case Counted(job=jobs.CountTokens(name=name)):
                 self._counted(name, result)
             case Failed(job=jobs.CountTokens(name=name)):
@@ -843,23 +803,23 @@ class WindowPresenter:
                 if sync.reprocessed_tokens:
                     # Reprocessing renders spans and writes checkpoints: show them.
                     self.reload_tree()
-                    self.view.refresh_list(self.conversation_id)
+                    self.view.refresh_list(self.shown.conversation_id)
             case Moved(job=jobs.DeleteBranch()) | Failed(job=jobs.DeleteBranch()):
                 target = result.node_id if isinstance(result, Moved) else None
                 self.reload_tree()
-                self.activate(target or self._stored_active_node(), restore=False)
-                self.view.refresh_list(self.conversation_id)
+                self.activate(target or self.shown.stored_active_node(), restore=False)
+                self.view.refresh_list(self.shown.conversation_id)
             case Failed(job=jobs.SetReasoning()):
-                self._show_stored_reasoning()
+                self.shown.show_stored_reasoning()
             case Failed(job=jobs.RenameConversation(conversation_id=renamed)):
-                self._show_stored_title(renamed)
+                self.shown.show_stored_title(renamed)
             case Deleted() | Failed(job=jobs.DeleteConversation()):
-                self.view.refresh_list(self.conversation_id)
+                self.view.refresh_list(self.shown.conversation_id)
             case Done(job=jobs.ServeRequest()) | Failed(job=jobs.ServeRequest()):
                 # A client's request added nodes (or a conversation): the
                 # list, and the tree if its conversation is the one shown.
-                self.view.refresh_list(self.conversation_id)
-                if self.conversation_id is not None:
+                self.view.refresh_list(self.shown.conversation_id)
+                if self.shown.conversation_id is not None:
                     self.reload_tree()
             case (
                 Freed() | Failed(job=jobs.EvictCheckpoints() | jobs.ClearCheckpoints())
@@ -867,41 +827,21 @@ class WindowPresenter:
                 # The tree's checkpoint marks and the list's sizes changed;
                 # read once the job is done, even if its dialog closed before.
                 self.reload_tree()
-                self.view.refresh_list(self.conversation_id)
+                self.view.refresh_list(self.shown.conversation_id)
         self.view.state_changed()
 
     # --- internals ----------------------------------------------------------------
 
-    def _set_snapshot(self, snapshot: TreeSnapshot) -> None:
-        self.snapshot = snapshot
-        self.view.show_tree(snapshot)
-
     def _show_active(self, node_id: int | None, follow: bool) -> int | None:
-        """Show ``node_id`` (the root if it is not in the tree) as the active
-        node, without telling the engine; returns the node shown."""
-        if node_id is None or node_id not in self.snapshot:
-            node_id = self.snapshot.root_id
-        self.active_id = node_id
+        """Show ``node_id`` as the active node (not the reply streaming), without
+        telling the engine; returns the node shown."""
         self.stream_shown = False
-        self._follow_tools_offer(node_id)
-        self.view.show_path(node_id, follow)
-        return node_id
+        return self.shown.show_active(node_id, follow)
 
     def _shown_is_unused(self) -> bool:
-        """Whether the shown conversation holds nothing the user made: no
-        message, no system prompt, no title of theirs (and no reply coming)."""
-        record, snapshot = self.shown_record, self.snapshot
-        if (
-            record is None
-            or self.read_only
-            or record.title != DEFAULT_TITLE
-            or len(snapshot.nodes) != 1
-            or snapshot.conversation_id != record.id
-            or (self.stream is not None and self.stream.conversation_id == record.id)
-        ):
-            return False
-        root = snapshot.nodes[snapshot.root_id] if snapshot.root_id else None
-        return root is not None and not root.text.strip()
+        """Whether the shown conversation holds nothing the user made."""
+        streaming_in = self.stream.conversation_id if self.stream else None
+        return self.shown.is_unused(streaming_in)
 
     def _drop_unused(self, conversation_id: int) -> None:
         """Delete a conversation the user left without writing in it, so that
@@ -912,17 +852,17 @@ class WindowPresenter:
     def _streams_at(self, stream: ReplyStream, node_id: int | None) -> bool:
         """Whether showing ``node_id`` means showing the reply that streams:
         the node it follows, or the reply itself (stored as it streams)."""
-        if self.conversation_id != stream.conversation_id or node_id is None:
+        if self.shown.conversation_id != stream.conversation_id or node_id is None:
             return False
         if node_id == stream.prefix_id:
             return True
-        node = self.snapshot.nodes.get(node_id)
+        node = self.shown.snapshot.nodes.get(node_id)
         return node is not None and node.status == Status.GENERATING
 
     def _show_stream(self, stream: ReplyStream) -> None:
         """Show the reply being generated as far as it got; it streams on."""
         self.view.show_path(stream.prefix_id, True)  # the tree marks it
-        self.active_id = stream.prefix_id
+        self.shown.active_id = stream.prefix_id
         stream.show_in(self.view)
         self.stream_shown = True
         self.view.offer_model_switch(None)
@@ -958,45 +898,17 @@ class WindowPresenter:
         stores the reply as its first token comes out, so the first piece
         may arrive before it: read again at later pieces until it is there."""
         self._message_in_tree = True
-        if stream.conversation_id != self.conversation_id:
+        if stream.conversation_id != self.shown.conversation_id:
             self._reply_in_tree = True  # read when the user goes back there
             return
         self.reload_tree()
-        nodes = self.snapshot.nodes
+        nodes = self.shown.snapshot.nodes
         self._reply_in_tree = any(
             node.status == Status.GENERATING
             and node.parent_id is not None
             and stream.prefix_id in (node.parent_id, nodes[node.parent_id].parent_id)
             for node in nodes.values()
         )
-
-    def _most_recent(self, besides: int | None = None) -> int | None:
-        """The most recently used conversation (other than ``besides``)."""
-        try:
-            listed = conversation_rows.list_conversations(self.db)
-        except StorageUnavailable as exc:
-            self.view.show_error("Cannot read the database", str(exc))
-            return None
-        return next((c.id for c in listed if c.id != besides), None)
-
-    def _walk(self, move: _Move) -> None:
-        """Activate where ``move`` leads from the active node, if anywhere."""
-        active = self.active_id
-        if active is None or active not in self.snapshot:
-            return
-        target = move(self.snapshot, active)
-        if target is not None:
-            self.activate(target)
-
-    def _active_role(self) -> str | None:
-        active = self.active_id
-        node = self.snapshot.nodes.get(active) if active is not None else None
-        return node.role if node is not None else None
-
-    def _parent(self, node_id: int) -> int:
-        parent = self.snapshot.nodes[node_id].parent_id
-        assert parent is not None  # a reply is never the root
-        return parent
 
     def _sampling(self) -> SamplingParams:
         return self.conversation_sampling()[0]
@@ -1005,15 +917,17 @@ class WindowPresenter:
         self, job: jobs.Job, prefix_id: int, pending_text: str | None
     ) -> None:
         n = job.n if isinstance(job, jobs.RegenerateParallel) else 0
-        assert self.conversation_id is not None  # a node is shown
-        self.stream = ReplyStream(self.conversation_id, prefix_id, pending_text, n)
+        assert self.shown.conversation_id is not None  # a node is shown
+        self.stream = ReplyStream(
+            self.shown.conversation_id, prefix_id, pending_text, n
+        )
         self._message_in_tree = self._reply_in_tree = False
         if pending_text is not None:
             self.attached_tokens.clear()  # the files went with the message
         self.view.begin_reply(prefix_id, pending_text, n)
         self.stream_shown = True
         self.generating_job = job
-        self.view.show_generating(self.conversation_id, "Writing a reply…")
+        self.view.show_generating(self.shown.conversation_id, "Writing a reply…")
         self.view.state_changed()
         self.engine.submit(job)
 
@@ -1053,37 +967,37 @@ class WindowPresenter:
                 and not (failed is not None and self._kept_after_loss(failed, stream))
             ):
                 self.view.give_back_text(stream.pending_text)
-            target = self._stored_active_node()
+            target = self.shown.stored_active_node()
         if stream is not None and not shown:
             self._ended_elsewhere(stream, failed is not None and failed.context_full)
             return
         # A reply records the loaded model on its conversation: known here
         # without reading it back (a failed one may or may not have).
-        record, info = self.shown_record, self.model_info
+        record, info = self.shown.record, self.model_info
         if reply is not None and record is not None and info is not None:
             if record.title == DEFAULT_TITLE:
                 # The first message named the conversation: read the name once.
-                named = self._stored_record(record.id)
+                named = self.shown.stored_record(record.id)
                 if named is not None and named.title != record.title:
                     record = named
                     self.view.show_title(record.id, record.title)
-            self.shown_record = replace(
+            self.shown.record = replace(
                 record, model_path=info.path, model_identity=info.identity
             )
         else:
-            self.shown_record = self._stored_record(self.conversation_id)
-            if self.conversation_id is not None:
+            self.shown.record = self.shown.stored_record(self.shown.conversation_id)
+            if self.shown.conversation_id is not None:
                 # A name shown at Send stays only if the message was stored.
-                self._show_stored_title(self.conversation_id)
+                self.shown.show_stored_title(self.shown.conversation_id)
         tree = replied.tree if replied is not None else None
-        if tree is not None and tree.conversation_id == self.conversation_id:
-            self._set_snapshot(tree)  # read by the engine thread, not here
+        if tree is not None and tree.conversation_id == self.shown.conversation_id:
+            self.shown.set_snapshot(tree)  # read by the engine thread, not here
         else:
             self.reload_tree()
         if target is None and stream is not None:
             target = self._unanswered(stream)
         if target is None:
-            target = self._stored_active_node()
+            target = self.shown.stored_active_node()
         # Same path, now complete: a user reading higher up stays there. The
         # job stored it as the place to reopen already: nothing to write.
         self._show_active(target, follow=False)
@@ -1092,7 +1006,7 @@ class WindowPresenter:
             self.view.offer_choice(
                 [(r.assistant_node, r.text) for r in replied.replies]
             )
-        self.view.refresh_list(self.conversation_id)
+        self.view.refresh_list(self.shown.conversation_id)
         cut = reply is not None and reply.stats.stop_reason == StopReason.CONTEXT_FULL
         if failed is not None and failed.context_full and stream is not None:
             needed = failed.needed
@@ -1113,9 +1027,9 @@ class WindowPresenter:
     def _earlier_messages(self, stream: ReplyStream) -> bool:
         """Whether the message of ``stream`` follows earlier messages (not
         only the conversation's start)."""
-        if stream.prefix_id not in self.snapshot:
+        if stream.prefix_id not in self.shown.snapshot:
             return True  # not known: the branch's ways on say no less
-        before = self.snapshot.path(stream.prefix_id)[1:]
+        before = self.shown.snapshot.path(stream.prefix_id)[1:]
         if stream.pending_text is None:
             before = before[:-1]  # the stored message being answered
         return bool(before)
@@ -1153,11 +1067,11 @@ class WindowPresenter:
 
     def _unanswered(self, stream: ReplyStream) -> int | None:
         """The user's message a stopped generation left without a reply."""
-        if stream.pending_text is None or stream.prefix_id not in self.snapshot:
+        if stream.pending_text is None or stream.prefix_id not in self.shown.snapshot:
             return None
-        children = self.snapshot.children
+        children = self.shown.snapshot.children
         for child in reversed(children.get(stream.prefix_id, [])):
-            node = self.snapshot.nodes[child]
+            node = self.shown.snapshot.nodes[child]
             text = stream.pending_text.strip()
             if node.role == Role.USER and node.text == text and not children.get(child):
                 return child
@@ -1166,19 +1080,19 @@ class WindowPresenter:
     def _ended_elsewhere(self, stream: ReplyStream, context_full: bool) -> None:
         """A reply ended while the user read something else: leave them there,
         show what changed, and take the engine to where they are."""
-        if self.conversation_id == stream.conversation_id:
+        if self.shown.conversation_id == stream.conversation_id:
             self.reload_tree()
-        self.view.refresh_list(self.conversation_id)
+        self.view.refresh_list(self.shown.conversation_id)
         if context_full:
             self.view.show_message(
                 "The reply in the other conversation filled the context; "
                 "open it to choose how to go on."
             )
-        self.activate(self.active_id, follow=False)
+        self.activate(self.shown.active_id, follow=False)
 
     def _offer_ways_on(self, message: str, needed: int | None = None) -> None:
         """The branch filled the context: the view lets the user choose how on."""
-        if self.model_info is None or self.active_id is None:
+        if self.model_info is None or self.shown.active_id is None:
             return
         info = self.model_info
         self.view.offer_ways_on(message, info.n_ctx, info.n_ctx_train, needed)
@@ -1223,10 +1137,10 @@ class WindowPresenter:
         self.view.model_loaded(result.model, result.n_ctx)
         if path is not None:
             self.save_preferences(self.prefs.with_model(path))
-        if self.active_id is not None:
+        if self.shown.active_id is not None:
             # The tree's checkpoint marks are the new model's now.
             self.reload_tree()
-            self.activate(self.active_id, follow=False)
+            self.activate(self.shown.active_id, follow=False)
 
     def _engine_lost(self, failed: Failed) -> None:
         """The engine's process ended under ``failed.job`` (a worker was
@@ -1249,41 +1163,6 @@ class WindowPresenter:
         self.after_loss = LostEngine(Path(path), settings, remaining)
         self.view.offer_reload(failed.error, remaining)
 
-    def _stored_record(self, conversation_id: int | None) -> ConversationRecord | None:
-        """The conversation as stored, or None (none shown, or unreadable now)."""
-        if conversation_id is None:
-            return None
-        try:
-            return conversation_rows.get_conversation(self.db, conversation_id)
-        except (StorageUnavailable, NotFound):
-            return None
-
-    def _stored_active_node(self) -> int | None:
-        if self.conversation_id is None:
-            return None
-        record = self._stored_record(self.conversation_id)
-        return self.active_id if record is None else record.active_node_id
-
-    def _show_stored_reasoning(self) -> None:
-        # After a failed change: show what is stored, not what was asked for.
-        record = self._stored_record(self.conversation_id)
-        if record is not None:
-            self.reasoning = record.reasoning
-            self.view.show_reasoning(record.reasoning)
-
-    def _show_stored_sampling(self, conversation_id: int) -> None:
-        # After a failed change: use what is stored, not what was asked for.
-        record, shown = self._stored_record(conversation_id), self.shown_record
-        if record is not None and shown is not None and shown.id == conversation_id:
-            self.shown_record = replace(shown, sampling=record.sampling)
-
-    def _show_stored_title(self, conversation_id: int) -> None:
-        # After a failed rename: show the title that is stored (show_title
-        # puts it back in the list's row too).
-        record = self._stored_record(conversation_id)
-        if record is not None:
-            self.view.show_title(conversation_id, record.title)
-
 
 class _Keep(Protocol):
     """Keeps a streamed piece in a ``ReplyStream``."""
@@ -1295,9 +1174,3 @@ class _Show(Protocol):
     """Shows a streamed piece in the view."""
 
     def __call__(self, piece: str, /) -> None: ...
-
-
-class _Move(Protocol):
-    """A keyboard move through the tree: (tree, active node) → node, or None."""
-
-    def __call__(self, tree: TreeSnapshot, node_id: int, /) -> int | None: ...

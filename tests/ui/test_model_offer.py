@@ -79,5 +79,5 @@ def test_writing_on_chooses_the_loaded_model(qtbot, make_window, other_tiny_mode
     assert window.model_offer.isVisible()
     send(qtbot, window, "Go on")
     assert not window.model_offer.isVisible()
-    record = window.presenter.shown_record
+    record = window.presenter.shown.record
     assert record is not None and record.model_path == str(other_tiny_model)
