@@ -16,7 +16,9 @@ the Hub reads from its GGUF (``architecture``, ``context_length``,
 ``chat_template``, ...), served as the Hub serves it: when a search or a
 repository's info asks for it with ``expand``, which also limits the answer
 to the fields named (and the id). A file changed on the Hub is a new
-``FakeFile`` under the same name.
+``FakeFile`` under the same name; a repository's earlier commits may keep
+other files (``FakeHub.add_revision``), served at ``/resolve/<commit>/``
+and ``/api/models/{repo}/revision/<commit>`` while ``main`` serves ``files``.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ class FakeRepo:
     gated: bool = False
     downloads: int = 0
     gguf: dict[str, object] | None = None
+    # Earlier commits, by commit hash: the files each had.
+    revisions: dict[str, dict[str, FakeFile]] = field(default_factory=dict)
+
+    def at(self, revision: str | None) -> tuple[str, dict[str, FakeFile]]:
+        """The commit ``revision`` names and its files: a kept commit's own,
+        else (``main``, or any other name) the current ones."""
+        if revision in self.revisions:
+            return revision, self.revisions[revision]
+        return COMMIT, self.files
 
 
 @dataclass
@@ -70,6 +81,8 @@ class Download:
 
     range: str | None
     sent: int = 0
+    # The path asked for (``/{repo}/resolve/{revision}/{file}``).
+    path: str = ""
 
 
 @dataclass
@@ -120,6 +133,10 @@ class FakeHub:
         entry = FakeRepo({n: FakeFile(p) for n, p in files.items()}, **kwargs)  # type: ignore[arg-type]
         self.repos[repo] = entry
         return entry
+
+    def add_revision(self, repo: str, commit: str, files: dict[str, Path]) -> None:
+        """Keep ``files`` as ``repo``'s files at the earlier ``commit``."""
+        self.repos[repo].revisions[commit] = {n: FakeFile(p) for n, p in files.items()}
 
 
 # Seconds between two bytes of a trickling API answer.
@@ -182,9 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/models":
             self._search(query)
         elif match := _INFO.match(path):
-            self._info(match.group(1), "blobs" in query, _expand(query))
+            self._info(match.group(1), match.group(2), "blobs" in query, _expand(query))
         elif match := _RESOLVE.match(path):
-            self._resolve(match.group(1), match.group(3), send_body)
+            self._resolve(
+                match.group(1), match.group(2), match.group(3), send_body, path
+            )
         else:
             self._error(404, "RepoNotFound", "Not found")
 
@@ -215,13 +234,16 @@ class _Handler(BaseHTTPRequestHandler):
         ][:limit]
         self._json(found)
 
-    def _info(self, repo: str, blobs: bool, expand: list[str] | None) -> None:
+    def _info(
+        self, repo: str, revision: str | None, blobs: bool, expand: list[str] | None
+    ) -> None:
         entry = self.hub.repos.get(repo)
         if entry is None:
             self._error(401, "RepoNotFound", "Repository not found")
             return
+        commit, files = entry.at(revision)
         siblings = []
-        for name, file in entry.files.items():
+        for name, file in files.items():
             sibling: dict[str, object] = {"rfilename": name}
             if blobs:
                 sibling.update(
@@ -241,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "id": repo,
                     "_id": repo,
                     "author": repo.split("/")[0],
-                    "sha": COMMIT,
+                    "sha": commit,
                     "gated": "manual" if entry.gated else False,
                     "private": False,
                     "downloads": entry.downloads,
@@ -255,7 +277,9 @@ class _Handler(BaseHTTPRequestHandler):
             )
         )
 
-    def _resolve(self, repo: str, name: str, send_body: bool) -> None:
+    def _resolve(
+        self, repo: str, revision: str, name: str, send_body: bool, path: str
+    ) -> None:
         entry = self.hub.repos.get(repo)
         if entry is None:
             self._error(401, "RepoNotFound", "Repository not found")
@@ -270,7 +294,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "be authenticated to access it. Please log in.",
             )
             return
-        file = entry.files.get(name)
+        commit, files = entry.at(revision)
+        file = files.get(name)
         if file is None:
             self._error(404, "EntryNotFound", "Entry not found")
             return
@@ -290,13 +315,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", f'"{file.sha256}"')
         self.send_header("X-Linked-Etag", f'"{file.sha256}"')
         self.send_header("X-Linked-Size", str(size))
-        self.send_header("X-Repo-Commit", COMMIT)
+        self.send_header("X-Repo-Commit", commit)
         self.send_header("Content-Length", str(size - start))
         if start:
             self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
         self.end_headers()
         if send_body:
-            record = Download(range_header)
+            record = Download(range_header, path=path)
             with self.hub.lock:
                 self.hub.downloads.append(record)
             self._send_file(file.path, start, record)

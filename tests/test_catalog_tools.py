@@ -81,15 +81,26 @@ def test_one_native_entry_is_recommended_for_tools():
 def test_the_provenance_says_what_was_checked_and_how():
     assert CATALOG.written == CATALOG.reviewed == "2026-12-01"
     lines = {line.split(":", 1)[0]: line for line in CATALOG.provenance}
-    assert set(lines) == {"entries", "tools", "recommended_for_tools", "vision"}
+    assert set(lines) == {
+        "entries",
+        "tools",
+        "recommended_for_tools",
+        "vision",
+        "pins",
+    }
     assert "without access to the Hub" in lines["entries"]
+    assert "did not repeat that check" in lines["entries"]
+    # No entry pinned where no pin was read: the line says so, truly.
+    pinned = [e.id for e in CATALOG.entries if e.pins]
+    assert ("no entry is pinned yet" in lines["pins"]) == (not pinned)
     tools = lines["tools"]
     assert "checked 2026-12-07" in tools
     assert "llama.cpp's models/templates" in tools
     assert "The models' own files were not read" in tools
     assert "not measured" in lines["recommended_for_tools"]
     text = (ROOT / "resources/models/catalog.json").read_text(encoding="utf-8")
-    assert '"reviewed"' not in text and "the Hub's listing" not in text
+    for claim in ('"reviewed"', "the Hub's listing", "review against"):
+        assert claim not in text, claim
     assert [e.id for e in CATALOG.entries if e.vision] == ["gemma-3-4b-it"]
 
 

@@ -1,17 +1,27 @@
 """The curated catalog: a handful of well-known instruct models, shipped as
 data in ``resources/models/catalog.json`` and read here.
 
-The file says where each of its claims comes from (``provenance``): the
-entries were written offline, and each entry's ``tools`` mark was learned by
-Arbor's own tool-syntax learning from llama.cpp's reference template of the
-entry's family (``tools_template``), which ``tests/test_catalog_tools.py``
-repeats, so a wrong mark fails there.
+The file says where each of its claims comes from (``provenance``, for the
+whole file and for each entry): the entries were written offline, and each
+entry's ``tools`` mark was learned by Arbor's own tool-syntax learning from
+llama.cpp's reference template of the entry's family (``tools_template``),
+which ``tests/test_catalog_tools.py`` repeats, so a wrong mark fails there.
+
+**Pins.** A file of an entry may be pinned (``pins``): the Hub commit to
+fetch it from and its exact sha256 and size. A pinned file is downloaded
+from that commit and checked against the pin, not against whatever the Hub
+serves under the same name today (``app.library.download``), so a file
+re-uploaded on the Hub does not silently change what the catalog offers.
+``tools/pin_catalog.py`` fills the pins from the Hub; an entry whose pins
+could not be read from the Hub has none, and its provenance says so.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePath
 from typing import Any
@@ -23,6 +33,9 @@ from app.text.quantities import format_bytes
 
 CATALOG_ASSET = "models/catalog.json"
 
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
 # What an entry's ``tools`` may say: its family's template writes tool calls
 # (Arbor reads the model's own syntax), it writes none (Arbor's generic JSON
 # format), or no reference template of the family was at hand to tell.
@@ -31,6 +44,30 @@ TOOLS_MARKS = ("native", "generic", "unknown")
 
 class CatalogError(ValueError):
     """The catalog file is malformed: a packaging bug, named precisely."""
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """One file of an entry as the catalog fixes it: the Hub commit it is
+    fetched from (``revision``, 40 hex digits), its sha256 and its exact
+    size in bytes."""
+
+    file: str
+    revision: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an entry's figures come from: what was checked (``checked``),
+    from which page or API answer (``source``; None where nothing was
+    fetched), on which day (``on``) and how (``how``)."""
+
+    checked: str
+    source: str | None
+    on: str
+    how: str
 
 
 @dataclass(frozen=True)
@@ -49,6 +86,9 @@ class CatalogEntry:
     (``ModelInfo.tool_format``). ``recommended_for_tools`` marks the
     catalog's pick for tool use. ``vision``: the model was published as
     seeing images (Arbor shows none yet).
+
+    ``pins``: the pinned files (:class:`FilePin`; empty where none could be
+    read from the Hub), ``provenance``: where the entry's figures come from.
     """
 
     id: str
@@ -69,6 +109,12 @@ class CatalogEntry:
     recommended_for_tools: bool
     vision: bool
     description: str
+    pins: tuple[FilePin, ...] = ()
+    provenance: Provenance | None = None
+
+    def pin(self, filename: str) -> FilePin | None:
+        """The pin of ``filename`` (one of the entry's files), or None."""
+        return next((p for p in self.pins if p.file == filename), None)
 
 
 @dataclass(frozen=True)
@@ -89,6 +135,18 @@ class Catalog:
     def recommended_for_tools(self) -> CatalogEntry | None:
         """The entry recommended for tool use, or None."""
         return next((e for e in self.entries if e.recommended_for_tools), None)
+
+    def pins_for(self, repo: str, parts: Iterable[str]) -> dict[str, FilePin]:
+        """The pins of ``repo``'s files ``parts`` that the catalog fixes, by
+        file name (empty for files no entry pins)."""
+        wanted = set(parts)
+        return {
+            pin.file: pin
+            for entry in self.entries
+            if entry.repo == repo
+            for pin in entry.pins
+            if pin.file in wanted
+        }
 
     def find(self, key: str) -> CatalogEntry | None:
         """The entry whose id is ``key`` (case-insensitive), or None."""
@@ -228,8 +286,13 @@ def _check_tools(entry: CatalogEntry) -> None:
 def _entry(raw: object) -> CatalogEntry:
     if not isinstance(raw, dict):
         raise CatalogError(f"a catalog entry is not an object: {raw!r}")
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {
+        "pins": _pins(raw),
+        "provenance": _provenance(raw),
+    }
     for field in fields(CatalogEntry):
+        if field.name in values:
+            continue
         if field.name not in raw:
             raise CatalogError(f"catalog entry {raw.get('id')!r} lacks {field.name!r}")
         value = raw[field.name]
@@ -244,3 +307,45 @@ def _entry(raw: object) -> CatalogEntry:
             )
         values[field.name] = value
     return CatalogEntry(**values)
+
+
+def _pins(raw: dict[str, Any]) -> tuple[FilePin, ...]:
+    # Each pin whole and well-formed, or the catalog does not load: a pin
+    # with a bad hash would refuse every download of its file.
+    pins = raw.get("pins", {})
+    if not isinstance(pins, dict):
+        raise CatalogError(f"catalog entry {raw.get('id')!r}: pins is not an object")
+    parsed = []
+    for name, pin in pins.items():
+        where = f"catalog entry {raw.get('id')!r}, pin of {name!r}"
+        if not isinstance(pin, dict) or set(pin) != {"revision", "sha256", "size"}:
+            raise CatalogError(f"{where}: needs exactly revision, sha256 and size")
+        revision, sha256, size = pin["revision"], pin["sha256"], pin["size"]
+        if not isinstance(revision, str) or not _COMMIT.match(revision):
+            raise CatalogError(f"{where}: revision is not a 40-hex commit")
+        if not isinstance(sha256, str) or not _SHA256.match(sha256):
+            raise CatalogError(f"{where}: sha256 is not 64 lower-case hex digits")
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise CatalogError(f"{where}: size is not a positive number of bytes")
+        parsed.append(FilePin(name, revision, sha256, size))
+    return tuple(parsed)
+
+
+def _provenance(raw: dict[str, Any]) -> Provenance | None:
+    value = raw.get("provenance")
+    if value is None:
+        return None
+    keys = {"checked", "source", "on", "how"}
+    if not isinstance(value, dict) or set(value) != keys:
+        raise CatalogError(
+            f"catalog entry {raw.get('id')!r}: provenance needs exactly "
+            "checked, source, on and how"
+        )
+    if not all(
+        isinstance(value[k], str) or (k == "source" and value[k] is None) for k in keys
+    ):
+        raise CatalogError(
+            f"catalog entry {raw.get('id')!r}: provenance's values are text "
+            "(source may be null)"
+        )
+    return Provenance(value["checked"], value["source"], value["on"], value["how"])

@@ -9,11 +9,23 @@ file the part belongs to, so a file changed on the Hub meanwhile starts
 over instead of mixing two versions. The sha256 is checked before the file
 takes its final name: a file that does not match is removed, never used.
 
+**A catalog file may be pinned** (``catalog.FilePin``: a commit, a sha256,
+a size). It is then asked for at that commit (``/resolve/<commit>/<file>``)
+and checked against the pin, not against what the Hub serves under the name
+today: a file re-uploaded on the Hub changes nothing. If the Hub's answer
+for the pinned commit is not the pinned file, nothing is downloaded and
+nothing the user has is touched; the failure (``PinMismatch``) says in one
+line what differs and is for good (the same request gets the same answer).
+A pull asks the shipped catalog for the pins of the files it fetches unless
+told which (``pins``); files no entry pins, and any file asked for at
+another revision than its pin's, are fetched as before.
+
 A file is there already only when its bytes are the version the Hub gives
-now: same size *and* same sha256 (``file_hashes`` remembers the sha256 of
-each file by size and modification time, so a model is hashed once, not at
-every pull). A file of another version is fetched again into its part and
-replaced only once the new bytes verify; until then the old one stays.
+now, or the pin fixes: same size *and* same sha256 (``file_hashes``
+remembers the sha256 of each file by size and modification time, so a model
+is hashed once, not at every pull). A file of another version is fetched
+again into its part and replaced only once the new bytes verify; until then
+the old one stays.
 
 **A stall has a bound.** A download fails once no byte has come for
 ``STALL_S`` seconds (30; ``HF_HUB_DOWNLOAD_TIMEOUT`` sets another), whatever
@@ -38,11 +50,13 @@ import re
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from app.library import catalog
+from app.library.catalog import FilePin
 from app.library.file_hashes import HashCache, stamp_of
 from app.library.hub import (
     HubError,
@@ -88,7 +102,15 @@ class NotEnoughSpace(HubError):
 
 
 class ChecksumMismatch(HubError):
-    """The downloaded bytes are not the file the Hub advertised."""
+    """The downloaded bytes are not the file the Hub advertised (or the
+    catalog pins)."""
+
+
+class PinMismatch(HubError):
+    """The Hub's file at a pinned commit is not the file the catalog pins:
+    nothing was downloaded. For good: the same commit gives the same answer."""
+
+    transient = False
 
 
 @dataclass(frozen=True)
@@ -129,6 +151,7 @@ class _Remote:
     size: int
     sha256: str
     commit: str | None
+    pinned: bool = False
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -153,24 +176,33 @@ def pull(
     on_progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
     stall_s: float | None = None,
+    pins: Mapping[str, FilePin] | None = None,
 ) -> PulledFile:
     """Download ``parts`` of ``repo`` (one file, or every part of a split
     model) into ``models_dir``, resuming what an earlier pull left.
 
     ``stall_s``: seconds without a byte before the download fails (None:
-    ``stall_seconds()``).
+    ``stall_seconds()``). ``pins``: the pinned parts, by file name (None: the
+    shipped catalog's pins of these files; a part asked for at another
+    ``revision`` than its pin's is not pinned).
 
     Raises
     ------
     HubError
         With a one-line reason: network, 401/403/404, a stall, ``NotEnoughSpace``
-        (checked before anything is fetched), ``ChecksumMismatch``.
+        (checked before anything is fetched), ``ChecksumMismatch``,
+        ``PinMismatch`` (before anything is fetched).
     DownloadStopped
         When ``should_stop`` returned True; the parts stay for a resume.
     """
     check_settings()  # before huggingface_hub is imported (it reads them then)
     stall = stall_seconds() if stall_s is None else stall_s
-    remotes = [_remote(repo, part, revision, endpoint, token) for part in parts]
+    if pins is None:
+        pins = catalog.shipped_catalog().pins_for(repo, parts)
+    remotes = [
+        _remote(repo, part, revision, endpoint, token, _pin(pins, part, revision))
+        for part in parts
+    ]
     paths = [destination(models_dir, repo, r.part) for r in remotes]
     total = sum(r.size for r in remotes)
     meter = _Meter(parts[0], total, on_progress, should_stop)
@@ -249,16 +281,36 @@ def _part_files(path: Path) -> tuple[Path, Path]:
     return path.with_name(path.name + ".part"), path.with_name(path.name + ".part.json")
 
 
+def _pin(
+    pins: Mapping[str, FilePin], part: str, revision: str | None
+) -> FilePin | None:
+    pin = pins.get(part)
+    # Another revision asked for by name is another file: the pin says nothing.
+    if pin is None or revision not in (None, pin.revision):
+        return None
+    return pin
+
+
 def _remote(
-    repo: str, part: str, revision: str | None, endpoint: str | None, token: str | None
+    repo: str,
+    part: str,
+    revision: str | None,
+    endpoint: str | None,
+    token: str | None,
+    pin: FilePin | None = None,
 ) -> _Remote:
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
+    if pin is not None:
+        revision = pin.revision
     url = hf_hub_url(repo, part, revision=revision, endpoint=endpoint)
     with hub_errors(f"{repo}/{part}"):
         meta = get_hf_file_metadata(url, token=token, endpoint=endpoint)
     # For files in LFS (every model file on the Hub) the ETag is the sha256.
     etag = (meta.etag or "").strip('"').lower()
+    if pin is not None:
+        _check_pin(part, pin, etag, meta.size)
+        return _Remote(part, meta.location, pin.size, pin.sha256, pin.revision, True)
     if not _SHA256.match(etag):
         raise HubError(
             f"{repo}/{part}: the server gives no sha256 for the file, so it "
@@ -267,6 +319,23 @@ def _remote(
     if meta.size is None:
         raise HubError(f"{repo}/{part}: the server gives no size for the file")
     return _Remote(part, meta.location, meta.size, etag, meta.commit_hash)
+
+
+def _check_pin(part: str, pin: FilePin, etag: str, size: int | None) -> None:
+    """Refuse, before a byte is fetched, a pinned file that the Hub
+    describes otherwise at the pinned commit (what it says of the sha256
+    only where it gives one: the bytes are checked against the pin anyway)."""
+    differs = []
+    if size is not None and size != pin.size:
+        differs.append(f"size {size:,} bytes, pinned {pin.size:,}")
+    if _SHA256.match(etag) and etag != pin.sha256:
+        differs.append(f"sha256 {etag[:12]}…, pinned {pin.sha256[:12]}…")
+    if differs:
+        raise PinMismatch(
+            f"{part}: the Hub's file at commit {pin.revision[:12]} is not the one "
+            f"the catalog pins ({'; '.join(differs)}); nothing was downloaded and "
+            "the files you have are untouched"
+        )
 
 
 def _check_space(
@@ -356,9 +425,11 @@ def _fetch(
     if digest != remote.sha256:
         part.unlink(missing_ok=True)
         note.unlink(missing_ok=True)
+        whose = "the sha256 the catalog pins" if remote.pinned else "its sha256"
         raise ChecksumMismatch(
-            f"{remote.part}: the downloaded file does not match its sha256 "
-            f"(expected {remote.sha256[:12]}…, got {digest[:12]}…); it was removed"
+            f"{remote.part}: the downloaded file does not match {whose} "
+            f"(expected {remote.sha256[:12]}…, got {digest[:12]}…); the download "
+            "was removed, the files you had are untouched"
         )
     os.replace(part, path)
     note.unlink(missing_ok=True)
