@@ -636,7 +636,7 @@ def test_a_lost_engine_offers_to_load_again_on_the_remaining_workers(
     p.on_finished(
         Failed(jobs.Restore(p.active_id), said, engine_lost=True, lost_workers=(gone,))
     )
-    assert p.model_info is None and p.after_loss is not None
+    assert p.model_info is None and p.model.after_loss is not None
     assert s.view.said("offer_reload") == [(said, (alive,))]
     assert s.view.said("show_error") == [] and s.view.said("model_missing") == []
     assert "worker was lost" in p.composer_state()[1]
@@ -647,9 +647,9 @@ def test_a_lost_engine_offers_to_load_again_on_the_remaining_workers(
     assert job == jobs.LoadModel(loaded.job.path, remaining)
     s.engine.run_jobs()  # that one does not answer either: said, nothing loaded
     assert f"Worker {alive}: nothing listens there" in s.view.said("show_error")[-1][1]
-    assert p.model_info is None and p.after_loss is not None
+    assert p.model_info is None and p.model.after_loss is not None
 
     p.reload_after_loss(on_workers=False)  # this computer alone
     assert s.engine.submitted[-1].settings.workers == ()
     s.engine.run_jobs()
-    assert p.model_info is not None and p.after_loss is None
+    assert p.model_info is not None and p.model.after_loss is None

@@ -14,7 +14,7 @@ record): reads are cheap, and WAL keeps them from waiting on the worker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,11 +37,11 @@ from app.jobs.results import (
     Moved,
     Replied,
 )
-from app.library.catalog import shipped_catalog
-from app.mcp.config import STEP_LIMIT, ServerConfig, load_servers
+from app.mcp.config import STEP_LIMIT, ServerConfig
 from app.preferences import Preferences
 from app.window import tool_turns
 from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
+from app.window.model_session import ModelSession
 from app.window.reply_stream import ReplyStream
 from app.window.shown_conversation import Move, ShownConversation
 from app.window.view import Engine, View
@@ -61,16 +61,6 @@ GENERIC_TOOLS_NOTE = (
 # Tokens kept free beside attached files: the typed words, the turn's markup
 # and the first tokens of a reply.
 ATTACH_MARGIN = 64
-
-
-@dataclass(frozen=True)
-class LostEngine:
-    """The model the engine held when its process ended, and where."""
-
-    path: Path
-    settings: BackendSettings
-    # The workers of ``settings`` that still answered after the loss.
-    remaining: tuple[str, ...]
 
 
 class WayOn(Enum):
@@ -103,15 +93,9 @@ class WindowPresenter:
     ) -> None:
         self.db = db
         self.engine = engine
-        self.prefs = prefs
         self.view = view
         self.read_only = db.read_only
-        self.model_info: ModelInfo | None = None
-        # The settings the loaded model runs with (a failed reload keeps them).
-        self._loaded_backend: BackendSettings | None = None
-        # The loaded model's backend profile: the tree marks its checkpoints.
-        self.profile_id: int | None = None
-        self.loading_model: str | None = None
+        self.model = ModelSession(db, engine, prefs, view)
         self.shown = ShownConversation(db, engine, view)
         # The reply being generated, what it streamed so far, and whether the
         # transcript shows it (the user may be reading something else).
@@ -126,12 +110,6 @@ class WindowPresenter:
         self.running_job: jobs.Job | None = None
         # The tokens of each file attached in the composer, once counted.
         self.attached_tokens: dict[str, int] = {}
-        # After the engine's process ended (a worker lost): the model and
-        # settings it ran, to load again where the user chooses.
-        self.after_loss: LostEngine | None = None
-        # Whether any MCP server is enabled (the composer's Tools menu offers
-        # them; ``tool_choice`` is the shown branch's).
-        self.tools_available = self._any_tool_server()
 
     # --- state --------------------------------------------------------------------
     # What the window reads of its parts, under the names it has always used.
@@ -162,6 +140,31 @@ class WindowPresenter:
         return self.shown.tool_choice
 
     @property
+    def prefs(self) -> Preferences:
+        """The user's preferences (setting them stores nothing: see
+        ``apply_preferences``)."""
+        return self.model.prefs
+
+    @prefs.setter
+    def prefs(self, prefs: Preferences) -> None:
+        self.model.prefs = prefs
+
+    @property
+    def model_info(self) -> ModelInfo | None:
+        """The loaded model, if any."""
+        return self.model.model_info
+
+    @property
+    def loading_model(self) -> str | None:
+        """The model file being loaded, if any."""
+        return self.model.loading_model
+
+    @property
+    def tools_available(self) -> bool:
+        """Whether any MCP server is enabled (the composer offers their tools)."""
+        return self.model.tools_available
+
+    @property
     def generating(self) -> bool:
         """Whether a reply is being generated."""
         return self.generating_job is not None
@@ -174,7 +177,7 @@ class WindowPresenter:
     @property
     def can_reply(self) -> bool:
         """Whether a reply can be asked for (writable, a model loaded)."""
-        return self.writable and self.model_info is not None
+        return self.writable and self.model.model_info is not None
 
     def allows(self, when: When) -> bool:
         """Whether an action enabled ``when`` is enabled now."""
@@ -192,20 +195,9 @@ class WindowPresenter:
         """Whether the composer takes text, and what it says when empty."""
         if self.read_only:
             return False, "Read-only: you can read, not write."
-        if self.loading_model is not None:
-            return False, "Loading the model…"
-        if self.model_info is None and self.after_loss is not None:
-            return (
-                False,
-                "A worker was lost, so no model is loaded: load it again on the "
-                "remaining workers or on this computer (Settings → Workers), or "
-                "open a model (Ctrl+O).",
-            )
-        if self.model_info is None:
-            return (
-                False,
-                "Choose a model to start chatting (File → Open model file, Ctrl+O).",
-            )
+        unavailable = self.model.unavailable()
+        if unavailable is not None:
+            return False, unavailable
         if self.generating and not self.stream_shown:
             return (
                 False,
@@ -252,11 +244,7 @@ class WindowPresenter:
     def load_model(self, path: Path, settings: BackendSettings | None = None) -> None:
         """Load a model in the background (the composer waits for it), with
         ``settings`` (by default, the preferences')."""
-        job = jobs.LoadModel(path, settings or self.prefs.backend)
-        self.loading_model = str(path)
-        self.view.set_busy(job.busy)  # at once: loading can take a while
-        self.view.state_changed()
-        self.engine.submit(job)
+        self.model.load_model(path, settings)
 
     # --- showing ------------------------------------------------------------------
 
@@ -298,7 +286,7 @@ class WindowPresenter:
         made_with = self.made_with_other_model()
         self.view.offer_model_switch(made_with)
         if node_id is not None and not self.generating:
-            if restore and self.model_info is not None and made_with is None:
+            if restore and self.model.model_info is not None and made_with is None:
                 # Restoring also records the node as where to reopen.
                 self.engine.submit(jobs.Restore(node_id))
             elif not self.read_only:  # where to reopen: worth no error
@@ -311,7 +299,7 @@ class WindowPresenter:
     def made_with_other_model(self) -> str | None:
         """The model file the shown conversation was made with, when another
         model is loaded and the user has not chosen to go on with that one."""
-        return self.shown.made_with_other(self.model_info)
+        return self.shown.made_with_other(self.model.model_info)
 
     def switch_to_made_with(self) -> None:
         """Load the model the shown conversation was made with."""
@@ -326,7 +314,7 @@ class WindowPresenter:
 
     def reload_tree(self) -> None:
         """Read the shown conversation's tree again."""
-        self.shown.reload_tree(self.profile_id)
+        self.shown.reload_tree(self.model.profile_id)
 
     def select_conversation(self, conversation_id: int) -> None:
         """The user picked a conversation in the list."""
@@ -385,14 +373,18 @@ class WindowPresenter:
         no text its reply is generated. Returns whether the text was taken:
         the composer then clears and leaves editing.
         """
-        if not self.can_reply or self.loading_model or self.shown.active_id is None:
+        if (
+            not self.can_reply
+            or self.model.loading_model
+            or self.shown.active_id is None
+        ):
             return False
         if self.made_with_other_model() is not None and self.shown.conversation_id:
             # Writing on is choosing the loaded model.
             self.shown.keep_loaded_model()
             self.view.offer_model_switch(None)
         text = text.strip()
-        budget = self.prefs.checkpoint_budget_bytes
+        budget = self.model.prefs.checkpoint_budget_bytes
         if editing is not None and editing in self.shown.snapshot:
             if not text:
                 return False
@@ -432,7 +424,7 @@ class WindowPresenter:
         """A file was attached in the composer: count what it takes of the
         context (the engine tokenizes; the answer comes back as a job's)."""
         self.attached_tokens.pop(name, None)
-        if self.model_info is not None:
+        if self.model.model_info is not None:
             self.engine.submit(jobs.CountTokens(name, text))
 
     def detach(self, name: str) -> None:
@@ -443,12 +435,12 @@ class WindowPresenter:
         """Generate a reply to the active node, a user message."""
         if (
             not self.can_reply
-            or self.loading_model
+            or self.model.loading_model
             or self.shown.active_role() != Role.USER
         ):
             return
         assert self.shown.active_id is not None
-        budget = self.prefs.checkpoint_budget_bytes
+        budget = self.model.prefs.checkpoint_budget_bytes
         job = jobs.GenerateReply(self.shown.active_id, self._sampling(), budget)
         self._begin_generation(job, self.shown.active_id, None)
 
@@ -470,7 +462,7 @@ class WindowPresenter:
         """A new reply beside reply ``node_id``."""
         if not self.can_reply:
             return
-        budget = self.prefs.checkpoint_budget_bytes
+        budget = self.model.prefs.checkpoint_budget_bytes
         self._begin_generation(
             jobs.Regenerate(node_id, self._sampling(), budget),
             self.shown.parent_of(node_id),
@@ -481,7 +473,7 @@ class WindowPresenter:
         """A longer version of reply ``node_id``, cut at the length limit."""
         if not self.can_reply:
             return
-        budget = self.prefs.checkpoint_budget_bytes
+        budget = self.model.prefs.checkpoint_budget_bytes
         self._begin_generation(
             jobs.ContinueReply(node_id, self._sampling(), budget),
             self.shown.parent_of(node_id),
@@ -492,7 +484,7 @@ class WindowPresenter:
         """``n`` new replies beside reply ``node_id``, generated side by side."""
         if not self.can_reply:
             return
-        budget = self.prefs.checkpoint_budget_bytes
+        budget = self.model.prefs.checkpoint_budget_bytes
         self._begin_generation(
             jobs.RegenerateParallel(node_id, self._sampling(), n, budget),
             self.shown.parent_of(node_id),
@@ -504,13 +496,13 @@ class WindowPresenter:
     @property
     def tools_on(self) -> bool:
         """Whether the next message offers the enabled servers' tools."""
-        return self.shown.tool_choice != "off" and self.tools_available
+        return self.shown.tool_choice != "off" and self.model.tools_available
 
     def set_tools(self, choice: str) -> None:
         """The composer's Tools menu: ``"off"``, ``"auto"`` (the model
         decides) or ``"required"`` (the message's first reply calls a tool)."""
         self.shown.tool_choice = choice
-        info = self.model_info
+        info = self.model.model_info
         if choice != "off" and info is not None and info.tool_format == "generic":
             self.view.show_message(GENERIC_TOOLS_NOTE)
         self.view.state_changed()
@@ -530,7 +522,7 @@ class WindowPresenter:
         instead: a sibling reply holds the edited call; nothing is erased."""
         if not self.can_reply or node_id not in self.shown.snapshot:
             return
-        budget = self.prefs.checkpoint_budget_bytes
+        budget = self.model.prefs.checkpoint_budget_bytes
         job = jobs.EditCallArguments(
             node_id, call_id, arguments, self._sampling(), budget
         )
@@ -538,24 +530,16 @@ class WindowPresenter:
 
     def save_tool_servers(self, servers: list[ServerConfig]) -> None:
         """Store the MCP servers as Settings → Tools left them."""
-        self.engine.submit(jobs.SaveToolServers(tuple(servers)))
-        self.tools_available = any(server.enabled for server in servers)
-        self.view.state_changed()
+        self.model.save_tool_servers(servers)
 
     def _answer_calls(self, node_id: int, call_id: str, decision: str) -> None:
         if not self.can_reply or node_id not in self.shown.snapshot:
             return
-        budget = self.prefs.checkpoint_budget_bytes
+        budget = self.model.prefs.checkpoint_budget_bytes
         job = jobs.AnswerCalls(
             node_id, ((call_id, decision),), self._sampling(), budget
         )
         self._begin_generation(job, node_id, None)
-
-    def _any_tool_server(self) -> bool:
-        try:
-            return any(server.enabled for server in load_servers(self.db))
-        except StorageUnavailable:
-            return False
 
     def regenerate_last(self) -> None:
         """Regenerate the last reply on the active path."""
@@ -579,8 +563,8 @@ class WindowPresenter:
             self.view.focus_tree()
             self.view.show_message("Click an earlier message to branch from it.")
         elif choice is WayOn.RAISE and size is not None:
-            backend = replace(self.prefs.backend, n_ctx=size)
-            self.apply_preferences(replace(self.prefs, backend=backend))
+            backend = replace(self.model.prefs.backend, n_ctx=size)
+            self.apply_preferences(replace(self.model.prefs, backend=backend))
         elif choice is WayOn.SUMMARY and self.shown.active_id is not None:
             job = jobs.ContinueWithSummary(self.shown.active_id, self._sampling())
             self.view.set_busy(job.busy)
@@ -588,19 +572,9 @@ class WindowPresenter:
 
     def reload_after_loss(self, on_workers: bool) -> None:
         """Load the model lost with its engine again: on the workers that
-        still answer (``on_workers``), or on this computer alone.
-
-        The preferences keep their workers: the lost one may come back, and
-        the next start tries them all again.
-        """
-        lost = self.after_loss
-        if lost is None or self.generating or self.loading_model or self.read_only:
-            return
-        workers = lost.remaining if on_workers else ()
-        # A split by hand counted the lost worker too: the workers left share
-        # the layers by their free memory.
-        settings = replace(lost.settings, workers=workers, worker_layers=())
-        self.load_model(lost.path, settings)
+        still answer (``on_workers``), or on this computer alone."""
+        if not self.generating:
+            self.model.reload_after_loss(on_workers)
 
     # --- changing conversations ---------------------------------------------------
 
@@ -617,7 +591,7 @@ class WindowPresenter:
         system prompt, no title of the user's): it is kept, not doubled.
         """
         if system_prompt is None:
-            system_prompt = self.prefs.system_prompt or None
+            system_prompt = self.model.prefs.system_prompt or None
         if (
             self._shown_is_unused()
             and not system_prompt
@@ -635,7 +609,7 @@ class WindowPresenter:
 
     def conversation_sampling(self) -> tuple[SamplingParams, str | None]:
         """The sampling the shown conversation's replies use, and its preset."""
-        return self.shown.sampling(self.prefs.sampling)
+        return self.shown.sampling(self.model.prefs.sampling)
 
     def change_conversation_settings(
         self, system_prompt: str, sampling: SamplingParams | None, preset: str | None
@@ -687,20 +661,11 @@ class WindowPresenter:
 
     def save_preferences(self, prefs: Preferences) -> None:
         """Use ``prefs`` now; the worker stores them (not on a read-only database)."""
-        self.prefs = prefs
-        self.view.preferences_changed(prefs)
-        if not self.read_only:
-            self.engine.submit(jobs.SavePreferences(prefs))
+        self.model.save_preferences(prefs)
 
     def apply_preferences(self, prefs: Preferences) -> None:
         """Save new preferences; reload the model if it or its settings changed."""
-        old = self.prefs
-        self.save_preferences(prefs)
-        model_changed = (
-            prefs.model_path != old.model_path or prefs.backend != old.backend
-        )
-        if prefs.model_path and (model_changed or self.model_info is None):
-            self.load_model(Path(prefs.model_path))
+        self.model.apply_preferences(prefs)
 
     # --- what the engine reports --------------------------------------------------
 
@@ -773,10 +738,13 @@ class WindowPresenter:
             self.view.set_busy(None)
         self.view.show_progress(0, 0)
         if isinstance(result, Failed) and result.engine_lost:
-            self._engine_lost(result)
+            self.model.engine_lost(result)
         match result:
             case ModelLoaded() | Failed(job=jobs.LoadModel()):
-                self._model_loaded(result)
+                if self.model.loaded(result) and self.shown.active_id is not None:
+                    # The tree's checkpoint marks are the new model's now.
+                    self.reload_tree()
+                    self.activate(self.shown.active_id, follow=False)
             case _ if isinstance(result.job, jobs.Generating):
                 self._end_generation(result)
             case Created(job=jobs.NewSystemPrompt(conversation_id=changed)):
@@ -973,7 +941,7 @@ class WindowPresenter:
             return
         # A reply records the loaded model on its conversation: known here
         # without reading it back (a failed one may or may not have).
-        record, info = self.shown.record, self.model_info
+        record, info = self.shown.record, self.model.model_info
         if reply is not None and record is not None and info is not None:
             if record.title == DEFAULT_TITLE:
                 # The first message named the conversation: read the name once.
@@ -1013,7 +981,7 @@ class WindowPresenter:
             if needed is not None and not self._earlier_messages(stream):
                 # Nothing before the message filled anything: no branch to
                 # go back on, no summary to make. Only its own length counts.
-                self._offer_shorter(needed, stored=stream.pending_text is None)
+                self.model.offer_shorter(needed, stored=stream.pending_text is None)
             else:
                 self._offer_ways_on(failed.error, needed)
         elif (failed is not None and failed.context_full) or cut:
@@ -1092,76 +1060,7 @@ class WindowPresenter:
 
     def _offer_ways_on(self, message: str, needed: int | None = None) -> None:
         """The branch filled the context: the view lets the user choose how on."""
-        if self.model_info is None or self.shown.active_id is None:
-            return
-        info = self.model_info
-        self.view.offer_ways_on(message, info.n_ctx, info.n_ctx_train, needed)
-
-    def _offer_shorter(self, needed: int, stored: bool) -> None:
-        """A first message is longer than the context: the view says so."""
-        if self.model_info is None:
-            return
-        info = self.model_info
-        self.view.offer_shorter(needed, info.n_ctx, info.n_ctx_train, stored)
-
-    def _model_loaded(self, result: ModelLoaded | Failed) -> None:
-        path, self.loading_model = self.loading_model, None
-        if isinstance(result, Failed):
-            # A failed load keeps the model there was, unless it could not
-            # come back (the worker loads it again, unless the load was to
-            # run elsewhere: on workers, or no longer on them), and the
-            # settings it runs with: saved ones that failed would fail at the
-            # next start too.
-            if result.model_lost:
-                self.model_info = None
-            if result.stopped and self.model_info is not None:
-                name = shipped_catalog().name_for(self.model_info.path)
-                self.view.show_message(f"Loading stopped; {name} is loaded again.")
-            elif result.stopped:
-                self.view.show_message("Loading stopped.")
-            if self.model_info is None:
-                if not result.engine_lost:  # else the offer to load it again
-                    self.view.model_missing()
-            elif self._loaded_backend and self._loaded_backend != self.prefs.backend:
-                self.save_preferences(replace(self.prefs, backend=self._loaded_backend))
-            self.view.state_changed()
-            return
-        job = result.job
-        # A ModelLoaded answers a LoadModel (its ``result_type``); the result
-        # names it as any job, so that the results need not import the jobs.
-        assert isinstance(job, jobs.LoadModel)
-        self._loaded_backend = job.settings
-        self.after_loss = None
-        self.model_info = result.model
-        self.profile_id = result.profile_id
-        self.view.model_loaded(result.model, result.n_ctx)
-        if path is not None:
-            self.save_preferences(self.prefs.with_model(path))
-        if self.shown.active_id is not None:
-            # The tree's checkpoint marks are the new model's now.
-            self.reload_tree()
-            self.activate(self.shown.active_id, follow=False)
-
-    def _engine_lost(self, failed: Failed) -> None:
-        """The engine's process ended under ``failed.job`` (a worker was
-        lost): no model is loaded; offer to load it again.
-
-        Not loaded again without asking: a model spread over workers may not
-        fit on fewer machines, nor on this one, and the user may rather
-        start the lost worker again.
-        """
-        job = failed.job
-        if isinstance(job, jobs.LoadModel):
-            path, settings = job.path, job.settings
-        elif self.model_info is not None and self._loaded_backend is not None:
-            path, settings = Path(self.model_info.path), self._loaded_backend
-        else:  # pragma: no cover - a child runs only after a load on workers
-            self.view.show_error(job.failure, failed.error)
-            return
-        self.model_info = None
-        remaining = tuple(w for w in settings.workers if w not in failed.lost_workers)
-        self.after_loss = LostEngine(Path(path), settings, remaining)
-        self.view.offer_reload(failed.error, remaining)
+        self.model.offer_ways_on(self.shown.active_id, message, needed)
 
 
 class _Keep(Protocol):

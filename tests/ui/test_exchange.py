@@ -77,7 +77,7 @@ def test_export_then_import_gives_an_equal_conversation(
     # Its start is the original's span: it restores from that start's
     # checkpoint, and stores none of its own.
     assert sizes[path[0].id] == 0
-    profile = window.presenter.profile_id
+    profile = window.presenter.model.profile_id
     twin = checkpoint_rows.twin_root(window.db, path[0].id, profile)
     assert twin is not None
     # The tree says so: saved (✓), shared, the twin's size.

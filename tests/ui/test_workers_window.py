@@ -131,7 +131,7 @@ def test_a_worker_lost_mid_reply_leaves_the_window_and_the_conversation(
     qtbot.waitUntil(lambda: window.model_info is not None, timeout=WAIT_MS)
     wait_idle(qtbot, window)
     assert _engine_children() == []
-    assert window.presenter.after_loss is None
+    assert window.presenter.model.after_loss is None
     window.prefs = replace(
         window.prefs, sampling=replace(window.prefs.sampling, max_tokens=12)
     )
