@@ -48,7 +48,7 @@ from app.window.view import Engine, View
 from storage import node_rows
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
-from storage.models import DEFAULT_TITLE
+from storage.tables import DEFAULT_TITLE
 from storage.values import Role, Status
 
 # Said when tools are turned on for a model whose template has no tool support.

@@ -26,7 +26,7 @@ from storage import conversation_rows, tree_reads
 from storage.catalog import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
-from storage.models import DEFAULT_TITLE
+from storage.tables import DEFAULT_TITLE
 
 
 class Move(Protocol):
