@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from storage.db import Database
-from storage.models import checkpoint_checksum
+from storage.tables import checkpoint_checksum
 from storage.tree_reads import CheckpointRef
 
 _TYPE_OF = "SELECT typeof(data) FROM checkpoint_blob WHERE checkpoint_id = ?"

@@ -26,7 +26,9 @@ from sqlalchemy.orm import Session
 from storage.db import Database
 from storage.errors import NotFound
 from storage.lookup import get_row, id_batches, valid_id, valid_ids
-from storage.models import (
+from storage.records import StoredCheckpoint, pack_tokens
+from storage.space import Progress, release_space, releases_space
+from storage.tables import (
     BackendProfile,
     Checkpoint,
     CheckpointBlob,
@@ -35,8 +37,6 @@ from storage.models import (
     checkpoint_checksum,
     utcnow,
 )
-from storage.records import StoredCheckpoint, pack_tokens
-from storage.space import Progress, release_space, releases_space
 
 log = logging.getLogger(__name__)
 

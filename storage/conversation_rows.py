@@ -27,12 +27,6 @@ from storage.catalog import (
 )
 from storage.db import Database
 from storage.lookup import get_row
-from storage.models import (
-    DEFAULT_TITLE,
-    Conversation,
-    Node,
-    utcnow,
-)
 from storage.node_rows import delete_nodes, insert_node
 from storage.records import (
     NodeRecord,
@@ -42,6 +36,12 @@ from storage.records import (
     recounted,
 )
 from storage.space import releases_space
+from storage.tables import (
+    DEFAULT_TITLE,
+    Conversation,
+    Node,
+    utcnow,
+)
 from storage.values import Origin, Role, Status
 
 log = logging.getLogger(__name__)

@@ -56,8 +56,8 @@ from storage.catalog import ConversationRecord
 from storage.conversation_rows import NewNode
 from storage.db import Database
 from storage.errors import ExchangeError
-from storage.models import DEFAULT_TITLE
 from storage.records import NodeRecord
+from storage.tables import DEFAULT_TITLE
 from storage.values import Origin, Role, Status
 
 FORMAT = "arbor-conversation"

@@ -21,8 +21,8 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from storage.counters import create_counters, drop_counters
 from storage.errors import StorageUnavailable
-from storage.models import Base, checkpoint_checksum
 from storage.probe import SCHEMA_VERSION
+from storage.tables import Base, checkpoint_checksum
 
 log = logging.getLogger(__name__)
 

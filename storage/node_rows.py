@@ -34,14 +34,6 @@ from storage.lookup import (
     valid_id,
     valid_ids,
 )
-from storage.models import (
-    DEFAULT_TITLE,
-    Checkpoint,
-    CheckpointBlob,
-    Conversation,
-    Node,
-    utcnow,
-)
 from storage.records import (
     NODE_COLUMNS,
     DeletedBranch,
@@ -51,6 +43,14 @@ from storage.records import (
     pack_tokens,
 )
 from storage.space import release_space, releases_space
+from storage.tables import (
+    DEFAULT_TITLE,
+    Checkpoint,
+    CheckpointBlob,
+    Conversation,
+    Node,
+    utcnow,
+)
 from storage.values import Role, Status
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from storage.catalog import (
     stored_json,
     timestamp,
 )
-from storage.models import (
+from storage.tables import (
     Conversation,
     Node,
     checkpoint_checksum,

@@ -9,7 +9,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from storage.db import Database
-from storage.models import Setting
+from storage.tables import Setting
 
 
 def get_setting(db: Database, key: str, default: Any = None) -> Any:

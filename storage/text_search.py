@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from storage.db import Database
 from storage.migrations import SEARCH_TABLE
-from storage.models import (
+from storage.tables import (
     Conversation,
     Node,
 )

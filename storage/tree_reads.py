@@ -21,11 +21,11 @@ from storage.lookup import (
     valid_id,
     valid_ids,
 )
-from storage.models import (
+from storage.records import NODE_COLUMNS, NodeRecord, NodeSummary, node_from_stored
+from storage.tables import (
     Conversation,
     Node,
 )
-from storage.records import NODE_COLUMNS, NodeRecord, NodeSummary, node_from_stored
 from storage.values import Role, Status
 
 log = logging.getLogger(__name__)

@@ -262,7 +262,7 @@ import sqlite3, sys
 from sqlalchemy import delete
 from app.cli import commands as cli
 from storage import conversation_rows
-from storage.models import Conversation
+from storage.tables import Conversation
 
 def cascading(db, conversation_id):
     with db.write(frees_space=True) as s:

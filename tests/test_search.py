@@ -19,7 +19,7 @@ from storage import conversation_rows, node_rows, text_search
 from storage.db import _open_read_only, open_database
 from storage.errors import StorageUnavailable
 from storage.migrations import SCHEMA_VERSION
-from storage.models import Base
+from storage.tables import Base
 from storage.text_search import MATCH_END, MATCH_START
 
 

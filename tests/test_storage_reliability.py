@@ -29,7 +29,7 @@ from storage import checkpoint_rows, conversation_rows, node_rows, reserve, tree
 from storage.db import open_database
 from storage.errors import NotFound, StorageUnavailable
 from storage.migrations import SCHEMA_VERSION
-from storage.models import Base
+from storage.tables import Base
 
 ROOT = Path(__file__).resolve().parents[1]
 

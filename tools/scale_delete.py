@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from storage import checkpoint_rows, conversation_rows, node_rows, records, space
 from storage.db import Database, open_database
-from storage.models import (
+from storage.tables import (
     Checkpoint,
     CheckpointBlob,
     Node,

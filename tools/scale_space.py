@@ -44,7 +44,7 @@ from storage import checkpoint_rows, conversation_rows, node_rows, records, tree
 from storage import db as storage_db
 from storage.checkpoint_reader import CheckpointReader
 from storage.db import Database, open_database
-from storage.models import checkpoint_checksum
+from storage.tables import checkpoint_checksum
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
