@@ -42,7 +42,7 @@ from app.preferences import Preferences
 from app.window import tool_turns
 from app.window.actions import ACTIONS, DEFAULT_ALTERNATIVES, When
 from app.window.model_session import ModelSession
-from app.window.reply_stream import ReplyStream
+from app.window.reply_in_flight import ReplyStream
 from app.window.shown_conversation import Move, ShownConversation
 from app.window.view import Engine, View
 from storage import node_rows
