@@ -23,7 +23,7 @@ from app.conversation.tree_snapshot import TreeSnapshot
 from app.window import tool_turns
 from app.window.view import Engine, View
 from storage import conversation_rows, tree_reads
-from storage.catalog import ConversationRecord
+from storage.conversation_listing import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.tables import DEFAULT_TITLE

@@ -14,7 +14,7 @@ from app import jobs
 from app.backend.values import ModelInfo
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.preferences import Preferences
-from storage.catalog import ConversationRecord
+from storage.conversation_listing import ConversationRecord
 
 if TYPE_CHECKING:
     from app.conversation.results import ReplyStats, SyncStats
