@@ -22,7 +22,7 @@ from PySide6.QtCore import (
 
 from app.text.quantities import format_bytes
 from storage import conversation_rows
-from storage.catalog import ConversationRecord
+from storage.conversation_listing import ConversationRecord
 from storage.db import Database
 from storage.values import Origin
 

@@ -62,7 +62,7 @@ from app.text.attachments import AttachmentError, read_attachment, split
 from app.window.actions import SHORTCUTS_HELP
 from app.window.presenter import WayOn, WindowPresenter
 from app.window.tool_turns import waiting_calls
-from storage.catalog import ConversationRecord
+from storage.conversation_listing import ConversationRecord
 from storage.db import Database
 from storage.errors import StorageUnavailable
 from storage.values import Role
