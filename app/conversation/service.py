@@ -61,7 +61,7 @@ from storage import (
     tool_use,
     tree_reads,
 )
-from storage.catalog import ConversationRecord
+from storage.conversation_listing import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.records import DeletedBranch, NodeRecord, NodeSummary, StartSpan

@@ -39,8 +39,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from storage import tree_reads
-from storage.catalog import ConversationRecord
 from storage.checkpoint_refs import checkpoint_refs
+from storage.conversation_listing import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound
 from storage.records import NodeRecord, pack_tokens
