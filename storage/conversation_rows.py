@@ -19,8 +19,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from storage import catalog
-from storage.catalog import (
+from storage import conversation_listing
+from storage.conversation_listing import (
     CONVERSATION_COLUMNS,
     ConversationRecord,
     conversation_from_stored,
@@ -162,13 +162,13 @@ def list_conversations(
     """Conversations, most recently updated first, optionally filtered by text.
 
     The filter matches the title or any message text, case-insensitively.
-    The query is ``storage.catalog``'s, which start-up also runs without
+    The query is ``storage.conversation_listing``'s, which start-up also runs without
     SQLAlchemy; here it runs in a read transaction of this database.
     """
     with db.read() as s:
         connection = s.connection().connection.driver_connection
         assert isinstance(connection, sqlite3.Connection)
-        return catalog.list_conversations(connection, text_filter)
+        return conversation_listing.list_conversations(connection, text_filter)
 
 
 def get_conversation(db: Database, conversation_id: int) -> ConversationRecord:

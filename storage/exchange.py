@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from storage import conversation_rows, tool_use
-from storage.catalog import ConversationRecord
+from storage.conversation_listing import ConversationRecord
 from storage.conversation_rows import NewNode
 from storage.db import Database
 from storage.errors import ExchangeError

@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from storage import catalog
+from storage import conversation_listing
 from storage.db import Database
 from storage.errors import NotFound, StorageUnavailable
 from storage.lookup import (
@@ -487,7 +487,7 @@ def mark_interrupted_generations(db: Database) -> int:
     # transaction at every start would wait for another writer's lock (up to
     # the busy timeout) and tell every cache the data changed.
     with db.read_raw() as raw:
-        if not catalog.has_unfinished_replies(raw):
+        if not conversation_listing.has_unfinished_replies(raw):
             return 0
     with db.write() as s:
         result = s.execute(

@@ -5,7 +5,7 @@ creating -wal or -shm files beside it. Only a file that is new, or carries
 Arbor's tables and a schema version we understand, is ever opened for
 writing; anything else is refused and stays byte-for-byte as it was. This
 module uses the standard library alone, so that a command that only lists
-conversations (``storage.catalog``) can check the file without SQLAlchemy.
+conversations (``storage.conversation_listing``) can check the file without SQLAlchemy.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from storage.catalog import (
+from storage.conversation_listing import (
     CONVERSATION_COLUMNS,
     ConversationRecord,
     conversation_from_stored,

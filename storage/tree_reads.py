@@ -9,9 +9,9 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from storage import catalog
-from storage.catalog import ConversationRecord
+from storage import conversation_listing
 from storage.checkpoint_rows import TWIN_OF_START
+from storage.conversation_listing import ConversationRecord
 from storage.db import Database
 from storage.errors import NotFound
 from storage.lookup import (
@@ -69,7 +69,7 @@ class TreeIndex:
 # would otherwise spend more time in SQLAlchemy's first executions of them
 # (some 15 ms, 4 to 6 ms of a cold resume unprofiled) than reading. Rows
 # become records through the same mappings as the ORM's rows do
-# (``records.node_from_stored``, ``catalog.conversation_from_stored``).
+# (``records.node_from_stored``, ``conversation_listing.conversation_from_stored``).
 _NODE_COLUMNS = ", ".join(NODE_COLUMNS)
 
 _CONVERSATION_OF = "SELECT conversation_id FROM node WHERE id = ?"
@@ -106,7 +106,7 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
             raise NotFound(f"No node with id {node_id}.")
         conversation_id = found[0]
         conversation = raw.execute(
-            catalog.CONVERSATION_BY_ID, (conversation_id,)
+            conversation_listing.CONVERSATION_BY_ID, (conversation_id,)
         ).fetchone()
         parents: dict[int, int | None] = dict(
             raw.execute(_PARENTS, (conversation_id,)).fetchall()
@@ -124,7 +124,7 @@ def tree_index(db: Database, node_id: int, profile_id: int | None) -> TreeIndex:
             path.append(parent)
         nodes = _read_nodes(raw, path)
     return TreeIndex(
-        catalog.conversation_from_stored(conversation),
+        conversation_listing.conversation_from_stored(conversation),
         parents,
         checkpoints,
         profile,
@@ -185,11 +185,11 @@ def tree(
             n_tokens=n_tokens,
             status=statuses[status],
             checkpoint_bytes=size or 0,
-            created_at=catalog.timestamp(created_at),
-            generation=catalog.stored_json(generation),
+            created_at=conversation_listing.timestamp(created_at),
+            generation=conversation_listing.stored_json(generation),
             thinking=thinking or "",
             shared_checkpoint_bytes=0 if size else twin_size or 0,
-            tool_use=catalog.stored_json(use),
+            tool_use=conversation_listing.stored_json(use),
         )
         for (
             node_id,

@@ -20,15 +20,15 @@ import pytest
 
 from app.platform import paths
 from app.server.client_chats import ClientChat, client_name, from_headers
-from storage import catalog, conversation_rows
+from storage import conversation_listing, conversation_rows
 from storage.db import open_database
 from storage.values import Origin
 from tests.test_server import SYSTEM, Server, _arbor, _ask, _conversation, serving
 
 
-def _listed(data_dir: Path) -> dict[int, catalog.ConversationRecord]:
+def _listed(data_dir: Path) -> dict[int, conversation_listing.ConversationRecord]:
     """The conversations a list shows, by id (read as ``arbor list`` does)."""
-    records = catalog.read_listing(paths.database_path(data_dir))
+    records = conversation_listing.read_listing(paths.database_path(data_dir))
     assert records is not None
     return {record.id: record for record in records}
 

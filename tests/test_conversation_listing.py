@@ -1,4 +1,5 @@
-"""The conversation list read without SQLAlchemy (storage.catalog) on real files.
+"""The conversation list read without SQLAlchemy (storage.conversation_listing)
+on real files.
 
 It must say exactly what the repository says, leave the file untouched, and
 step aside (None) for every file that needs more than reading.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import catalog, checkpoint_rows, conversation_rows, node_rows
+from storage import checkpoint_rows, conversation_listing, conversation_rows, node_rows
 from storage.db import open_database
 from storage.probe import DATABASE_FILENAME, SCHEMA_VERSION
 
@@ -52,7 +53,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_the_listing_equals_the_repositorys(path: Path):
-    fast = catalog.read_listing(path)
+    fast = conversation_listing.read_listing(path)
     db = open_database(path)
     try:
         assert fast == conversation_rows.list_conversations(db)
@@ -88,27 +89,27 @@ def test_the_filter_matches_text_literally(path: Path, text: str, titles: list[s
 
 def test_reading_changes_no_file(path: Path):
     before = _files(path.parent)
-    assert catalog.read_listing(path)
+    assert conversation_listing.read_listing(path)
     assert _files(path.parent) == before
 
 
 def test_files_that_need_more_than_reading_are_left_to_the_full_open(tmp_path: Path):
-    assert catalog.read_listing(tmp_path / "absent.sqlite3") is None
+    assert conversation_listing.read_listing(tmp_path / "absent.sqlite3") is None
     foreign = tmp_path / "foreign.sqlite3"
     foreign.write_bytes(b"not a database at all" * 10)
-    assert catalog.read_listing(foreign) is None
+    assert conversation_listing.read_listing(foreign) is None
     older = tmp_path / "older.sqlite3"
     open_database(older).close()
     with sqlite3.connect(older) as con:
         con.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
-    assert catalog.read_listing(older) is None
+    assert conversation_listing.read_listing(older) is None
 
 
 def test_a_reply_left_generating_takes_the_full_way(path: Path):
     # The full open marks it interrupted, as any command's open does.
     with sqlite3.connect(path) as con:
         con.execute("UPDATE node SET status = 'generating' WHERE id = 3")
-    assert catalog.read_listing(path) is None
+    assert conversation_listing.read_listing(path) is None
 
 
 def test_arbor_list_needs_no_sqlalchemy(path: Path):

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from app.platform import paths
-from storage import catalog, conversation_rows, exchange, node_rows, setting_rows
+from storage import (
+    conversation_listing,
+    conversation_rows,
+    exchange,
+    node_rows,
+    setting_rows,
+)
 from storage.db import Database, _open_read_only, open_database
 from storage.errors import ExchangeError, StorageUnavailable
 from storage.probe import SCHEMA_VERSION
@@ -106,7 +112,7 @@ def test_both_reads_give_the_origin(db: Database):
     )
     mine, _ = conversation_rows.create_conversation(db, "Mine", None)
     db.close()  # the listing without SQLAlchemy reads the file itself
-    listed = catalog.read_listing(db.path)
+    listed = conversation_listing.read_listing(db.path)
     assert listed is not None
     assert {c.id: c.origin for c in listed} == {
         made.id: Origin.LOCAL_SERVER,

@@ -29,7 +29,7 @@ from app.platform import paths
 from app.server import engine_owner, tasks
 from app.server.engine_owner import Background, EngineOwner
 from app.server.requests import parse_chat_request
-from storage import catalog
+from storage import conversation_listing
 from tests.test_server import Server, serving
 
 RECORDED = json.loads(
@@ -338,7 +338,7 @@ def test_open_webui_s_requests_keep_each_chat_apart_and_tasks_out(
         assert answer["arbor"]["stats"]["checkpoint_bytes_written"] == 0
     # Not in the list, not in the file: no scratch left, no task text in a
     # tree, every checkpoint byte a chat's.
-    records = catalog.read_listing(paths.database_path(data_dir))
+    records = conversation_listing.read_listing(paths.database_path(data_dir))
     assert records is not None
     assert {r.id for r in records} == owned
     assert {r.client for r in records} == {"Open WebUI"}

@@ -39,7 +39,7 @@ from app.cli.session import (
 from app.cli.tool_commands import send_with_tools
 from app.conversation.streams import AlternativeStreams, Streams
 from app.platform import paths
-from storage import catalog
+from storage import conversation_listing
 from storage.values import Role
 
 if TYPE_CHECKING:
@@ -295,9 +295,10 @@ def _cmd_tree(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    # The common case reads the file without SQLAlchemy (storage.catalog): the
-    # list is what a script or a shell prompt asks for most, and should be quick.
-    records = catalog.read_listing(paths.database_path(args.data_dir))
+    # The common case reads the file without SQLAlchemy
+    # (storage.conversation_listing): the list is what a script or a shell
+    # prompt asks for most, and should be quick.
+    records = conversation_listing.read_listing(paths.database_path(args.data_dir))
     if records is None:
         from storage import conversation_rows
 

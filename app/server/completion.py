@@ -43,7 +43,13 @@ from app.conversation.titles import title_from
 from app.server import tasks
 from app.server.client_chats import NO_CLIENT, ClientChat
 from app.server.requests import ChatRequest, Turn
-from storage import catalog, conversation_rows, node_rows, setting_rows, tool_use
+from storage import (
+    conversation_listing,
+    conversation_rows,
+    node_rows,
+    setting_rows,
+    tool_use,
+)
 from storage.node_rows import StoredText
 from storage.values import Origin, Role
 
@@ -341,7 +347,7 @@ def _json_value(text: str) -> Any:
 _CHAT_KEY = "server.chat:"
 # How far back ``_holding`` looks: the conversations the server made for the
 # same client, most recently updated first (one indexed query, see
-# ``catalog.openings``), and how many starts found there it follows.
+# ``conversation_listing.openings``), and how many starts found there it follows.
 _SEARCHED_CONVERSATIONS = 200
 _FOLLOWED_STARTS = 8
 
@@ -396,10 +402,10 @@ def _holding(
     """
     first = request.turns[0]
     with service.db.read_raw() as raw:
-        found = catalog.openings(
+        found = conversation_listing.openings(
             raw, first.text, Origin.LOCAL_SERVER, chat.client, _SEARCHED_CONVERSATIONS
         )
-    best: tuple[int, bool, catalog.Opening] | None = None
+    best: tuple[int, bool, conversation_listing.Opening] | None = None
     for opening in found[:_FOLLOWED_STARTS]:
         same = _same_start(opening.system, opening.tool_use, request)
         _node, matched = _deepest_match(service, opening.start_id, request.turns)

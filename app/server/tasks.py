@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.server.requests import ChatRequest
-from storage import catalog
+from storage import conversation_listing
 from storage.values import Origin
 
 if TYPE_CHECKING:
@@ -123,7 +123,9 @@ def _clear_leftovers(service: ConversationService) -> None:
     if service.db in _CLEARED:
         return
     with service.db.read_raw() as raw:
-        leftovers = catalog.hidden_conversations(raw, Origin.LOCAL_SERVER_TASK)
+        leftovers = conversation_listing.hidden_conversations(
+            raw, Origin.LOCAL_SERVER_TASK
+        )
     for conversation_id in leftovers:
         log.info("deleting the scratch of an unfinished task: %s", conversation_id)
         service.delete_conversation(conversation_id)
