@@ -90,6 +90,7 @@ STORAGE_WRITES = frozenset(
         "rename_conversation",
         "delete_conversation",
         "set_reasoning",
+        "set_context_size",
         "set_conversation_model",
         "set_active_node",
         "add_node",
