@@ -63,7 +63,7 @@ def test_the_words_and_who_generates():
     assert jobs.SaveToolServers(()).busy is None
     assert jobs.RenameConversation(1, "t").progress(1, 2) is None
     assert jobs.EvictCheckpoints(10).progress(2_000_000, 5_000_000) == (
-        "Freeing space… 2 MB of 5 MB"
+        "Freeing space… 2.0 MB of 5.0 MB"
     )
 
 
