@@ -151,8 +151,9 @@ class PresenterWork:
 
     def __init__(self, presenter: Any) -> None:
         self.ms: dict[str, list[float]] = {"start": [], "end": []}
-        for name, kind in (("_begin_generation", "start"), ("_end_generation", "end")):
-            setattr(presenter, name, self._timed(getattr(presenter, name), kind))
+        reply = presenter.reply  # app/window/reply_in_flight.py: begins and ends it
+        for name, kind in (("begin", "start"), ("end", "end")):
+            setattr(reply, name, self._timed(getattr(reply, name), kind))
 
     def _timed(self, work: Callable[..., None], kind: str) -> Callable[..., None]:
         def timed(*args: Any) -> None:
