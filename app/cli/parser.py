@@ -158,7 +158,7 @@ def _gpu_layers(text: str) -> int:
 def backend_settings(args: argparse.Namespace) -> BackendSettings:
     """The backend settings the flags ask for."""
     return BackendSettings(
-        n_ctx=args.n_ctx or BackendSettings.n_ctx,
+        n_ctx=BackendSettings.n_ctx if args.n_ctx is None else args.n_ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,
         n_batch=args.batch_size,
