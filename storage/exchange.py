@@ -349,11 +349,6 @@ def _damaged(name: str, what: str) -> str:
     )
 
 
-def import_file(db: Database, path: Path) -> ImportResult:
-    """Import a conversation exported as JSON (``read_json_file``, ``import_json``)."""
-    return import_json(db, read_json_file(path))
-
-
 def import_json(db: Database, data: Any) -> ImportResult:
     """Create a new conversation from exported JSON; return it.
 

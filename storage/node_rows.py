@@ -233,13 +233,6 @@ def update_node(
         return node_record(node)
 
 
-def set_node_chunks(db: Database, chunks: dict[int, list[int]]) -> None:
-    """Record new batch sizes for some nodes' spans (node id -> sizes), at once."""
-    with db.write() as s:
-        for node_id, sizes in chunks.items():
-            get_row(s, Node, node_id).chunks = list(sizes)
-
-
 # The fields ``update_nodes`` may change (those of ``update_node``).
 _NODE_FIELDS = frozenset(
     {

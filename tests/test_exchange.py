@@ -323,14 +323,14 @@ def test_unreadable_files_are_refused(db, tmp_path: Path, content: bytes, messag
     path.write_bytes(content)
     before = _counts(db.path)
     with pytest.raises(ExchangeError, match=message):
-        exchange.import_file(db, path)
+        exchange.import_json(db, exchange.read_json_file(path))
     assert _counts(db.path) == before
 
 
 def test_a_missing_file_is_refused_with_its_path(db, tmp_path: Path):
     path = tmp_path / "gone.json"
     with pytest.raises(ExchangeError, match=r"Could not read .*gone\.json: No such"):
-        exchange.import_file(db, path)
+        exchange.import_json(db, exchange.read_json_file(path))
 
 
 def test_an_export_the_disk_refuses_names_the_path_and_leaves_nothing(tmp_path: Path):
@@ -348,7 +348,7 @@ def test_files_over_the_limit_are_refused_unread(db, tmp_path: Path, monkeypatch
     path.write_bytes(json.dumps(_valid()).encode())
     monkeypatch.setattr(exchange, "MAX_IMPORT_BYTES", 64)
     with pytest.raises(ExchangeError, match="at most 0 MB"):
-        exchange.import_file(db, path)
+        exchange.import_json(db, exchange.read_json_file(path))
 
 
 def test_a_failing_write_leaves_nothing_half_imported(db, monkeypatch):

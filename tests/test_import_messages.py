@@ -82,7 +82,7 @@ def _refusal(db, path: Path) -> str:
     with pytest.raises(ExchangeError) as read:
         exchange.read_json_file(path)
     with pytest.raises(ExchangeError) as imported:
-        exchange.import_file(db, path)
+        exchange.import_json(db, exchange.read_json_file(path))
     assert _counts(db.path) == before
     message = str(read.value)
     assert str(imported.value) == message
@@ -141,7 +141,7 @@ def test_a_good_export_still_reads(db, tmp_path: Path):
     assert exchange.read_json_file(path) == _export()
     # With a byte order mark, as some Windows editors save it.
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_export()).encode())
-    assert exchange.import_file(db, path).node_count == 3
+    assert exchange.import_json(db, exchange.read_json_file(path)).node_count == 3
 
 
 # --- the title of an imported copy ---------------------------------------------

@@ -95,7 +95,6 @@ STORAGE_WRITES = frozenset(
         "set_active_node",
         "add_node",
         "update_node",
-        "set_node_chunks",
         "delete_subtree",
         "mark_interrupted_generations",
         "ensure_profile",
@@ -111,7 +110,7 @@ STORAGE_WRITES = frozenset(
 )
 # storage/exchange.py: importing a conversation writes it. (And
 # app.preferences.save_preferences writes the settings.)
-EXCHANGE_WRITES = frozenset({"import_file", "import_json"})
+EXCHANGE_WRITES = frozenset({"import_json"})
 
 
 def _modules(path: Path) -> set[str]:
@@ -205,10 +204,6 @@ def _python_files(*places: str) -> list[Path]:
         path = ROOT / place
         files.extend([path] if path.is_file() else sorted(path.rglob("*.py")))
     return files
-
-
-def _relative(paths: list[Path]) -> list[str]:
-    return [str(p.relative_to(ROOT)) for p in paths]
 
 
 def _breaks(module: str, forbidden: tuple[str, ...]) -> str | None:
