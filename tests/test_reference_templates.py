@@ -212,11 +212,6 @@ def test_developer_role_becomes_system():
     assert text == "<|im_start|>system\nRules<|im_end|>\n"
 
 
-def test_alternation_is_detected():
-    assert ChatTemplate(GEMMA).requires_alternation is True
-    assert ChatTemplate(CHATML).requires_alternation is False
-
-
 def test_messages_get_llama_cpp_fields():
     template = ChatTemplate(
         "{% for m in messages %}[{{ m.content }}|"

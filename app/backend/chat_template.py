@@ -276,10 +276,6 @@ class ChatTemplate:
     supports_system_role : bool
         Whether the template reads a system message's content. When it does
         not, :meth:`render` merges the system prompt into the next message.
-    requires_alternation : bool
-        Whether the template refuses two consecutive user (or assistant)
-        turns while accepting user/assistant/user. Informational: like
-        llama.cpp, :meth:`render` does not merge such turns.
     supports_string_content, supports_typed_content : bool
         Whether message content may be a string, or a list of typed parts
         (``[{"type": "text", "text": ...}]``); :meth:`render` converts content
@@ -311,7 +307,6 @@ class ChatTemplate:
             self.supports_string_content,
             self.supports_typed_content,
         ) = self._probe_content_shape()
-        self.requires_alternation = self._probe_alternation()
 
     def render(
         self,
@@ -499,21 +494,6 @@ class ChatTemplate:
             # keep llama.cpp's defaults, string content only.
             return True, False
         return string_ok, typed_ok
-
-    def _probe_alternation(self) -> bool:
-        def turn(role: str, text: str) -> dict[str, Any]:
-            return {"role": role, "content": text}
-
-        alternating, _ = self._probe(
-            [turn("user", "a"), turn("assistant", "b"), turn("user", "c")]
-        )
-        if not alternating:
-            return False
-        two_users, _ = self._probe([turn("user", "a"), turn("user", "b")])
-        two_replies, _ = self._probe(
-            [turn("user", "a"), turn("assistant", "b"), turn("assistant", "c")]
-        )
-        return not (two_users and two_replies)
 
     # -- tool use: capabilities (probed on first need) and polyfills --
 

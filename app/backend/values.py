@@ -133,11 +133,6 @@ class Device:
     free_bytes: int
     total_bytes: int
 
-    @property
-    def offloads(self) -> bool:
-        """Whether model layers can be offloaded to it."""
-        return self.kind in ("gpu", "igpu")
-
     def as_dict(self) -> dict[str, Any]:
         """Plain dict, for the CLI's JSON."""
         return asdict(self)
