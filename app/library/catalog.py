@@ -126,12 +126,6 @@ class Catalog:
     entries: tuple[CatalogEntry, ...]
     provenance: tuple[str, ...] = ()
 
-    @property
-    def reviewed(self) -> str:
-        """The date the entries were written (the name ``arbor models
-        catalog`` still prints it under; they were written, not reviewed)."""
-        return self.written
-
     def recommended_for_tools(self) -> CatalogEntry | None:
         """The entry recommended for tool use, or None."""
         return next((e for e in self.entries if e.recommended_for_tools), None)
