@@ -217,10 +217,6 @@ def test_the_place_is_written_after_the_restore(service, monkeypatch):
     )
 
 
-def _active(service: ConversationService, conversation: int) -> int | None:
-    return conversation_rows.get_conversation(service.db, conversation).active_node_id
-
-
 def test_a_later_write_wins_over_the_deferred_place(service, monkeypatch):
     monkeypatch.setattr(write_behind, "IDLE_SECONDS", 3600.0)
     fork, second, _other = _two_branches(service)

@@ -52,14 +52,12 @@ class Heard:
 
     def __init__(self) -> None:
         self.tokens: list[str] = []
-        self.last_token = 0.0
         # Polled between tokens and during a call (a test replaces it).
         self.should_stop: Callable[[], bool] = lambda: False
 
     def reports(self) -> Reports:
         def token(piece: str) -> None:
             self.tokens.append(piece)
-            self.last_token = time.monotonic()
 
         return Reports(
             on_token=token,

@@ -37,7 +37,6 @@ HEAD_DIM = N_EMBD // N_HEAD
 N_FF = 128
 N_LAYER = 2
 CONTEXT_LENGTH = 32768
-EOG_TOKENS = [2, 4]  # </s>, <|im_end|>
 # Every token that is markup, not text: control tokens and the think markers.
 MARKUP_TOKENS = [0, 1, 2, 3, 4, 5 + 256, 6 + 256]
 
@@ -48,7 +47,7 @@ THINK_TOKENS = ["<think>", "</think>"]
 
 
 # More tokens for a model: text -> type, appended after the base vocabulary so
-# that every base id (EOG_TOKENS, MARKUP_TOKENS) stays what it is.
+# that every base id (MARKUP_TOKENS) stays what it is.
 ExtraTokens = Mapping[str, gguf.TokenType]
 
 
