@@ -76,7 +76,9 @@ def test_cpu_mode_passes_every_check_and_writes_every_field(tmp_path):
     for row in result["cold_resume"]:
         assert row["restore_ms"] > 0 and row["reprocess_ms"] > 0
         assert row["speedup"] > 0 and row["bytes_read"] > 0
-    assert len(result["state_speed"]) == 2
+    # Two lengths, with flash attention off (Arbor's default) and on.
+    flash = sorted(row["flash_attn"] for row in result["state_speed"])
+    assert flash == [False, False, True, True]
     for row in result["state_speed"]:
         assert row["capture_gbps"] > 0 and row["restore_gbps"] > 0
         assert row["restored_logits_equal"] is True
@@ -97,7 +99,7 @@ def test_a_run_short_of_time_skips_steps_and_still_writes_its_report(tmp_path):
     code, result, table = _run_check(tmp_path, "--backend", "cpu", "--deadline", "22")
     statuses = {s["id"]: s["status"] for s in result["steps"]}
     assert statuses["devices"] == "ok"
-    assert statuses["cold resume main"] == "skipped"
+    assert statuses["cold resume main 1024"] == "skipped"
     assert {"skipped", "timed out"} >= set(statuses.values()) - {"ok"}
     assert code == 1 and result["passed"] is False
     assert "not run" in table or "FAIL" in table
@@ -108,8 +110,9 @@ def test_build_flags_match_the_makefiles_build():
     assert "-DGGML_BACKEND_DL=ON" in cuda and "-DBUILD_SHARED_LIBS=ON" in cuda
     assert "-DGGML_CUDA=ON" in cuda and "-DCMAKE_CUDA_ARCHITECTURES=90" in cuda
     assert "-DGGML_NATIVE=OFF" in cuda  # never a native build (AMX crashes)
-    assert "-DGGML_CUDA_FA=ON" in cuda
-    assert "-DGGML_CUDA_FA=OFF" in build.backend_flags("cuda", "90", cuda_fa=False)
+    # Arbor's default, flash attention off, needs none of its kernels.
+    assert "-DGGML_CUDA_FA=OFF" in cuda
+    assert "-DGGML_CUDA_FA=ON" in build.backend_flags("cuda", "90", cuda_fa=True)
     cpu = build.backend_flags("cpu", "")
     assert "-DGGML_CUDA=OFF" in cpu and "-DGGML_VULKAN=OFF" in cpu
     assert "-DGGML_VULKAN=ON" in build.backend_flags("vulkan", "")
@@ -175,6 +178,24 @@ def test_prepare_packs_what_a_build_and_the_steps_need(tmp_path):
     # The sources and bindings are small; the wheels add about 25 MiB, and
     # the working tree travels in the same 64 MiB.
     assert manifest["bytes"] < 8 << 20
+
+    # The bindings are whole: they import, here with this machine's libraries
+    # (the GPU machine's build links its own in).
+    import llama_cpp
+
+    env = os.environ | {
+        "PYTHONPATH": str(site),
+        "LLAMA_CPP_LIB_PATH": str(Path(llama_cpp.__file__).parent / "lib"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import llama_cpp; print(llama_cpp.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(site / "llama_cpp" / "__init__.py")
 
 
 def test_the_wheels_cover_what_the_steps_import():

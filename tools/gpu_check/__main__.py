@@ -89,9 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--work", type=Path, default=WORK)
     run.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     run.add_argument(
-        "--no-cuda-fa",
+        "--cuda-fa",
         action="store_true",
-        help="build CUDA without flash attention's kernels (a shorter build)",
+        help="build CUDA with flash attention's kernels (a longer build) and "
+        "measure capture and restore with flash attention on too",
     )
     run.add_argument("--llama-bench", default="", help="a llama-bench to compare with")
     run.add_argument(
@@ -147,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
             budget,
             args.jobs,
             out / "build.log",
-            cuda_fa=not args.no_cuda_fa,
+            cuda_fa=args.cuda_fa,
         )
         record["build"] = asdict(built)
         if not built.backend:
@@ -166,15 +167,21 @@ def _run(args: argparse.Namespace) -> int:
     backend = record["backend"]
     on_gpu = backend != "cpu"
     record["on_gpu"] = on_gpu
-    extra = (
-        {"GGML_VK_VISIBLE_DEVICES": "0"}
-        if backend == "vulkan" and not args.build
-        else {}
-    )
+    extra = {}
+    if backend == "vulkan" and not args.build:
+        # lavapipe: llama.cpp skips CPU-type Vulkan devices unless named.
+        extra["GGML_VK_VISIBLE_DEVICES"] = "0"
+    cuda_libs = build.cuda_library_path() if backend == "cuda" else ""
+    if cuda_libs:
+        extra["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (cuda_libs, os.environ.get("LD_LIBRARY_PATH", "")) if p
+        )
     env = runner.child_env(sites, extra)
     size = args.size or ("gpu" if args.build else "small")
     record["size"] = size
-    flash_kernels = backend == "cuda" and not args.no_cuda_fa
+    # Flash attention runs wherever its kernels were built: the installed
+    # wheel here, a CUDA build only when asked for.
+    flash_kernels = args.cuda_fa if backend == "cuda" else True
     gpu_flags = ["--n-gpu-layers", "all" if on_gpu else "0"]
     steps = plan.plan(
         plan.SIZES[size],

@@ -5,14 +5,16 @@ libraries with every backend a library loaded at run time
 (``GGML_BACKEND_DL``), so that ``app/backend/devices.py`` finds and loads
 them exactly as on a user's machine. Three differences, each to fit the
 machine's minutes: CUDA for this card's architecture only
-(``CMAKE_CUDA_ARCHITECTURES``, e.g. 90 for an H100, asked of nvidia-smi);
+(``CMAKE_CUDA_ARCHITECTURES``, e.g. 90 for an H100, asked of nvidia-smi)
+and without flash attention's kernels unless asked (``--cuda-fa``);
 one CPU backend for x86-64-v3 (AVX2, which any GPU server has) instead of
 thirteen variants; no RPC backend. ``llama-bench`` is built from the same
 sources, so its figures and Arbor's compare the same kernels.
 
 Backends are tried in order (CUDA, then Vulkan through the NVIDIA driver
 where the machine has Vulkan's build tools, then the CPU alone) and the
-first that builds is used; each gets its own build folder, which persists
+first that builds is used (a build that runs out of time is not replaced:
+the next run resumes it); each gets its own build folder, which persists
 between runs on a machine that stays up, so a second run resumes or reuses
 it (ninja builds only what is missing).
 
@@ -26,6 +28,7 @@ Standard library only: this runs under the machine's bare Python.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -56,9 +59,7 @@ COMMON_FLAGS = (
     "-DLLAMA_OPENSSL=OFF",
 )
 BACKENDS = ("cuda", "vulkan", "cpu")
-# Seconds a CPU-only build needs at the least, kept back when a GPU build
-# is tried first (measured: ... on 16 cores; generous).
-CPU_BUILD_SECONDS = 90
+RESUMABLE = "(resumable)"
 
 
 @dataclass
@@ -91,7 +92,7 @@ def build(
     budget: float,
     jobs: int,
     log: Path,
-    cuda_fa: bool = True,
+    cuda_fa: bool = False,
 ) -> Built:
     """Build the first of ``backends`` that builds within ``budget`` seconds.
 
@@ -101,10 +102,8 @@ def build(
     deadline = time.monotonic() + budget
     src = _sources(prepared, work)
     result = Built(cuda_arch=cuda_arch())
-    for i, backend in enumerate(backends):
-        # Room for the CPU build after a GPU build that fails late.
-        spare = CPU_BUILD_SECONDS if "cpu" in backends[i + 1 :] else 0
-        left = deadline - time.monotonic() - spare
+    for backend in backends:
+        left = deadline - time.monotonic()
         flags = backend_flags(backend, result.cuda_arch, cuda_fa)
         attempt = Attempt(backend, flags=flags)
         result.attempts.append(attempt)
@@ -130,10 +129,14 @@ def build(
             result.llama_bench = str(folder / "bin" / "llama-bench")
             stage_package(prepared, work, folder / "bin")
             break
+        if attempt.reason.endswith(RESUMABLE):
+            # Out of time, not broken: the next run resumes this build
+            # rather than checking on a lesser backend now.
+            break
     return result
 
 
-def backend_flags(backend: str, arch: str, cuda_fa: bool = True) -> list[str]:
+def backend_flags(backend: str, arch: str, cuda_fa: bool = False) -> list[str]:
     """The CMake flags of a build for ``backend`` (cuda, vulkan or cpu)."""
     flags = list(COMMON_FLAGS)
     flags.append(f"-DGGML_CUDA={'ON' if backend == 'cuda' else 'OFF'}")
@@ -141,8 +144,9 @@ def backend_flags(backend: str, arch: str, cuda_fa: bool = True) -> list[str]:
     if backend == "cuda":
         flags += [
             f"-DCMAKE_CUDA_ARCHITECTURES={arch or '90'}",
-            # Flash attention's kernels are most of the CUDA build; Arbor's
-            # default (flash attention off) needs none of them.
+            # Flash attention's kernels are about half of the CUDA build, and
+            # Arbor's default (flash attention off) runs none of them: left
+            # out unless asked for (the sources still compile, as stubs).
             f"-DGGML_CUDA_FA={'ON' if cuda_fa else 'OFF'}",
             # One GPU: NCCL is for several.
             "-DGGML_CUDA_NCCL=OFF",
@@ -178,6 +182,17 @@ def cuda_arch() -> str:
     return first.replace(".", "") if first.replace(".", "").isdigit() else ""
 
 
+def cuda_library_path() -> str:
+    """The CUDA toolkit's library folder beside nvcc, or "" (the built
+    libraries find libcudart and libcublas through it where their run path
+    does not name it)."""
+    nvcc = _which("nvcc")
+    if nvcc is None:
+        return ""
+    lib64 = Path(nvcc).resolve().parent.parent / "lib64"
+    return str(lib64) if lib64.is_dir() else ""
+
+
 def stage_package(prepared: Path, work: Path, lib_dir: Path) -> Path:
     """``work/site/llama_cpp``: the prepared bindings with ``lib`` linked to
     ``lib_dir``; returns ``work/site``."""
@@ -195,7 +210,9 @@ def _sources(prepared: Path, work: Path) -> Path:
     tar = prepared / "llama-src.tar.gz"
     stamp = work / "src.stamp"
     src = work / "src" / "llama.cpp"
-    mark = f"{tar.stat().st_size} {tar.stat().st_mtime_ns}"
+    # By content: the carried folder is copied anew for every run. The
+    # files keep the archive's times, so ninja sees nothing changed.
+    mark = hashlib.sha256(tar.read_bytes()).hexdigest()
     if not (src.exists() and stamp.exists() and stamp.read_text() == mark):
         if src.parent.exists():
             shutil.rmtree(src.parent)
@@ -228,7 +245,7 @@ def _cmake_build(
                     command, stdout=out, stderr=subprocess.STDOUT, timeout=max(1, left)
                 )
             except subprocess.TimeoutExpired:
-                return False, f"{step} ran out of its {budget:.0f} s (resumable)"
+                return False, f"{step} ran out of its {budget:.0f} s {RESUMABLE}"
         if done.returncode != 0:
             return False, f"{step} failed (exit {done.returncode}; see the log)"
         if step == "configure":

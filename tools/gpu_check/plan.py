@@ -206,20 +206,26 @@ def _figures(
 ) -> list[Step]:
     """The figures of one model: cold resume, capture and restore, speed."""
     needs = (f"model {role}",)
+    # A step per length, shortest first: a run short of time loses the
+    # longest only (each builds its own conversation; on a GPU that is
+    # seconds).
     steps = [
         Step(
-            f"cold resume {role}",
+            f"cold resume {role} {length}",
             "cold_resume",
             args
             | {
-                "lengths": sizes.resume_lengths,
+                "lengths": (length,),
                 "turn_tokens": sizes.turn_tokens,
                 "repeats": sizes.repeats,
             },
-            240,
+            180,
             needs,
-            least=60,
-        ),
+            least=30,
+        )
+        for length in sizes.resume_lengths
+    ]
+    steps += [
         Step(
             f"state speed {role}",
             "state_speed",
