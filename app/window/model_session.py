@@ -69,6 +69,14 @@ class ModelSession:
         self.after_loss: LostEngine | None = None
         # Whether any MCP server is enabled (the composer offers their tools).
         self.tools_available = self._any_tool_server()
+        # The context size raised for the conversation shown (None: the
+        # Settings'): a model loads with it while that conversation is shown.
+        self.own_context: int | None = None
+        # Whether the loaded (or loading) model's context is a conversation's
+        # own rather than the Settings' (a failed load then keeps the
+        # Settings' size: it was never theirs).
+        self._loaded_own = False
+        self._loading_own = False
 
     def unavailable(self) -> str | None:
         """Why no message can be written for want of a model (None: one is
@@ -87,10 +95,19 @@ class ModelSession:
 
     # --- loading ------------------------------------------------------------------
 
+    @property
+    def backend(self) -> BackendSettings:
+        """The settings a model loads with now: the preferences', with the
+        shown conversation's own context size where it has one."""
+        if self.own_context is None:
+            return self.prefs.backend
+        return replace(self.prefs.backend, n_ctx=self.own_context)
+
     def load_model(self, path: Path, settings: BackendSettings | None = None) -> None:
         """Load a model in the background (the composer waits for it), with
-        ``settings`` (by default, the preferences')."""
-        job = jobs.LoadModel(path, settings or self.prefs.backend)
+        ``settings`` (by default, ``backend``)."""
+        job = jobs.LoadModel(path, settings or self.backend)
+        self._loading_own = settings is None and self.own_context is not None
         self.loading_model = str(path)
         self.view.set_busy(job.busy)  # at once: loading can take a while
         self.view.state_changed()
@@ -108,6 +125,7 @@ class ModelSession:
         # names it as any job, so that the results need not import the jobs.
         assert isinstance(job, jobs.LoadModel)
         self._loaded_backend = job.settings
+        self._loaded_own = self._loading_own
         self.after_loss = None
         self.model_info = result.model
         self.profile_id = result.profile_id
@@ -131,9 +149,33 @@ class ModelSession:
         if self.model_info is None:
             if not result.engine_lost:  # else the offer to load it again
                 self.view.model_missing()
-        elif self._loaded_backend and self._loaded_backend != self.prefs.backend:
-            self.save_preferences(replace(self.prefs, backend=self._loaded_backend))
+        elif self._loaded_backend is not None:
+            kept = self._loaded_backend
+            if self._loaded_own:  # a conversation's size, not the Settings'
+                kept = replace(kept, n_ctx=self.prefs.backend.n_ctx)
+            if kept != self.prefs.backend:
+                self.save_preferences(replace(self.prefs, backend=kept))
         self.view.state_changed()
+
+    @property
+    def loading_own(self) -> bool:
+        """Whether the model being loaded gets a conversation's own context."""
+        return self.loading_model is not None and self._loading_own
+
+    def follow_context(self) -> bool:
+        """Load the model again when the loaded one's context size is not
+        the one the shown conversation asks for (``own_context``). True when
+        a load began (a restore waits for it)."""
+        info, loaded = self.model_info, self._loaded_backend
+        if info is None or loaded is None or self.loading_model is not None:
+            return False
+        wanted = self.backend.n_ctx
+        if loaded.n_ctx == wanted or self.db.read_only:
+            return False
+        # The placement it runs with (workers, layers) stays as it is.
+        self.load_model(Path(info.path), replace(loaded, n_ctx=wanted))
+        self._loading_own = self.own_context is not None
+        return True
 
     def engine_lost(self, failed: Failed) -> None:
         """The engine's process ended under ``failed.job`` (a worker was
@@ -201,11 +243,11 @@ class ModelSession:
 
     def apply_preferences(self, prefs: Preferences) -> None:
         """Save new preferences; reload the model if it or its settings changed."""
-        old = self.prefs
+        old, before = self.prefs, self.backend
         self.save_preferences(prefs)
-        model_changed = (
-            prefs.model_path != old.model_path or prefs.backend != old.backend
-        )
+        # Only what changes the settings a model loads with now: a context
+        # size in Settings changes nothing while a conversation has its own.
+        model_changed = prefs.model_path != old.model_path or self.backend != before
         if prefs.model_path and (model_changed or self.model_info is None):
             self.load_model(Path(prefs.model_path))
 

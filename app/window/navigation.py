@@ -91,10 +91,14 @@ class Navigation:
         node_id = self.shown.show_active(node_id, follow)
         made_with = self.made_with_other_model()
         self.view.offer_model_switch(made_with)
+        self.model.own_context = self.shown.context_size
         if node_id is not None and not self.reply.generating:
             if restore and self.model.model_info is not None and made_with is None:
-                # Restoring also records the node as where to reopen.
-                self.engine.submit(jobs.Restore(node_id))
+                # Restoring also records the node as where to reopen; with a
+                # context size of its own the model loads again first, and
+                # the restore comes once it is loaded.
+                if not self.model.follow_context():
+                    self.engine.submit(jobs.Restore(node_id))
             elif not self.shown.db.read_only:  # where to reopen: worth no error
                 # With another model's conversation nothing is restored until
                 # the user says which model: restoring under this one would

@@ -24,7 +24,6 @@ to the part it concerns: the one ``match`` in ``on_finished``.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -312,8 +311,10 @@ class WindowPresenter:
             self.view.focus_tree()
             self.view.show_message("Click an earlier message to branch from it.")
         elif choice is WayOn.RAISE and size is not None:
-            backend = replace(self.model.prefs.backend, n_ctx=size)
-            self.apply_preferences(replace(self.model.prefs, backend=backend))
+            # This conversation's alone: the Settings' size stays for others.
+            self.shown.keep_context_size(size)
+            self.model.own_context = size
+            self.model.follow_context()
         elif choice is WayOn.SUMMARY and self.shown.active_id is not None:
             sampling = self.conversation_sampling()[0]
             job = jobs.ContinueWithSummary(self.shown.active_id, sampling)
@@ -383,10 +384,16 @@ class WindowPresenter:
         shown = self.shown
         match result:
             case ModelLoaded() | Failed(job=jobs.LoadModel()):
+                own_failed = isinstance(result, Failed) and self.model.loading_own
                 if self.model.loaded(result) and shown.active_id is not None:
                     # The tree's checkpoint marks are the new model's now.
                     self.reload_tree()
                     self.activate(shown.active_id, follow=False)
+                elif own_failed and shown.context_size is not None:
+                    # A context this computer could not give: the
+                    # conversation goes back to the Settings' size.
+                    shown.keep_context_size(None)
+                    self.model.own_context = None
             case _ if isinstance(result.job, jobs.Generating):
                 elsewhere = self.reply.out_of_sight
                 self.reply.end(result)

@@ -272,6 +272,20 @@ class ShownConversation:
         self.reasoning = choice
         self.engine.submit(jobs.SetReasoning(self.conversation_id, choice))
 
+    @property
+    def context_size(self) -> int | None:
+        """The context size raised for the shown conversation (None: the
+        Settings')."""
+        return self.record.context_size if self.record else None
+
+    def keep_context_size(self, size: int | None) -> None:
+        """Remember ``size`` as the shown conversation's context size (None:
+        the Settings' again)."""
+        if self.conversation_id is None or self.record is None:
+            return
+        self.record = replace(self.record, context_size=size)
+        self.engine.submit(jobs.SetContextSize(self.conversation_id, size))
+
     def show_stored_reasoning(self) -> None:
         """After a failed change: show what is stored, not what was asked for."""
         record = self.stored_record(self.conversation_id)

@@ -80,16 +80,38 @@ def test_a_message_too_long_offers_a_larger_context(qtbot, make_window):
     _send_text(qtbot, window, "hi")  # an earlier message: a branch to fill
     seen = _send_and_answer(qtbot, window, LONG_MESSAGE, "Raise to")
 
-    assert seen and "context" in seen[0]
+    assert seen and "this conversation's alone" in seen[0]
     assert window.composer.text.strip() == LONG_MESSAGE.strip()  # given back
     assert [c.role for c in window.transcript.cards] == ["user", "assistant"]
     wait_idle(qtbot, window)  # the model reloads with the larger context
-    # Large enough for the message this time, not merely double.
-    assert window.prefs.backend.n_ctx > 512
-    assert window.model_info.n_ctx == window.prefs.backend.n_ctx
+    raised = window.model_info.n_ctx
+    # Large enough for the message this time, not merely double; for this
+    # conversation alone: the Settings keep their size.
+    assert raised > 512
+    assert window.prefs.backend.n_ctx == 256
+    long_one = window.conversation_id
+    assert conversation_rows.get_conversation(window.db, long_one).context_size == (
+        raised
+    )
     window.send_action.trigger()
     wait_idle(qtbot, window)
     assert [c.role for c in window.transcript.cards] == ["user", "assistant"] * 2
+
+    # Another conversation has the Settings' size, and back here the raised one.
+    window.presenter.new_conversation()
+    wait_idle(qtbot, window)
+    assert window.model_info.n_ctx == 256
+    window.presenter.select_conversation(long_one)
+    wait_idle(qtbot, window)
+    assert window.model_info.n_ctx == raised
+    assert "Resumed" in window.status.restore_label.text()
+    window.close()
+
+    # After a restart, the conversation shown loads with its own size at once.
+    again = make_window()
+    wait_idle(qtbot, again)
+    assert again.conversation_id == long_one
+    assert again.model_info.n_ctx == raised
 
 
 def test_a_cut_off_reply_can_continue_from_a_summary(qtbot, make_window):

@@ -13,6 +13,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.backend.errors import context_size_for
+from storage import conversation_rows
 from tests.tiny_model import write_tiny_model
 from tests.ui.conftest import wait_idle
 
@@ -100,7 +101,7 @@ def test_a_first_message_too_long_offers_a_raise_that_holds_it(qtbot, make_windo
     assert answer.text == "This message is longer than the context."
     assert "the context holds 256" in answer.informative
     assert "32,768" in answer.informative  # what the model reads
-    assert "Settings" in answer.informative  # where the raise applies
+    assert "this conversation's alone" in answer.informative  # where it applies
     assert sorted(answer.buttons) == sorted(
         [f"Raise to {size:,} tokens", "Models…", "Shorten it"]
     )
@@ -110,8 +111,10 @@ def test_a_first_message_too_long_offers_a_raise_that_holds_it(qtbot, make_windo
     assert [c.role for c in window.transcript.cards] == []
 
     wait_idle(qtbot, window)  # the model loads again with the larger context
-    assert window.prefs.backend.n_ctx == size
     assert window.model_info.n_ctx == size
+    assert window.prefs.backend.n_ctx == 256  # the others' size is the same
+    stored = conversation_rows.get_conversation(window.db, window.conversation_id)
+    assert stored.context_size == size
     # The raise was enough: the same message now goes, and is answered.
     window.send_action.trigger()
     wait_idle(qtbot, window)

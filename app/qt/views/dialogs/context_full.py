@@ -23,10 +23,11 @@ from PySide6.QtWidgets import QAbstractButton, QMessageBox, QWidget
 from app.backend.errors import context_size_for
 from app.window.presenter import WayOn
 
-# Where a larger context applies: there is no context size per conversation.
+# Where a larger context applies: this conversation alone.
 APPLIES = (
-    "A larger context becomes the context size in Settings, for every "
-    "conversation, and takes more memory; the model loads again."
+    "A larger context is this conversation's alone: the model loads again "
+    "with it while the conversation is shown and takes more memory; the "
+    "others keep the size in Settings."
 )
 
 
