@@ -29,7 +29,7 @@ def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
     ("module", "absent"),
     [
         ("app.cli.commands", ("llama_cpp", "numpy", "PySide6", "sqlalchemy", "jinja2")),
-        ("app.qt.views.main_window", ("llama_cpp", "numpy")),
+        ("app.qt.views.chrome.main_window", ("llama_cpp", "numpy")),
         ("app.qt.gui", ("llama_cpp", "numpy")),
         ("app.preferences", ("llama_cpp", "numpy", "PySide6")),
         # The Qt-free window logic really is: its package imports no Qt on
@@ -89,7 +89,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.qt import gui
-from app.qt.views.main_window import MainWindow
+from app.qt.views.chrome.main_window import MainWindow
 
 qt_app = QApplication([])
 

@@ -274,9 +274,9 @@ def test_rules_see_the_files():
     )
     assert len(_storage_writes_found()) >= 15
     # The contracts see imports where they are, and only the exempt escape.
-    assert "PySide6.QtWidgets" in _modules(ROOT / "app/qt/views/main_window.py")
+    assert "PySide6.QtWidgets" in _modules(ROOT / "app/qt/views/chrome/main_window.py")
     assert "app.window.presenter.WindowPresenter" in _modules(
-        ROOT / "app/qt/views/main_window.py"
+        ROOT / "app/qt/views/chrome/main_window.py"
     )
     assert "app.jobs" in _modules(ROOT / "app/runner/job_runner.py")
     assert _breaks("app.window.presenter", ("app.window",)) == "app.window"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 
-from app.qt.views.tree_layout import branch_layout, node_text
+from app.qt.views.tree.tree_layout import branch_layout, node_text
 from app.text.plain_text import shorten
 
 

@@ -30,7 +30,7 @@ from app.platform.paths import database_path  # noqa: E402
 from app.platform.starter_model import starter_model_path  # noqa: E402
 from app.preferences import load_preferences, save_preferences  # noqa: E402
 from app.qt.gui import build_window  # noqa: E402
-from app.qt.views.main_window import MainWindow  # noqa: E402
+from app.qt.views.chrome.main_window import MainWindow  # noqa: E402
 from app.qt.views.theme import ThemeManager  # noqa: E402
 from storage.db import open_database  # noqa: E402
 

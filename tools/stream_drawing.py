@@ -21,7 +21,7 @@ import time
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.qt.views.transcript import TranscriptView
+from app.qt.views.transcript.transcript import TranscriptView
 
 PIECE_CHARS = 4
 PIECE_MS = 10

@@ -393,7 +393,7 @@ def run_transcript_child(paths: list[int]) -> dict[str, object]:
     import app.qt.gui
     from app.platform.paths import database_path
     from app.qt.gui import build_window, keep_painting_on_the_gui_thread
-    from app.qt.views.message_card import MessageCard
+    from app.qt.views.transcript.message_card import MessageCard
     from storage.db import open_database
 
     keep_painting_on_the_gui_thread()

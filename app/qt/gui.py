@@ -31,8 +31,8 @@ from app.qt.gui_thread_gc import GuiThreadCollector
 from app.qt.single_instance import Claim, SingleInstance
 from app.qt.smoke import ENV_VAR as SMOKE_ENV_VAR
 from app.qt.smoke import run_smoke_test
+from app.qt.views.chrome.main_window import MainWindow
 from app.qt.views.dialogs.crash import CrashDialog, install_excepthook
-from app.qt.views.main_window import MainWindow
 from app.qt.views.theme import ThemeManager, app_icon
 from app.qt.workers.engine_thread import EngineController
 from app.qt.workers.library_worker import ModelServices

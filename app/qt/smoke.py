@@ -14,7 +14,7 @@ from PySide6.QtCore import QTimer
 
 from app.jobs import Generating
 from app.jobs.results import Failed, JobResult, Replied
-from app.qt.views.main_window import MainWindow
+from app.qt.views.chrome.main_window import MainWindow
 
 ENV_VAR = "ARBOR_SMOKE_MESSAGE"
 

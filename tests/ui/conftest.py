@@ -20,7 +20,7 @@ from app.backend.values import SamplingParams
 from app.platform.paths import database_path
 from app.preferences import load_preferences, save_preferences
 from app.qt.gui import build_window
-from app.qt.views.main_window import MainWindow
+from app.qt.views.chrome.main_window import MainWindow
 from storage.db import Database, open_database
 
 UI_DIR = Path(__file__).resolve().parent

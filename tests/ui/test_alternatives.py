@@ -10,8 +10,8 @@ from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtWidgets import QApplication
 
 from app import jobs
-from app.qt.views.alternatives import AlternativesRow
-from app.qt.views.tree_panel import GRAPH_MODE, LIST_MODE
+from app.qt.views.transcript.alternatives import AlternativesRow
+from app.qt.views.tree.tree_panel import GRAPH_MODE, LIST_MODE
 from app.window.actions import TIMES
 from storage import conversation_rows, node_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle

@@ -6,8 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.qt.views.alternatives import AlternativesRow, ChoiceRow
-from app.qt.views.message_card import MessageCard
+from app.qt.views.transcript.alternatives import AlternativesRow, ChoiceRow
+from app.qt.views.transcript.message_card import MessageCard
 
 SHORT = "Blue."
 LONG = "\n\n".join(

@@ -12,7 +12,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.qt.views.attachment_chips import AttachmentViewer
+from app.qt.views.transcript.attachment_chips import AttachmentViewer
 from storage import node_rows
 from tests.test_attachments import write_pdf
 from tests.ui.conftest import WAIT_MS, wait_idle
@@ -101,7 +101,7 @@ def test_a_file_that_does_not_fit_is_refused_with_its_size(
     wait_idle(qtbot, window)
     shown: list[tuple[str, str]] = []
     monkeypatch.setattr(
-        "app.qt.views.main_window.show_error",
+        "app.qt.views.chrome.main_window.show_error",
         lambda _parent, title, text: shown.append((title, text)),
     )
     big = tmp_path / "big.txt"
@@ -121,7 +121,7 @@ def test_a_file_that_is_not_text_is_refused_at_once(
     window = make_window()
     shown: list[str] = []
     monkeypatch.setattr(
-        "app.qt.views.main_window.show_error",
+        "app.qt.views.chrome.main_window.show_error",
         lambda _parent, _title, text: shown.append(text),
     )
     blob = tmp_path / "photo.jpg"

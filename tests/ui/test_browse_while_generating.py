@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 
 from app.qt.models.conversation_list import ProgressRole
-from app.qt.views import exchange_actions
+from app.qt.views.chrome import exchange_actions
 from storage import node_rows
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QTextCursor
 
-from app.qt.views.markdown import render_markdown
+from app.qt.views.transcript.markdown import render_markdown
 from tests.ui.conftest import wait_idle
 
 CODE = "def area(r):\n    return 3.14 * r * r  # circle"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.qt.views.status_bar import context_level
+from app.qt.views.chrome.status_bar import context_level
 from tests.ui.conftest import send, wait_idle
 
 

@@ -11,7 +11,7 @@ from PySide6.QtGui import QPainter, QPixmap
 from PySide6.QtWidgets import QStyleOptionViewItem
 
 from app.qt.models.conversation_list import CopyNumberRole
-from app.qt.views import exchange_actions
+from app.qt.views.chrome import exchange_actions
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 QUESTION = "Planning the vegetable garden for next spring with raised beds"

@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt
 from app.library.catalog import shipped_catalog
 from app.library.download import STALL_ENV
 from app.library.installed import ModelLibrary
-from app.qt.views.downloads import DownloadsPanel
+from app.qt.views.library.downloads import DownloadsPanel
 from app.qt.workers.download_worker import FAILED, DownloadController
 from tests.fake_hub import FakeHub, HubServer
 from tests.ui.conftest import WAIT_MS

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.qt.models.conversation_tree import ConversationTreeModel
-from app.qt.views.empty_state import EXAMPLE_PROMPTS
+from app.qt.views.transcript.empty_state import EXAMPLE_PROMPTS
 from storage.records import NodeSummary
 from tests.ui.conftest import send, wait_idle
 

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.qt.models.conversation_tree import SAVED_MARK
-from app.qt.views import exchange_actions
+from app.qt.views.chrome import exchange_actions
 from storage import checkpoint_rows, conversation_rows, node_rows, tree_reads
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 

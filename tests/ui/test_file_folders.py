@@ -16,8 +16,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
-from app.qt.views import exchange_actions, welcome
-from app.qt.views.welcome import WelcomePage, choose_model_file, start_folder
+from app.qt.views.chrome import exchange_actions
+from app.qt.views.library import welcome
+from app.qt.views.library.welcome import WelcomePage, choose_model_file, start_folder
 from tests.ui.conftest import WAIT_MS, wait_idle
 
 

@@ -93,7 +93,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.qt import gui
-from app.qt.views.main_window import MainWindow
+from app.qt.views.chrome.main_window import MainWindow
 
 qt_app = QApplication([])
 seen = {}

@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QFontInfo
 
-from app.qt.views import tree_graph
-from app.qt.views.tree_graph import TreeGraphView
+from app.qt.views.tree import tree_graph
+from app.qt.views.tree.tree_graph import TreeGraphView
 from storage import conversation_rows, node_rows
 from tests.ui.conftest import wait_idle
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.qt.views import exchange_actions
+from app.qt.views.chrome import exchange_actions
 from storage import conversation_rows
 from tests.ui.conftest import WAIT_MS, wait_idle
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QTextDocument
 
-from app.qt.views.markdown import render_markdown
-from app.qt.views.message_body import MessageBody
-from app.qt.views.streaming_body import StreamingBody
+from app.qt.views.transcript.markdown import render_markdown
+from app.qt.views.transcript.message_body import MessageBody
+from app.qt.views.transcript.streaming_body import StreamingBody
 from tests.ui.conftest import wait_idle
 
 LINE = "\u2028"  # how a document holds a line break inside a paragraph

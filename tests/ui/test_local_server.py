@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QStyleOptionViewItem
 from app import jobs
 from app.preferences import LocalServerPrefs
 from app.qt.models.conversation_list import BadgeRole, ConversationIdRole
-from app.qt.views.main_window import MainWindow
+from app.qt.views.chrome.main_window import MainWindow
 from storage import conversation_rows, node_rows, setting_rows
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 

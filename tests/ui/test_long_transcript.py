@@ -12,10 +12,10 @@ from PySide6.QtWidgets import QApplication
 
 import app.qt.gui
 from app.conversation.tree_snapshot import TreeSnapshot
-from app.qt.views import transcript as transcript_module
-from app.qt.views.message_body import MessageBody
-from app.qt.views.message_card import MessageCard
-from app.qt.views.transcript import TranscriptView
+from app.qt.views.transcript import transcript as transcript_module
+from app.qt.views.transcript.message_body import MessageBody
+from app.qt.views.transcript.message_card import MessageCard
+from app.qt.views.transcript.transcript import TranscriptView
 from storage.conversation_rows import NewNode, insert_conversation
 from storage.records import NodeSummary
 from storage.values import Role

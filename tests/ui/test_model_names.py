@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.qt.views.model_offer import ModelOfferBar
-from app.qt.views.welcome import WelcomePage
+from app.qt.views.library.model_offer import ModelOfferBar
+from app.qt.views.library.welcome import WelcomePage
 
 
 def _file(folder: Path, name: str) -> str:

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QTableWidget
 from app.library.catalog import load_catalog
 from app.preferences import load_preferences
 from app.qt.views.dialogs.models import ModelsDialog
-from app.qt.views.welcome import welcome_offer
+from app.qt.views.library.welcome import welcome_offer
 from app.qt.workers.download_worker import DownloadState
 from tests.fake_hub import FakeHub, HubServer
 from tests.ui.conftest import WAIT_MS, send, wait_idle

@@ -8,8 +8,8 @@ from __future__ import annotations
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QApplication, QLabel, QMenu, QScrollArea
 
+from app.qt.views.chrome.window_layout import READING_CHARS, PanelSplitter
 from app.qt.views.dialogs.settings import SettingsDialog
-from app.qt.views.window_layout import READING_CHARS, PanelSplitter
 from tests.ui.conftest import send, wait_idle
 
 # A 1440x900 screen at 200 %, in logical pixels.

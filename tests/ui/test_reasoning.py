@@ -16,10 +16,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from app.jobs.results import Replied
-from app.qt.views.message_card import MessageCard
-from app.qt.views.status_bar import CHATML_NOTE
-from app.qt.views.thinking import STREAMING_TITLE, thought_title
-from app.qt.views.transcript import TranscriptView
+from app.qt.views.chrome.status_bar import CHATML_NOTE
+from app.qt.views.transcript.message_card import MessageCard
+from app.qt.views.transcript.thinking import STREAMING_TITLE, thought_title
+from app.qt.views.transcript.transcript import TranscriptView
 from storage import conversation_rows, node_rows
 from tests.tiny_model import write_tiny_model
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle

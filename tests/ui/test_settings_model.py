@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from app.platform.starter_model import starter_model_path
 from app.qt.views.dialogs.settings import SettingsDialog
-from app.qt.views.welcome import start_folder
+from app.qt.views.library.welcome import start_folder
 from tests.ui.conftest import wait_idle
 
 

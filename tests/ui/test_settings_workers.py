@@ -22,6 +22,7 @@ from app import jobs
 from app.backend.settings import BackendSettings
 from app.backend.values import LayerHolder
 from app.preferences import Preferences, WorkerPrefs, load_preferences
+from app.qt.views.chrome.main_window import MainWindow
 from app.qt.views.dialogs.settings import SettingsDialog
 from app.qt.views.dialogs.workers_tab import (
     IN_USE,
@@ -30,7 +31,6 @@ from app.qt.views.dialogs.workers_tab import (
     STATUS,
     WorkersTab,
 )
-from app.qt.views.main_window import MainWindow
 from tests.ui.conftest import WAIT_MS, wait_idle
 from tests.workers import free_port, running_worker
 

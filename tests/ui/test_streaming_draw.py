@@ -7,11 +7,11 @@ import time
 
 from PySide6.QtGui import QColor
 
-from app.qt.views import markdown
-from app.qt.views.markdown import render_markdown
-from app.qt.views.message_body import MessageBody
-from app.qt.views.thinking import ThinkingSection
-from app.qt.views.transcript import (
+from app.qt.views.transcript import markdown
+from app.qt.views.transcript.markdown import render_markdown
+from app.qt.views.transcript.message_body import MessageBody
+from app.qt.views.transcript.thinking import ThinkingSection
+from app.qt.views.transcript.transcript import (
     STREAM_DRAW_SHARE,
     STREAM_REPAINT_MS,
     TranscriptView,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QCoreApplication
 
-from app.qt.views.message_body import MessageBody
-from app.qt.views.streaming_body import PART_CHARS, split_parts
-from app.qt.views.transcript import TranscriptView
+from app.qt.views.transcript.message_body import MessageBody
+from app.qt.views.transcript.streaming_body import PART_CHARS, split_parts
+from app.qt.views.transcript.transcript import TranscriptView
 
 PARAGRAPH = "A sentence that says something about trees and their branches. " * 4
 CODE = "```python\n" + "def grow(tree):\n\n    return tree  # a blank line above\n" * 6

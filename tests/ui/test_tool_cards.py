@@ -20,10 +20,10 @@ from app.conversation.tool_text import (
     pretty_arguments,
 )
 from app.conversation.tree_snapshot import PathEntry
-from app.qt.views.message_card import MessageCard
-from app.qt.views.tool_cards import WAITS_NOTE
-from app.qt.views.transcript import TranscriptView
-from app.qt.views.zoom import body_style
+from app.qt.views.chrome.zoom import body_style
+from app.qt.views.transcript.message_card import MessageCard
+from app.qt.views.transcript.tool_cards import WAITS_NOTE
+from app.qt.views.transcript.transcript import TranscriptView
 from storage import tool_use
 from storage.records import NodeSummary
 from storage.values import Role, Status

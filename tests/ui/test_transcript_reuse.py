@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from PySide6.QtCore import QCoreApplication, QEvent, Qt
 
 from app.conversation.tree_snapshot import TreeSnapshot
-from app.qt.views import transcript as transcript_module
-from app.qt.views.message_body import MessageBody
-from app.qt.views.message_card import MessageCard
-from app.qt.views.transcript import TranscriptView
+from app.qt.views.transcript import transcript as transcript_module
+from app.qt.views.transcript.message_body import MessageBody
+from app.qt.views.transcript.message_card import MessageCard
+from app.qt.views.transcript.transcript import TranscriptView
 from storage.records import NodeSummary
 from tests.ui.conftest import send, wait_idle
 

@@ -94,7 +94,7 @@ def test_delete_a_branch_from_the_tree_after_confirmation(
 
     asked: list[str] = []
     monkeypatch.setattr(
-        "app.qt.views.main_window.confirm",
+        "app.qt.views.chrome.main_window.confirm",
         lambda _p, _t, text, _a: asked.append(text) or False,
     )
     _click_node(qtbot, window, doomed_user)
@@ -104,7 +104,7 @@ def test_delete_a_branch_from_the_tree_after_confirmation(
     assert asked and "1 message below it" in asked[0]
     assert doomed_user in window.tree_model.snapshot  # cancelled: nothing deleted
 
-    monkeypatch.setattr("app.qt.views.main_window.confirm", lambda *_: True)
+    monkeypatch.setattr("app.qt.views.chrome.main_window.confirm", lambda *_: True)
     qtbot.mouseClick(window.tree_panel.delete_button, Qt.MouseButton.LeftButton)
     wait_idle(qtbot, window)
     assert doomed_user not in window.tree_model.snapshot

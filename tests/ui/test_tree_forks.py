@@ -24,8 +24,8 @@ from app.qt.models.conversation_tree import (
     row_label,
     tool_mark,
 )
-from app.qt.views import tree_graph
-from app.qt.views.tree_graph import TreeGraphView, node_tooltip
+from app.qt.views.tree import tree_graph
+from app.qt.views.tree.tree_graph import TreeGraphView, node_tooltip
 from storage import exchange, tool_use, tree_reads
 from storage.records import NodeSummary
 from tests.ui.conftest import send, wait_idle

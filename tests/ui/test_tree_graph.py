@@ -8,7 +8,7 @@ import time
 
 from PySide6.QtCore import Qt
 
-from app.qt.views.tree_graph import TreeGraphView, node_tooltip
+from app.qt.views.tree.tree_graph import TreeGraphView, node_tooltip
 from storage import node_rows
 from tests.ui.conftest import send, wait_idle
 
@@ -82,7 +82,7 @@ def test_graph_shows_the_tree_and_a_click_or_keys_switch_nodes(
     assert graph.cursor_id == root_children[0]  # no wrap-around
     asked: list[str] = []
     monkeypatch.setattr(
-        "app.qt.views.main_window.confirm",
+        "app.qt.views.chrome.main_window.confirm",
         lambda _p, _t, text, _a: asked.append(text) or False,
     )
     qtbot.keyClick(graph, Qt.Key.Key_Delete)

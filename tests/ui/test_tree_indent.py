@@ -9,7 +9,7 @@ from PySide6.QtCore import QModelIndex
 
 from app.conversation.tree_snapshot import TreeSnapshot
 from app.qt.models.conversation_tree import ConversationTreeModel, NodeIdRole
-from app.qt.views.tree_panel import TreePanel
+from app.qt.views.tree.tree_panel import TreePanel
 from storage.records import NodeSummary
 
 ROLES = ("user", "assistant")

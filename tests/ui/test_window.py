@@ -69,10 +69,10 @@ def test_new_rename_filter_and_delete_conversations(qtbot, make_window, monkeypa
     window.sidebar.filter_edit.clear()
     qtbot.waitUntil(lambda: len(_listed_titles(window)) == 2, timeout=WAIT_MS)
 
-    monkeypatch.setattr("app.qt.views.main_window.confirm", lambda *_: False)
+    monkeypatch.setattr("app.qt.views.chrome.main_window.confirm", lambda *_: False)
     window.delete_conversation_action.trigger()
     assert len(_listed_titles(window)) == 2
-    monkeypatch.setattr("app.qt.views.main_window.confirm", lambda *_: True)
+    monkeypatch.setattr("app.qt.views.chrome.main_window.confirm", lambda *_: True)
     window.delete_conversation_action.trigger()
     assert _listed_titles(window) == ["Pines"]
     assert window.conversation_id == second
@@ -82,7 +82,7 @@ def test_new_rename_filter_and_delete_conversations(qtbot, make_window, monkeypa
 def test_rename_through_the_dialog(qtbot, make_window, monkeypatch):
     window = make_window()
     monkeypatch.setattr(
-        "app.qt.views.main_window.QInputDialog.getText",
+        "app.qt.views.chrome.main_window.QInputDialog.getText",
         lambda *_a, **_k: ("  Renamed  ", True),
     )
     qtbot.keyClick(window, Qt.Key.Key_F2)

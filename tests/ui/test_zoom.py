@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QLabel, QWidget
 
 from app.preferences import TEXT_SCALES, load_preferences, step_text_scale
 from app.qt.views.dialogs.settings import SettingsDialog
-from app.qt.views.markdown import render_markdown
-from app.qt.views.message_body import MessageBody, scale_html
+from app.qt.views.transcript.markdown import render_markdown
+from app.qt.views.transcript.message_body import MessageBody, scale_html
 from storage import setting_rows
 from tests.ui.conftest import send, wait_idle
 

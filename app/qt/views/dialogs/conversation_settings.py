@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.backend.errors import InvalidSetting
 from app.backend.values import SamplingParams
 from app.conversation.presets import Preset, with_preset, without_preset
-from app.qt.views.sampling_form import SamplingForm
+from app.qt.views.dialogs.sampling_form import SamplingForm
 
 # The preset list's first entry: the sampling shown is the conversation's own
 # (the Settings' where it has none).

@@ -52,8 +52,8 @@ from app.library.fit import Fit, assess, machine_memory
 from app.library.hub import BASE_MODEL_NOTE, RemoteFile, RemoteRepository
 from app.library.installed import InstalledModel
 from app.qt.views.dialogs.errors import confirm
-from app.qt.views.downloads import DownloadsPanel
-from app.qt.views.welcome import catalog_fit, choose_model_file
+from app.qt.views.library.downloads import DownloadsPanel
+from app.qt.views.library.welcome import catalog_fit, choose_model_file
 from app.qt.workers.library_worker import ModelServices
 from app.text.quantities import format_bytes
 

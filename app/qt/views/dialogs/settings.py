@@ -46,10 +46,10 @@ from app.library.catalog import shipped_catalog
 from app.mcp.config import ServerConfig
 from app.preferences import TEXT_SCALES, Preferences
 from app.qt.views.dialogs.gpu_layers import NO_GPU_EXPLANATION, GpuLayersField
+from app.qt.views.dialogs.sampling_form import SamplingForm
 from app.qt.views.dialogs.tools_tab import ToolsTab
 from app.qt.views.dialogs.workers_tab import WorkersTab
-from app.qt.views.sampling_form import SamplingForm
-from app.qt.views.welcome import choose_model_file
+from app.qt.views.library.welcome import choose_model_file
 
 __all__ = ["NO_GPU_EXPLANATION", "THREADS_NOTE", "SettingsDialog"]
 

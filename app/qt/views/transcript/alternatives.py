@@ -13,7 +13,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from app.qt.views.message_card import MessageCard
+from app.qt.views.transcript.message_card import MessageCard
 from storage.values import Role
 
 REPAINT_MS = 40

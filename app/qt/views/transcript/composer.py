@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.qt.views.attachment_chips import AttachmentChips
 from app.qt.views.theme import icon
+from app.qt.views.transcript.attachment_chips import AttachmentChips
 from app.text.attachments import Attachment, compose, split
 
 HINT = "Ctrl+Enter to send · Enter for a new line · Esc to stop"

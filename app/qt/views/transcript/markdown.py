@@ -7,7 +7,7 @@ monospace font, syntax colours from Pygments (a light or a dark style to suit
 the palette) and a header line with the language and a "Copy" link
 (``copy:N`` names the Nth block).
 
-A streaming reply (its last part, ``app/qt/views/streaming_body.py``) is
+A streaming reply (its last part, ``app/qt/views/transcript/streaming_body.py``) is
 rendered again every few tens of milliseconds on the GUI thread, so each code
 block's Pygments tokens are kept: all blocks but the last are the same from
 one rendering to the next, and lexing was most of the Python work (a

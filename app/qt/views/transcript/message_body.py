@@ -5,7 +5,7 @@ output), so a frameless ``QTextBrowser`` is used instead, its height pinned
 to the document's height whenever the width or the text changes. Its code
 blocks' "Copy" links put the block's text on the clipboard.
 
-Its text follows the widget's font, so that zooming (``app/qt/views/zoom.py``,
+Its text follows the widget's font, so that zooming (``app/qt/views/chrome/zoom.py``,
 which sizes the bodies' font) scales it. The HTML that ``render_markdown``
 makes says the font size it was made with, on its ``<body>`` (Qt's
 ``toHtml``); read back, that size would be fixed on every character, and a
@@ -25,7 +25,7 @@ from PySide6.QtCore import QEvent, QSizeF, Qt, QUrl, Slot
 from PySide6.QtGui import QColor, QCursor, QGuiApplication, QTextOption
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QToolTip, QWidget
 
-from app.qt.views.markdown import COPY_SCHEME, render_markdown
+from app.qt.views.transcript.markdown import COPY_SCHEME, render_markdown
 
 # The font size ``toHtml`` writes on the body, and any other fixed size.
 _BODY_SIZE = re.compile(r"(<body [^>]*?) font-size:([\d.]+)(pt|px);")

@@ -26,12 +26,12 @@ from PySide6.QtWidgets import (
 
 from app.backend.values import MAX_FORKS
 from app.conversation.results import StopReason
-from app.qt.views.attachment_chips import AttachmentChips
-from app.qt.views.message_body import MessageBody
-from app.qt.views.streaming_body import PART_CHARS, StreamingBody
 from app.qt.views.theme import icon
-from app.qt.views.thinking import ThinkingSection
-from app.qt.views.tool_cards import ToolCallsPanel, ToolResultView
+from app.qt.views.transcript.attachment_chips import AttachmentChips
+from app.qt.views.transcript.message_body import MessageBody
+from app.qt.views.transcript.streaming_body import PART_CHARS, StreamingBody
+from app.qt.views.transcript.thinking import ThinkingSection
+from app.qt.views.transcript.tool_cards import ToolCallsPanel, ToolResultView
 from app.text.attachments import split
 from app.window.actions import TIMES
 from storage import tool_use as tool_uses

@@ -21,8 +21,8 @@ import re
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.qt.views.markdown import fence_after
-from app.qt.views.message_body import MessageBody
+from app.qt.views.transcript.markdown import fence_after
+from app.qt.views.transcript.message_body import MessageBody
 
 # A part is cut off no sooner than this: fewer, larger parts, each rendered once.
 PART_CHARS = 1500

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QFrame, QToolButton, QVBoxLayout, QWidget
 
-from app.qt.views.message_body import MessageBody
+from app.qt.views.transcript.message_body import MessageBody
 
 STREAMING_TITLE = "Thinking…"
 

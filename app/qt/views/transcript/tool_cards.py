@@ -41,8 +41,8 @@ from app.conversation.tool_text import (
     pretty_arguments,
     result_size,
 )
-from app.qt.views.message_body import MessageBody
 from app.qt.views.theme import is_dark
+from app.qt.views.transcript.message_body import MessageBody
 
 WAITS_NOTE = "Waits for the call above."
 # The most lines the box for editing arguments grows to before it scrolls.
@@ -109,7 +109,7 @@ def _style() -> str:
 
 def _monospace(widget: QWidget) -> None:
     """Give ``widget`` a fixed-pitch family, its size left as it is: set by
-    the style sheet of the zoom (``app/qt/views/zoom.py``), like any body's."""
+    the style sheet of the zoom (``app/qt/views/chrome/zoom.py``), like any body's."""
     font = QFont(widget.font())
     fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
     font.setFamilies(fixed.families())

@@ -20,8 +20,8 @@ a card is one empty *gap* widget exactly as tall as those cards would be,
 spacing included, so that the scroll bar spans the whole path. A slot's
 height is its card's once made (and remembered after it goes), until then an
 estimate from the text's shape and the column's width
-(``app/qt/views/transcript_layout.py``). Cards further than ``KEEP_AHEAD`` view
-heights from the view go back to the kept cards below (hidden, not rendered
+(``transcript_layout.py``, beside this file). Cards further than ``KEEP_AHEAD``
+view heights from the view go back to the kept cards below (hidden, not rendered
 again when they come back), so that scrolling a long path end to end leaves
 about as many cards as it began with.
 
@@ -49,7 +49,7 @@ following as soon as the user scrolls up, and a "Jump to latest" button
 brings it back.
 
 A reply that called tools shows its calls below its text, and a tool's
-result shows as one (``app/qt/views/tool_cards.py``). Which calls wait for
+result shows as one (``app/qt/views/transcript/tool_cards.py``). Which calls wait for
 the user is the window's to say (``set_waiting_calls``): it is remembered,
 and every card placed on a slot, made, kept or adopted, is told it then, so
 that a card shown again never offers a call that was answered meanwhile.
@@ -77,11 +77,11 @@ from PySide6.QtWidgets import (
 from app.backend.values import ModelInfo
 from app.conversation.tool_text import card_text
 from app.conversation.tree_snapshot import PathEntry
-from app.qt.views.alternatives import AlternativesRow, ChoiceRow
-from app.qt.views.empty_state import EmptyState
-from app.qt.views.message_body import MessageBody
-from app.qt.views.message_card import MessageCard
-from app.qt.views.transcript_layout import (
+from app.qt.views.transcript.alternatives import AlternativesRow, ChoiceRow
+from app.qt.views.transcript.empty_state import EmptyState
+from app.qt.views.transcript.message_body import MessageBody
+from app.qt.views.transcript.message_card import MessageCard
+from app.qt.views.transcript.transcript_layout import (
     HeightModel,
     Metrics,
     TextShape,

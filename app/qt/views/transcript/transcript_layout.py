@@ -1,8 +1,8 @@
 """How tall a message card will be, before it is made; where each one begins.
 
 The transcript makes cards only for the messages in and near its view
-(``app/qt/views/transcript.py``); every other message is room of the height it
-would take, so that the scroll bar spans the whole path. That height is
+(``transcript.py``, beside this file); every other message is room of the height
+it would take, so that the scroll bar spans the whole path. That height is
 estimated here from the message's shape (the length of each source line, its
 paragraphs and code blocks), the body's width and its font's line spacing,
 then replaced by the card's own height once it is made.

@@ -38,8 +38,13 @@ from app.mcp.config import ServerConfig, load_servers
 from app.preferences import LocalServerPrefs, Preferences
 from app.qt.models.conversation_list import ConversationListModel
 from app.qt.models.conversation_tree import ConversationTreeModel
-from app.qt.views import exchange_actions
-from app.qt.views.about import about_text
+from app.qt.views.chrome import exchange_actions
+from app.qt.views.chrome.about import about_text
+from app.qt.views.chrome.download_status import DownloadStatus
+from app.qt.views.chrome.status_bar import ReplyFigures, SyncFigures
+from app.qt.views.chrome.window_actions import build_actions, fill_recent_menu
+from app.qt.views.chrome.window_layout import build_layout, fit_to_screen
+from app.qt.views.chrome.zoom import TextZoom
 from app.qt.views.dialogs.context_full import offer_shorter, offer_ways_on
 from app.qt.views.dialogs.conversation_settings import ConversationSettingsDialog
 from app.qt.views.dialogs.engine_lost import offer_reload
@@ -49,13 +54,8 @@ from app.qt.views.dialogs.new_conversation import NewConversationDialog
 from app.qt.views.dialogs.search import SearchDialog
 from app.qt.views.dialogs.settings import SettingsDialog
 from app.qt.views.dialogs.storage import StorageDialog
-from app.qt.views.download_status import DownloadStatus
-from app.qt.views.status_bar import ReplyFigures, SyncFigures
+from app.qt.views.library.welcome import choose_model_file, start_folder
 from app.qt.views.theme import app_icon
-from app.qt.views.welcome import choose_model_file, start_folder
-from app.qt.views.window_actions import build_actions, fill_recent_menu
-from app.qt.views.window_layout import build_layout, fit_to_screen
-from app.qt.views.zoom import TextZoom
 from app.qt.workers.engine_thread import EngineController
 from app.qt.workers.library_worker import ModelServices
 from app.text.attachments import AttachmentError, read_attachment, split

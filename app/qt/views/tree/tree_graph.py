@@ -84,7 +84,7 @@ from app.qt.models.conversation_tree import (
     tool_mark,
 )
 from app.qt.views.theme import icon
-from app.qt.views.tree_layout import (
+from app.qt.views.tree.tree_layout import (
     LABEL_CHARS,
     TOOLTIP_CHARS,
     branch_layout,

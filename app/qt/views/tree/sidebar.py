@@ -16,8 +16,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.qt.models.conversation_list import ConversationIdRole, ConversationListModel
-from app.qt.views.conversation_delegate import ConversationDelegate
 from app.qt.views.theme import icon
+from app.qt.views.tree.conversation_delegate import ConversationDelegate
 
 # Filtering queries the database; wait until typing pauses.
 FILTER_DELAY_MS = 200

@@ -13,8 +13,8 @@ from pathlib import Path
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu
 
+from app.qt.views.chrome.window_layout import PanelSplitter
 from app.qt.views.theme import icon
-from app.qt.views.window_layout import PanelSplitter
 from app.window.actions import ACTIONS, MENUS, RECENT_MODELS, ActionSpec, ActionTarget
 
 STANDARD_KEY = "Standard:"

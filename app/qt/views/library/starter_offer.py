@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.qt.views.button_row import ButtonRow
-from app.qt.views.downloads import show_fraction
+from app.qt.views.library.button_row import ButtonRow
+from app.qt.views.library.downloads import show_fraction
 
 STARTER_TEXT = (
     "You are chatting with the starter model, made for trying Arbor: it is "

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 from app.library import names
 from app.library.catalog import Catalog, CatalogEntry, model_name
 from app.library.fit import Fit, assess
-from app.qt.views.downloads import show_fraction
+from app.qt.views.library.downloads import show_fraction
 from app.qt.views.theme import app_icon, icon
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"

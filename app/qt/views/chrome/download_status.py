@@ -18,10 +18,10 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.library import names
 from app.library.catalog import model_name
 from app.library.installed import InstalledModel
-from app.qt.views.downloads import describe_download, status_text
-from app.qt.views.starter_offer import StarterOfferBar
-from app.qt.views.status_bar import ArborStatusBar
-from app.qt.views.welcome import WelcomePage, welcome_offer
+from app.qt.views.chrome.status_bar import ArborStatusBar
+from app.qt.views.library.downloads import describe_download, status_text
+from app.qt.views.library.starter_offer import StarterOfferBar
+from app.qt.views.library.welcome import WelcomePage, welcome_offer
 from app.qt.workers.download_worker import DONE, PAUSED, DownloadState
 from app.qt.workers.library_worker import ModelServices
 from app.text.quantities import format_bytes

@@ -45,7 +45,7 @@ from app.qt.models.conversation_tree import (
 )
 from app.qt.views.elided_label import ElidedLabel
 from app.qt.views.theme import icon
-from app.qt.views.tree_graph import PROMPT_ACTION_TEXT, TreeGraphView
+from app.qt.views.tree.tree_graph import PROMPT_ACTION_TEXT, TreeGraphView
 from storage.values import Role
 
 LIST_MODE, GRAPH_MODE = "list", "graph"

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import QWidget
 from app.preferences import TEXT_SCALES, step_text_scale
 
 if TYPE_CHECKING:  # the window makes its zoom: no import at run time
-    from app.qt.views.main_window import MainWindow
+    from app.qt.views.chrome.main_window import MainWindow
 
 # How long the status bar says the new size.
 MESSAGE_MS = 2000

@@ -14,7 +14,7 @@ from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.library.catalog import model_name
-from app.qt.views.button_row import ButtonRow
+from app.qt.views.library.button_row import ButtonRow
 
 
 class ModelOfferBar(QFrame):

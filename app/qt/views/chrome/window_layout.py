@@ -39,14 +39,14 @@ from PySide6.QtWidgets import (
 from app.preferences import Preferences
 from app.qt.models.conversation_list import ConversationListModel
 from app.qt.models.conversation_tree import ConversationTreeModel
-from app.qt.views.composer import Composer
-from app.qt.views.model_offer import ModelOfferBar
-from app.qt.views.sidebar import Sidebar
-from app.qt.views.starter_offer import StarterOfferBar
-from app.qt.views.status_bar import ArborStatusBar
-from app.qt.views.transcript import TranscriptView
-from app.qt.views.tree_panel import TreePanel
-from app.qt.views.welcome import WelcomePage
+from app.qt.views.chrome.status_bar import ArborStatusBar
+from app.qt.views.library.model_offer import ModelOfferBar
+from app.qt.views.library.starter_offer import StarterOfferBar
+from app.qt.views.library.welcome import WelcomePage
+from app.qt.views.transcript.composer import Composer
+from app.qt.views.transcript.transcript import TranscriptView
+from app.qt.views.tree.sidebar import Sidebar
+from app.qt.views.tree.tree_panel import TreePanel
 from storage.db import Database
 
 # The most room the centre asks of the window; a page that needs more scrolls.
