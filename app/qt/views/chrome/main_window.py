@@ -133,7 +133,7 @@ class MainWindow(QMainWindow):
         self._split_by_user = False
         self.splitter.splitterMoved.connect(self._on_splitter_splitter_moved)
         self._share_width()
-        self.zoom = TextZoom(self)  # before the actions: the zoom's are its own
+        self.zoom = TextZoom(self, self)  # before the actions: the zoom's are its own
         self.actions_by_name, self.recent_menu = build_actions(self, self)
         self.download_status = DownloadStatus(
             models,

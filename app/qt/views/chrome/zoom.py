@@ -29,19 +29,55 @@ following it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QPoint
 from PySide6.QtGui import QFont, QGuiApplication
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QStatusBar, QWidget
 
-from app.preferences import TEXT_SCALES, step_text_scale
-
-if TYPE_CHECKING:  # the window makes its zoom: no import at run time
-    from app.qt.views.chrome.main_window import MainWindow
+from app.preferences import TEXT_SCALES, Preferences, step_text_scale
+from app.qt.views.chrome.window_layout import PanelSplitter
+from app.qt.views.transcript.composer import Composer
+from app.qt.views.transcript.transcript import TranscriptView
 
 # How long the status bar says the new size.
 MESSAGE_MS = 2000
+
+
+class PreferenceSaver(Protocol):
+    """The presenter's step the zoom takes (``WindowPresenter`` has it)."""
+
+    def save_preferences(self, prefs: Preferences) -> None:
+        """Use ``prefs`` now, and store them."""
+
+
+class ZoomedWindow(Protocol):
+    """What the zoom reads and scales on its window (``MainWindow`` has it):
+    named here so that the zoom, which the window makes, does not import the
+    window back."""
+
+    @property
+    def prefs(self) -> Preferences:
+        """The preferences in use; ``text_scale`` is the size asked for."""
+
+    @property
+    def presenter(self) -> PreferenceSaver:
+        """Where a chosen size is stored."""
+
+    @property
+    def transcript(self) -> TranscriptView:
+        """The messages whose text is scaled."""
+
+    @property
+    def composer(self) -> Composer:
+        """Its editor's text is scaled too."""
+
+    @property
+    def splitter(self) -> PanelSplitter:
+        """The panels that give way to larger text."""
+
+    def statusBar(self) -> QStatusBar:  # Qt's name: QMainWindow has it
+        """Where the new size is said."""
 
 
 def scaled_font(base: QFont, scale: int) -> QFont:
@@ -79,11 +115,13 @@ class TextZoom(QObject):
     Parameters
     ----------
     window
-        The window to scale; also the Qt parent.
+        The window to scale.
+    parent
+        The Qt parent (the window itself).
     """
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: ZoomedWindow, parent: QObject) -> None:
+        super().__init__(parent)
         self._window = window
         self.scale = 100  # what the window shows
 
