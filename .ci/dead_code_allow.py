@@ -85,12 +85,3 @@ _.styled
 # collector to free (tests/ui/test_gui_thread_gc.py).
 _.Untitled
 _.me
-
-# To triage after the window's split (issue 42): unused as far as vulture
-# sees, but their code lies in app/qt, which is being reshaped (the tree
-# snapshot's sibling fields are made for the transcript there, which never
-# reads them).
-_.sibling_index
-_.sibling_count
-_._description
-_._scroll_to_top

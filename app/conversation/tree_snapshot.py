@@ -14,11 +14,9 @@ from storage.records import NodeSummary
 
 @dataclass(frozen=True)
 class PathEntry:
-    """One message of the transcript, with its place among its siblings."""
+    """One message of the transcript."""
 
     node: NodeSummary
-    sibling_index: int  # 0-based
-    sibling_count: int
 
 
 class TreeSnapshot:
@@ -71,14 +69,8 @@ class TreeSnapshot:
         return self.children[self.nodes[node_id].parent_id]
 
     def transcript(self, node_id: int) -> list[PathEntry]:
-        """The path to ``node_id`` with each message's sibling position."""
-        entries = []
-        for nid in self.path(node_id):
-            siblings = self.siblings(nid)
-            entries.append(
-                PathEntry(self.nodes[nid], siblings.index(nid), len(siblings))
-            )
-        return entries
+        """The messages from the root down to ``node_id``."""
+        return [PathEntry(self.nodes[nid]) for nid in self.path(node_id)]
 
     def latest_leaf(self, node_id: int) -> int:
         """Follow the newest child from ``node_id`` down to a leaf.

@@ -84,7 +84,7 @@ def _agent_path(result: str = "12:00", n_tokens: int = 0) -> list[NodeSummary]:
 
 def _show(view: TranscriptView, nodes: list[NodeSummary]) -> None:
     view.show_path(
-        [PathEntry(node, 0, 1) for node in nodes],
+        [PathEntry(node) for node in nodes],
         {node.id: [node.id] for node in nodes},
     )
 

@@ -71,13 +71,11 @@ class StarterOfferBar(QFrame):
         outer.addWidget(self.download_bar)
         self.dismissed = False
         self._offer_text = ""
-        self._description = ""
         self.hide()
 
     def set_offer(self, button_text: str | None, description: str) -> None:
         """Offer one model (None: nothing, and the bar hides)."""
         self._offer_text = button_text or ""
-        self._description = description
         self.setVisible(button_text is not None and not self.dismissed)
         self.offer_button.setText(self._offer_text)
         self.offer_button.setEnabled(True)

@@ -1017,12 +1017,6 @@ class TranscriptView(QScrollArea):
         self._jump_button.hide()
         self._fill(_END)
 
-    def _scroll_to_top(self) -> None:
-        """Show the top and stay there (the empty state: nothing streams)."""
-        self.following = False
-        self._jump_button.hide()
-        self._fill(_TOP)
-
     def _move_to_bottom(self) -> None:
         bar = self.verticalScrollBar()
         moving, self._moving = self._moving, True
