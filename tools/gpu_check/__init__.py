@@ -43,9 +43,14 @@ On the GPU machine (the ``run`` tool; carry ``[".gpu-check"]``,
     python3 -m tools.gpu_check run --build --out $OUT --deadline 560
 
 A second call on the same machine while it stays up reuses the build and
-the models and can add what the first had no time for:
+the models and can add what the first had no time for (the 8B shape's
+figures, here):
 
-    python3 -m tools.gpu_check run --build --out $OUT --deadline 400 --only big,flash
+    python3 -m tools.gpu_check run --build --out $OUT --deadline 200 --only big
+
+``--cuda-fa`` also builds flash attention's CUDA kernels (a longer build;
+how much longer was not measured) and measures capture and restore with it
+on: for a later session, once the default build has run.
 
 The same checks here, with small shapes (tests/test_gpu_check.py runs the
 first):

@@ -177,7 +177,9 @@ def _run(args: argparse.Namespace) -> int:
             p for p in (cuda_libs, os.environ.get("LD_LIBRARY_PATH", "")) if p
         )
     env = runner.child_env(sites, extra)
-    size = args.size or ("gpu" if args.build else "small")
+    # Real models' shapes on a GPU build; a build that fell back to the CPU
+    # alone could not run them in minutes.
+    size = args.size or ("gpu" if args.build and on_gpu else "small")
     record["size"] = size
     # Flash attention runs wherever its kernels were built: the installed
     # wheel here, a CUDA build only when asked for.
