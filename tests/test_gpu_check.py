@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tools.gpu_check import build, prepare, report
+from tools.gpu_check import build, plan, prepare, report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -235,3 +235,24 @@ def test_the_wheels_cover_what_the_steps_import():
     # Ours, the machine's (numpy), the bindings, and compiled helpers.
     elsewhere = {"app", "storage", "tests", "tools", "numpy", "llama_cpp"}
     assert imported - provided - elsewhere <= {"cython_runtime"}
+
+
+def test_a_second_run_can_take_only_some_steps_with_what_they_need(tmp_path):
+    steps = plan.plan(
+        plan.SIZES["gpu"],
+        tmp_path,
+        ["--n-gpu-layers", "all"],
+        ["--n-gpu-layers", "0"],
+        on_gpu=True,
+        flash_attn_kernels=False,
+        llama_bench="llama-bench",
+    )
+    ids = [s.id for s in steps]
+    # The exactness checks first, the 8B shape's figures last.
+    assert ids.index("placement refusals") < ids.index("cold resume main 2048")
+    assert ids.index("llama-bench main") < ids.index("model big")
+    big = [s.id for s in plan.only(steps, ["big"])]
+    assert big[:2] == ["devices", "model big"]
+    assert "cold resume big 32768" in big and "cold resume main 32768" not in big
+    exact = [s.id for s in plan.only(steps, ["sliding window"])]
+    assert exact == ["devices", "model swa", "sliding window exact"]

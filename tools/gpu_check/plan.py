@@ -270,8 +270,13 @@ def _figures(
 
 
 def only(steps: list[Step], words: list[str]) -> list[Step]:
-    """The steps whose id holds one of ``words`` (and "devices"), for a second
-    run that adds what a first one had no time for ("big", "flash")."""
+    """The steps whose id holds one of ``words``, "devices" and the steps
+    they need, for a second run that adds what a first one had no time for
+    ("big")."""
     if not words:
         return steps
-    return [s for s in steps if s.id == "devices" or any(w in s.id for w in words)]
+    wanted = {s.id for s in steps if s.id == "devices" or any(w in s.id for w in words)}
+    for step in reversed(steps):  # and what they need (a model written before)
+        if step.id in wanted:
+            wanted.update(step.needs)
+    return [s for s in steps if s.id in wanted]
