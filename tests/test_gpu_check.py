@@ -256,3 +256,14 @@ def test_a_second_run_can_take_only_some_steps_with_what_they_need(tmp_path):
     assert "cold resume big 32768" in big and "cold resume main 32768" not in big
     exact = [s.id for s in plan.only(steps, ["sliding window"])]
     assert exact == ["devices", "model swa", "sliding window exact"]
+
+
+def test_a_gpu_run_without_the_gpu_stops_after_saying_so(tmp_path):
+    # Asked for CUDA where llama.cpp finds no GPU (lavapipe is not used
+    # unless named): the run stops after the devices step, not after
+    # minutes of the 1B shape on the CPU.
+    code, result, table = _run_check(tmp_path, "--backend", "cuda")
+    assert code == 1
+    assert [s["id"] for s in result["steps"]] == ["devices"]
+    assert result["stopped"].startswith("llama.cpp found no cuda device")
+    assert "STOPPED: llama.cpp found no cuda device" in table

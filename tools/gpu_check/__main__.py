@@ -195,17 +195,19 @@ def _run(args: argparse.Namespace) -> int:
         llama_bench,
     )
     steps = plan.only(steps, [w for w in args.only.split(",") if w])
-    runner.run_steps(steps, env, deadline, record, save)
-    devices: dict[str, Any] = next(
-        (s for s in record["steps"] if s["id"] == "devices"), {}
-    )
-    found = devices.get("result", {}).get("devices", [])
-    record["device"] = (
-        ", ".join(
-            f"{d['name']} ({d['description']})" for d in found if d["kind"] != "cpu"
+    # "devices" first: without the GPU it was built for, the rest would
+    # only measure the CPU, slowly, on the GPU machine's minutes.
+    runner.run_steps(steps[:1], env, deadline, record, save)
+    found = record["steps"][0].get("result", {}).get("devices", [])
+    gpus = [d for d in found if d["kind"] != "cpu"]
+    record["device"] = ", ".join(f"{d['name']} ({d['description']})" for d in gpus)
+    if on_gpu and not gpus:
+        record["stopped"] = (
+            f"llama.cpp found no {backend} device "
+            f"(backends loaded: {record['steps'][0].get('result', {}).get('backends')})"
         )
-        or "CPU"
-    )
+    else:
+        runner.run_steps(steps[1:], env, deadline, record, save)
     save(record)
     summary = report.summarize(record)
     print(report.table(summary))

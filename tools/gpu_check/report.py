@@ -104,10 +104,11 @@ def table(s: dict[str, Any]) -> str:
     """A short Markdown report of ``s`` (a ``summarize`` result)."""
     build = s.get("build") or {}
     lines = [
-        f"# GPU check ({s['backend']}, {s.get('device', '')})",
+        f"# GPU check ({s['backend']}, {s.get('device') or 'CPU'})",
         "",
         s["status_note"],
         "",
+        *([f"STOPPED: {s['stopped']}", ""] if s.get("stopped") else []),
         f"- build: {build.get('backend') or 'none'} "
         + "; ".join(
             f"{a['backend']} {'ok' if a['ok'] else 'no'} {a['seconds']} s {a['reason']}"
