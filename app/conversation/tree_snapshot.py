@@ -7,16 +7,7 @@ branch leads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from storage.records import NodeSummary
-
-
-@dataclass(frozen=True)
-class PathEntry:
-    """One message of the transcript."""
-
-    node: NodeSummary
 
 
 class TreeSnapshot:
@@ -68,9 +59,9 @@ class TreeSnapshot:
         """Ids of the node and its siblings, oldest first."""
         return self.children[self.nodes[node_id].parent_id]
 
-    def transcript(self, node_id: int) -> list[PathEntry]:
+    def transcript(self, node_id: int) -> list[NodeSummary]:
         """The messages from the root down to ``node_id``."""
-        return [PathEntry(self.nodes[nid]) for nid in self.path(node_id)]
+        return [self.nodes[nid] for nid in self.path(node_id)]
 
     def latest_leaf(self, node_id: int) -> int:
         """Follow the newest child from ``node_id`` down to a leaf.

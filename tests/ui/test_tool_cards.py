@@ -19,7 +19,6 @@ from app.conversation.tool_text import (
     label_text,
     pretty_arguments,
 )
-from app.conversation.tree_snapshot import PathEntry
 from app.qt.views.chrome.zoom import body_style
 from app.qt.views.transcript.message_card import MessageCard
 from app.qt.views.transcript.tool_cards import WAITS_NOTE
@@ -84,7 +83,7 @@ def _agent_path(result: str = "12:00", n_tokens: int = 0) -> list[NodeSummary]:
 
 def _show(view: TranscriptView, nodes: list[NodeSummary]) -> None:
     view.show_path(
-        [PathEntry(node) for node in nodes],
+        nodes,
         {node.id: [node.id] for node in nodes},
     )
 

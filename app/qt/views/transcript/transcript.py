@@ -76,7 +76,6 @@ from PySide6.QtWidgets import (
 
 from app.backend.values import ModelInfo
 from app.conversation.tool_text import card_text
-from app.conversation.tree_snapshot import PathEntry
 from app.qt.views.transcript.alternatives import AlternativesRow, ChoiceRow
 from app.qt.views.transcript.empty_state import EmptyState
 from app.qt.views.transcript.message_body import MessageBody
@@ -295,12 +294,12 @@ class TranscriptView(QScrollArea):
 
     def show_path(
         self,
-        entries: list[PathEntry],
+        nodes: list[NodeSummary],
         siblings: dict[int, list[int]],
         thinking: Mapping[int, str] | None = None,
         follow: bool = True,
     ) -> None:
-        """Show ``entries`` (root first).
+        """Show ``nodes``, the path's messages (root first).
 
         ``siblings`` maps nodes to sibling ids; ``thinking`` maps replies
         that reasoned to their reasoning (shown folded above the answer).
@@ -315,13 +314,12 @@ class TranscriptView(QScrollArea):
         # The question and the reply that streamed, now stored at the path's
         # end: their cards become those of their nodes, not made again.
         unsaved, self._unsaved = self._unsaved, []
-        stored_at = len(entries) - len(unsaved)
+        stored_at = len(nodes) - len(unsaved)
         self._model.settle()
         metrics = self._metrics = self._current_metrics()
-        self._servers = tool_use.servers_of(entries[0].node.tool_use) if entries else {}
+        self._servers = tool_use.servers_of(nodes[0].tool_use) if nodes else {}
         slots = []
-        for at, entry in enumerate(entries):
-            node = entry.node
+        for at, node in enumerate(nodes):
             if (
                 node.role == Role.ROOT
                 and not node.text.strip()
