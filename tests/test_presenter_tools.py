@@ -66,7 +66,7 @@ def test_a_call_waits_in_its_card_and_runs_when_the_user_says_yes(
 ):
     s = _ready(open_session, qwen_model, script)
     p = s.presenter
-    assert p.tools_available and p.tools_on
+    assert p.tools_available and p.tool_choice != "off"
 
     assert p.send("What is the weather in Paris?", None)
     s.engine.run_jobs()
@@ -156,7 +156,8 @@ def test_edited_arguments_and_an_edited_result_are_siblings(
     again.engine.run_jobs()
     assert again.presenter.active_id == active
     assert waiting_calls(again.presenter.snapshot, active) == {}
-    assert again.presenter.tools_on  # the branch's start offers the tools
+    # The branch's start offers the tools.
+    assert again.presenter.tools_available and again.presenter.tool_choice != "off"
 
 
 def test_tools_on_a_model_without_tool_support_say_so(open_session, tiny_model, script):

@@ -199,11 +199,6 @@ class WindowPresenter:
         return self.model.tools_available
 
     @property
-    def tools_on(self) -> bool:
-        """Whether the next message offers the enabled servers' tools."""
-        return self.shown.tool_choice != "off" and self.model.tools_available
-
-    @property
     def generating(self) -> bool:
         """Whether a reply is being generated."""
         return self.reply.generating
