@@ -28,10 +28,10 @@ ACCENT = QColor("#2f7d4f")  # the green of the app icon
 ACCENT_DARK = QColor("#4caf7a")
 
 
-def is_dark(palette: QPalette | None = None) -> bool:
-    """Whether ``palette`` (default: the application's) has a dark window colour."""
-    palette = palette or QGuiApplication.palette()
-    return palette.color(QPalette.ColorRole.Window).lightness() < 128
+def is_dark() -> bool:
+    """Whether the application's palette has a dark window colour."""
+    window = QGuiApplication.palette().color(QPalette.ColorRole.Window)
+    return window.lightness() < 128
 
 
 def light_palette() -> QPalette:
