@@ -93,10 +93,10 @@ def measure(total_bytes: int = 256 << 20, row_bytes: int = 1024) -> dict[str, An
     address = host.ctypes.data
     try:
         lib.ggml_backend_tensor_set(tensor, address, 0, total_bytes)  # warm up
-        set_s = _best(
+        set_s = best(
             lambda: lib.ggml_backend_tensor_set(tensor, address, 0, total_bytes)
         )
-        get_s = _best(
+        get_s = best(
             lambda: lib.ggml_backend_tensor_get(tensor, address, 0, total_bytes)
         )
         calls = 2000
@@ -106,7 +106,7 @@ def measure(total_bytes: int = 256 << 20, row_bytes: int = 1024) -> dict[str, An
                 offset = (i * row_bytes * 7) % (total_bytes - row_bytes)
                 lib.ggml_backend_tensor_get(tensor, address, offset, row_bytes)
 
-        small_s = _best(small_gets)
+        small_s = best(small_gets)
     finally:
         lib.ggml_backend_buffer_free(buffer)
         lib.ggml_free(ctx)
@@ -120,7 +120,7 @@ def measure(total_bytes: int = 256 << 20, row_bytes: int = 1024) -> dict[str, An
     }
 
 
-def _best(work: Any, repeats: int = 3) -> float:
+def best(work: Any, repeats: int = 3) -> float:
     """The fastest of ``repeats`` runs of ``work``, in seconds."""
     times = []
     for _ in range(repeats):

@@ -343,14 +343,14 @@ def state_speed(args: Args) -> Any:
             def capture(n: int = n) -> None:
                 engine.capture(0, n - 1)
 
-            capture_s = _best(capture)
+            capture_s = copy_rate.best(capture)
 
             def restore(data: bytes = data, n: int = n) -> None:
                 engine.truncate(0)
                 if not engine.restore(data, 0, n - 1):
                     raise RuntimeError(f"restore of {n - 1} tokens refused")
 
-            restore_s = _best(restore)
+            restore_s = copy_rate.best(restore)
             engine.decode(tokens[-1:])
             rows.append(
                 {
@@ -404,15 +404,6 @@ def speed(args: Args) -> Any:
         "prompt_tps": statistics.median(prompt),
         "gen_tps": statistics.median(generated),
     }
-
-
-def _best(work: Callable[[], object], repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 STEPS: dict[str, Callable[[Args], Any]] = {
