@@ -1,7 +1,7 @@
 """How a node's part in tool use reads in the window, in words (Qt-free).
 
 The transcript shows calls and results as cards of their own
-(``app/qt/views/tool_cards.py``), from a node's stored text and
+(``app/qt/views/transcript/tool_cards.py``), from a node's stored text and
 ``tool_use``: its text is no longer rewritten for it. What those cards say is
 decided here: a call's arguments laid out, a result's size, where a long
 result folds, whether edited arguments can be sent. The tree and the graph

@@ -1,7 +1,7 @@
 """The window's actions in one table: text, shortcuts, when enabled, handler.
 
 Qt-free, so the presenter can say which actions are enabled and a test can
-read the table without a window. ``app/qt/views/window_actions.py`` turns each
+read the table without a window. ``app/qt/views/chrome/window_actions.py`` turns each
 row into a ``QAction`` named ``<name>_action`` on the window, whose
 ``triggered`` signal calls what ``handler`` finds on the window: one of the
 presenter's steps (``w.presenter.new_conversation``) or a method of the

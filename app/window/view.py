@@ -1,6 +1,6 @@
 """What the window's logic asks of its surroundings, as protocols.
 
-``View`` is the window (``app/qt/views/main_window.py`` implements it; tests
+``View`` is the window (``app/qt/views/chrome/main_window.py`` implements it; tests
 record its calls); ``Engine`` is the engine thread that runs the jobs
 (``EngineController``; tests run them inline). The presenter and its parts
 speak only to these, so that the window's logic runs without Qt.
