@@ -25,7 +25,6 @@ LABEL_RESULT_CHARS = 400
 ERROR_PREFIX = "Error:"
 
 
-
 def label_text(role: str, text: str, use: dict[str, Any] | None) -> str:
     """A node's words for a one-line label (Markdown, short): a reply's text
     with its calls ("Let me look. Calls `get_weather`"), a result with what
