@@ -316,6 +316,15 @@ class WindowPresenter:
             self.view.set_busy(job.busy)
             self.engine.submit(job)
 
+    def use_settings_context(self) -> None:
+        """The shown conversation gives up the context size raised for it:
+        the model loads again with the Settings' size."""
+        if self.generating or self.shown.context_size is None:
+            return
+        self.shown.keep_context_size(None)
+        self.model.own_context = None
+        self.model.follow_context()
+
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         """Give a conversation a new title (shown at once, stored by the worker)."""
         self.engine.submit(jobs.RenameConversation(conversation_id, title))

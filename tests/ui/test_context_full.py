@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
 
 from app.qt.views.dialogs.context_full import raised_context_size
+from app.qt.views.dialogs.conversation_settings import ConversationSettingsDialog
+from app.window.presenter import WayOn
 from storage import conversation_rows, node_rows
 from tests.ui.conftest import wait_idle
 
@@ -144,3 +146,27 @@ def test_branching_from_earlier_focuses_the_tree(qtbot, make_window):
     _send_and_answer(qtbot, window, LONG_MESSAGE, "Branch from earlier")
     assert window.tree_panel.isVisible()
     assert "branch" in window.status.currentMessage().lower()
+
+
+def test_the_conversation_settings_give_a_raised_size_back(qtbot, make_window):
+    window = make_window()
+    _small_context(qtbot, window)
+    _send_text(qtbot, window, "hi")
+    shown = window.conversation_id
+    window.presenter.way_on_chosen(WayOn.RAISE, 1024)
+    wait_idle(qtbot, window)
+    assert window.model_info.n_ctx == 1024
+
+    def untick_and_accept() -> None:
+        dialog = window.findChild(ConversationSettingsDialog)
+        assert dialog is not None and dialog.own_context_box.isVisible()
+        assert "1,024 tokens" in dialog.own_context_box.text()
+        dialog.own_context_box.setChecked(False)
+        ok = QDialogButtonBox.StandardButton.Ok
+        dialog.findChild(QDialogButtonBox).button(ok).click()
+
+    QTimer.singleShot(200, untick_and_accept)
+    window.ask_conversation_settings()
+    wait_idle(qtbot, window)
+    assert window.model_info.n_ctx == 256
+    assert conversation_rows.get_conversation(window.db, shown).context_size is None

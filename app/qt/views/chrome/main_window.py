@@ -597,6 +597,8 @@ class MainWindow(QMainWindow):
             preset,
             self.prefs.presets,
             self.prefs.sampling,
+            self.presenter.shown.context_size,
+            self.prefs.backend.n_ctx,
             self,
         )
         accepted = dialog.exec() == ConversationSettingsDialog.DialogCode.Accepted
@@ -607,6 +609,8 @@ class MainWindow(QMainWindow):
             self.presenter.change_conversation_settings(
                 dialog.system_prompt, dialog.sampling, dialog.preset
             )
+            if not dialog.keeps_own_context:
+                self.presenter.use_settings_context()
 
     @Slot(int)
     def ask_branch_system_prompt(self, root_id: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Slot
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -51,6 +52,10 @@ class ConversationSettingsDialog(QDialog):
         them (saved or deleted here), whether or not the dialog was accepted.
     defaults
         The Settings' sampling, what "no preset" means.
+    context_size, settings_context
+        The context size raised for this conversation (None: it has none)
+        and the Settings' own; ``keeps_own_context`` afterwards says whether
+        the conversation keeps its size.
     parent
         The Qt parent.
     """
@@ -62,6 +67,8 @@ class ConversationSettingsDialog(QDialog):
         preset: str | None,
         presets: tuple[Preset, ...],
         defaults: SamplingParams,
+        context_size: int | None = None,
+        settings_context: int = 0,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -99,6 +106,16 @@ class ConversationSettingsDialog(QDialog):
         group_layout.addWidget(self.sampling_form)
         layout.addWidget(group)
 
+        # Only where a size was raised for this conversation: the way back.
+        self.own_context_box = QCheckBox(
+            f"Its own context size, {context_size or 0:,} tokens "
+            f"(Settings: {settings_context:,}); unticked, the Settings' size"
+        )
+        self.own_context_box.setObjectName("OwnContextBox")
+        self.own_context_box.setChecked(True)
+        self.own_context_box.setVisible(context_size is not None)
+        layout.addWidget(self.own_context_box)
+
         self.error_label = QLabel()
         self.error_label.setObjectName("Error")
         self.error_label.setWordWrap(True)
@@ -119,6 +136,11 @@ class ConversationSettingsDialog(QDialog):
         self.preset: str | None = None
 
     # --- results --------------------------------------------------------------
+
+    @property
+    def keeps_own_context(self) -> bool:
+        """Whether the conversation keeps the context size raised for it."""
+        return self.own_context_box.isChecked()
 
     @property
     def system_prompt(self) -> str:
