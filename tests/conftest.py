@@ -17,10 +17,10 @@ from app.backend.settings import BackendSettings
 from app.conversation.service import ConversationService
 from app.platform.paths import database_path
 from storage.db import Database, open_database
-from tests import gemma, real_vocab, template_corpus
-from tests.presenter_session import Session
-from tests.scripted import ScriptedEngine
-from tests.tiny_model import (
+from tests.helpers import gemma, real_vocab, template_corpus
+from tests.helpers.presenter_session import Session
+from tests.helpers.scripted import ScriptedEngine
+from tests.helpers.tiny_model import (
     write_tiny_model,
     write_tiny_recurrent_model,
     write_tiny_swa_model,
@@ -172,7 +172,7 @@ def gemma3_models() -> gemma.GemmaModels:
 @pytest.fixture
 def open_session(data_dir: Path) -> Iterator[Callable[[], Session]]:
     """Open window presenters without a window on the test's database
-    (``tests/presenter_session.py``); their models are freed afterwards."""
+    (``tests/helpers/presenter_session.py``); their models are freed afterwards."""
     opened: list[tuple[Session, Database]] = []
 
     def open_one() -> Session:

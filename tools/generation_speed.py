@@ -23,7 +23,7 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from storage.db import open_database
-from tests.tiny_model import write_tiny_model
+from tests.helpers.tiny_model import write_tiny_model
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ that change came from this script on the commit before it.
 
     python tools/grammar_speed.py --model GGUF [--tokens 64]
 
-Gemma 3's 262,144-token vocabulary shows it (tests/gemma.py keeps a copy
+Gemma 3's 262,144-token vocabulary shows it (tests/helpers/gemma.py keeps a copy
 under ~/.cache/arbor/models).
 """
 

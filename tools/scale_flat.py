@@ -34,7 +34,7 @@ from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from storage import conversation_rows, text_search
 from storage.db import open_database
-from tests.tiny_model import write_tiny_model
+from tests.helpers.tiny_model import write_tiny_model
 from tools.scale_delete import add_nodes, bushy_shape
 
 SETTINGS = BackendSettings(n_ctx=4096, n_threads=1)

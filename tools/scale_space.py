@@ -12,7 +12,7 @@
   ``--clear-mb`` MB in the middle of the file.
 - **soak**: 10,000 alternating switches between two branches of 16
   checkpointed nodes, read as a restore reads them, in a fresh process
-  (``tests/restore_soak.py``); with ``--model``, also 10,000 real restores
+  (``tests/helpers/restore_soak.py``); with ``--model``, also 10,000 real restores
   on that model. Target: the resident set grows at most 5 MiB.
 - **read**: one blob of ``--blob-mb`` MB read as a restore reads it
   (``CheckpointReader``, blobopen into a buffer kept), against a plain
@@ -176,9 +176,9 @@ def measure_freeing(folder: Path, gb: float, clear_mb: float) -> list[Freeing]:
 
 
 def soak(folder: Path, kind: str, *extra: str) -> dict[str, float]:
-    """Run a ``tests/restore_soak.py`` soak in a fresh process."""
+    """Run a ``tests/helpers/restore_soak.py`` soak in a fresh process."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.restore_soak", kind, str(folder), *extra],
+        [sys.executable, "-m", "tests.helpers.restore_soak", kind, str(folder), *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,

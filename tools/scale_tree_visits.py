@@ -55,7 +55,7 @@ from app.conversation.service import ConversationService
 from app.conversation.tree_cache import TreeCache
 from storage import tree_reads
 from storage.db import Database, open_database
-from tests.tiny_model import write_tiny_model
+from tests.helpers.tiny_model import write_tiny_model
 
 SETTINGS = BackendSettings(n_ctx=2048, n_threads=1)
 SEED_TURNS = 4

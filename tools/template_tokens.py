@@ -3,7 +3,7 @@ llama.cpp's tokens of the template's render?
 
 For each of llama.cpp's reference templates (the llama-cpp-python sdist) and
 each vocabulary named (``ggml-vocab-NAME.gguf`` from the same sdist, on a tiny
-random-weight model, ``tests/real_vocab.py``), three rounds with and without
+random-weight model, ``tests/helpers/real_vocab.py``), three rounds with and without
 a system prompt go through the real service with a scripted sampler; after
 each, the context held when the reply started is compared with llama.cpp's
 tokenization of the whole render. Prints the pairs that differ and a count
@@ -24,8 +24,8 @@ from app.backend.settings import BackendSettings
 from app.backend.values import SamplingParams
 from app.conversation.service import ConversationService
 from storage.db import open_database
-from tests import real_vocab, template_corpus
-from tests.scripted import ScriptedEngine, held_context, rendered_context
+from tests.helpers import real_vocab, template_corpus
+from tests.helpers.scripted import ScriptedEngine, held_context, rendered_context
 
 PARAMS = SamplingParams(temperature=0, max_tokens=60)
 ROUNDS = [

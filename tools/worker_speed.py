@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.platform.starter_model import starter_model_path  # noqa: E402
-from tests.workers import free_ports, running_worker  # noqa: E402
+from tests.helpers.workers import free_ports, running_worker  # noqa: E402
 
 REPEATS = 3
 

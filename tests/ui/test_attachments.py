@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.qt.views.transcript.attachment_chips import AttachmentViewer
 from storage import node_rows
-from tests.test_attachments import write_pdf
+from tests.text.test_attachments import write_pdf
 from tests.ui.conftest import WAIT_MS, wait_idle
 
 

@@ -3,7 +3,7 @@ can work (the network, a first checksum mismatch), Remove always, and no
 Resume after a 404, nor after a second checksum mismatch.
 
 Real parts: ``DownloadController`` and its download thread, ``pull`` through
-``huggingface_hub``, the Hub stand-in of ``tests/fake_hub.py`` on
+``huggingface_hub``, the Hub stand-in of ``tests/helpers/fake_hub.py`` on
 127.0.0.1, and the Downloads panel's rows.
 """
 
@@ -20,7 +20,7 @@ from app.library.download import STALL_ENV
 from app.library.installed import ModelLibrary
 from app.qt.views.library.downloads import DownloadsPanel
 from app.qt.workers.download_worker import FAILED, DownloadController
-from tests.fake_hub import FakeHub, HubServer
+from tests.helpers.fake_hub import FakeHub, HubServer
 from tests.ui.conftest import WAIT_MS
 
 LEFT = Qt.MouseButton.LeftButton

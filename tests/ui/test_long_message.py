@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.backend.errors import context_size_for
 from storage import conversation_rows
-from tests.tiny_model import write_tiny_model
+from tests.helpers.tiny_model import write_tiny_model
 from tests.ui.conftest import wait_idle
 
 # About 2,000 tokens on the tiny model's byte-level vocabulary.

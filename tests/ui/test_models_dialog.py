@@ -1,6 +1,6 @@
 """The Models dialog and the welcome page's offer, on the real stack: real widgets,
 the real library and download threads, a Hub of our own on 127.0.0.1
-(``tests/fake_hub.py``) serving the tiny GGUF, and the real engine loading it.
+(``tests/helpers/fake_hub.py``) serving the tiny GGUF, and the real engine loading it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from app.preferences import load_preferences
 from app.qt.views.dialogs.models import ModelsDialog
 from app.qt.views.library.welcome import welcome_offer
 from app.qt.workers.download_worker import DownloadState
-from tests.fake_hub import FakeHub, HubServer
+from tests.helpers.fake_hub import FakeHub, HubServer
 from tests.ui.conftest import WAIT_MS, send, wait_idle
 
 CTRL_SHIFT = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier

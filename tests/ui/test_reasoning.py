@@ -21,7 +21,7 @@ from app.qt.views.transcript.message_card import MessageCard
 from app.qt.views.transcript.thinking import STREAMING_TITLE, thought_title
 from app.qt.views.transcript.transcript import TranscriptView
 from storage import conversation_rows, node_rows
-from tests.tiny_model import write_tiny_model
+from tests.helpers.tiny_model import write_tiny_model
 from tests.ui.conftest import WAIT_MS, send, slow_down_generation, wait_idle
 
 _HISTORY = (

@@ -27,8 +27,8 @@ from app.qt.views.dialogs.tools_tab import (
     starting_text,
 )
 from app.qt.workers import tool_lister
-from tests.mcp_servers import TIME_SERVER, write_server
-from tests.mcp_servers import http_server as serve_http
+from tests.helpers.mcp_servers import TIME_SERVER, write_server
+from tests.helpers.mcp_servers import http_server as serve_http
 
 # Starting a server on a busy two-core machine (ms).
 LIST_MS = 30_000

@@ -31,8 +31,8 @@ from app.qt.views.dialogs.workers_tab import (
     STATUS,
     WorkersTab,
 )
+from tests.helpers.workers import free_port, running_worker
 from tests.ui.conftest import WAIT_MS, wait_idle
-from tests.workers import free_port, running_worker
 
 
 @pytest.fixture(scope="module")

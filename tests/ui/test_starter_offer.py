@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from app.library.catalog import load_catalog
 from app.platform.starter_model import starter_model_path
 from app.qt.views.library.welcome import welcome_offer
-from tests.fake_hub import FakeHub, HubServer
+from tests.helpers.fake_hub import FakeHub, HubServer
 from tests.ui.conftest import WAIT_MS, wait_idle
 
 

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from app.mcp.config import ServerConfig, save_servers
 from storage import node_rows
 from storage.values import Role
-from tests.mcp_servers import stdio_command, write_server
+from tests.helpers.mcp_servers import stdio_command, write_server
 from tests.ui.conftest import send, wait_idle
 
 

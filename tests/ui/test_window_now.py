@@ -216,9 +216,7 @@ def test_the_status_bar_speaks_of_the_conversation_shown(qtbot, make_window):
     assert status.restore_label.text().startswith(("Read ", "Resumed ", "Already"))
 
 
-def test_the_restore_figures_leave_once_they_are_no_longer_true(
-    qtbot, make_window
-):
+def test_the_restore_figures_leave_once_they_are_no_longer_true(qtbot, make_window):
     """A move's figures ("Resumed instantly · 4 ms") describe how the shown
     place was reached: a reply since, or another model, makes them stale."""
     window = make_window()

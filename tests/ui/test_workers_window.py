@@ -29,8 +29,8 @@ from app.qt.views.dialogs.gpu_layers import (
 )
 from app.runner.host import NOT_ON_WORKERS
 from storage import node_rows
+from tests.helpers.workers import free_ports, running_worker
 from tests.ui.conftest import WAIT_MS, send, wait_idle
-from tests.workers import free_ports, running_worker
 
 
 @pytest.fixture

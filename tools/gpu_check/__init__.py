@@ -18,7 +18,7 @@ network (``run --build``):
    a cold resume in a new process reprocesses nothing and sees the logits
    of continuous decoding, for a Llama and for a sliding-window model; a
    span that shared its batch is decoded again exactly
-   (``tests/batch_replay.py``); a checkpoint made on the GPU is refused on
+   (``tests/helpers/batch_replay.py``); a checkpoint made on the GPU is refused on
    the CPU with its reason, and the reverse;
 4. measures cold resume against reprocessing at 2k, 8k and 32k tokens
    (``app.bench``), capture and restore throughput against the card's own
@@ -52,7 +52,7 @@ figures, here):
 how much longer was not measured) and measures capture and restore with it
 on: for a later session, once the default build has run.
 
-The same checks here, with small shapes (tests/test_gpu_check.py runs the
+The same checks here, with small shapes (tests/tools/test_gpu_check.py runs the
 first):
 
     .venv/bin/python -m tools.gpu_check run --backend cpu --out /tmp/check

@@ -36,7 +36,7 @@ from typing import Any
 # The carried paths and the tree travel together within 64 MiB.
 LIMIT_BYTES = 64 << 20
 # What the check imports besides numpy (on the machine already), found by
-# tracing the imports of its steps (tests/test_gpu_check.py keeps this true).
+# tracing the imports of its steps (tests/tools/test_gpu_check.py keeps this true).
 # Binary wheels are for CPython 3.12 on x86-64 Linux (manylinux).
 WHEELS = (
     "SQLAlchemy",

@@ -1,6 +1,6 @@
 """Random-weight GGUF models of real models' shapes, written in seconds.
 
-The tiny models of ``tests/tiny_model.py`` load in milliseconds but run
+The tiny models of ``tests/helpers/tiny_model.py`` load in milliseconds but run
 kernels no real model runs (64-wide rows, heads of 16). These have the
 dimensions of real models (Llama 3.2 1B, Llama 3.1 8B, Gemma 2 2B) and the
 tiny models' vocabulary, template and markup ids, padded with filler tokens
@@ -24,7 +24,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tests.tiny_model import CHATML_TEMPLATE, MARKUP_TOKENS, _vocab
+from tests.helpers.tiny_model import CHATML_TEMPLATE, MARKUP_TOKENS, _vocab
 
 # Q4_0: a float16 scale and 32 four-bit values (16 bytes) per block.
 _BLOCK = 32

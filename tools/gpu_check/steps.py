@@ -8,7 +8,7 @@ time can be killed without losing the others.
 
 The steps use Arbor's own code: the exactness checks drive the ``arbor``
 command line in new processes (a cold resume is a new process restoring
-from SQLite), as ``tests/test_gpu_soft.py`` does on lavapipe, and the
+from SQLite), as ``tests/system/test_gpu_soft.py`` does on lavapipe, and the
 figures come from ``app.bench`` (cold resume against reprocessing), the
 engine's ``capture`` and ``restore``, and the service's own reply timings.
 """
@@ -190,13 +190,13 @@ def continuous(args: Args) -> Any:
 
 
 def batch_replay(args: Args) -> Any:
-    """``tests/batch_replay.py``: a span that shared its batch, decoded again
+    """``tests/helpers/batch_replay.py``: a span that shared its batch, decoded again
     exactly after its checkpoint is lost (``lost``: message or reply)."""
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "tests.batch_replay",
+            "tests.helpers.batch_replay",
             args["model"],
             tempfile.mkdtemp(prefix="replay-", dir=args["work"]),
             args["lost"],
@@ -207,7 +207,9 @@ def batch_replay(args: Args) -> Any:
         cwd=ROOT,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"tests.batch_replay failed: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(
+            f"tests.helpers.batch_replay failed: {done.stderr.strip()[-2000:]}"
+        )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["verdicts"] = {
         "shared a batch": bool(result["shared"]),

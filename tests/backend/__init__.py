@@ -1,0 +1,1 @@
+"""Tests of app/backend: the llama.cpp engine, chat formats, tokens, workers."""

@@ -1,0 +1,1 @@
+"""Tests of app/cli: the ``arbor`` command line as a user runs it."""

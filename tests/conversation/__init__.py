@@ -1,0 +1,1 @@
+"""Tests of app/conversation: the service, its spans, batches and tree."""

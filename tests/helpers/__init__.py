@@ -1,0 +1,1 @@
+"""Helpers the tests share: tiny models, stand-in servers, harnesses. No tests."""

@@ -1,0 +1,1 @@
+"""Tests of app/library: the catalog, the Hub, downloads, model names."""

@@ -1,0 +1,1 @@
+"""Tests of app/mcp: the MCP client and the tool loop against real servers."""

@@ -1,0 +1,1 @@
+"""Tests of packaging/: the desktop bundle, run as a user runs it."""

@@ -1,0 +1,1 @@
+"""Tests of app/runner: jobs run in a child process."""

@@ -1,0 +1,1 @@
+"""Tests of app/server: ``arbor serve`` through real clients."""

@@ -1,0 +1,1 @@
+"""Tests of storage/: the SQLite layer on real files."""

@@ -1,0 +1,1 @@
+"""Tests of app/text: attachments, plain words, quantities."""

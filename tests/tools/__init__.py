@@ -1,0 +1,1 @@
+"""Tests of tools/ (the GPU check, the catalog pinner)."""

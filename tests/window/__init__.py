@@ -1,0 +1,1 @@
+"""Tests of app/window: the presenter without a window."""
