@@ -35,12 +35,12 @@ _.flash_attn_type
 _.no_perf
 
 # sqlite3 connection attributes, read by the driver: autocommit at the
-# driver level (storage/db.py), rows by column name (tests/test_client_chats.py).
+# driver level (storage/db.py), rows by column name (tests/server/test_client_chats.py).
 _.isolation_level
 _.row_factory
 
 # http.server calls a request handler's do_<METHOD> and log_message, and
-# reads close_connection and the server's daemon_threads (tests/fake_hub.py).
+# reads close_connection and the server's daemon_threads (tests/helpers/fake_hub.py).
 _.do_GET
 _.do_HEAD
 _.log_message
@@ -55,7 +55,7 @@ _.tags
 # Dataclass fields written out with asdict() or vars() into JSON and read
 # from there: a reply's stats in the CLI's and the server's answers
 # (app/conversation/results.py), the bench's results (app/bench/results.py,
-# checked by tests/test_bench.py), the GPU check's build attempts
+# checked by tests/bench/test_bench.py), the GPU check's build attempts
 # (tools/gpu_check/build.py).
 _.checkpoint_bytes_written
 _.logits_digest
@@ -63,7 +63,7 @@ _.sync_ms
 _.log_tail
 
 # pydantic models that are JSON schemas the model is asked to fill: their
-# fields are the schema (tests/test_server_clients.py, tools/agent_bench.py).
+# fields are the schema (tests/server/test_server_clients.py, tools/agent_bench.py).
 _.confidence
 _.readings
 
@@ -74,14 +74,14 @@ _.__call__
 
 # Fixtures a test requests for their effect only (skip unless lavapipe runs,
 # a short Hub timeout, with and without the style sheet): pytest reads the
-# argument's name (tests/test_gpu_soft.py, tests/test_hub_timeouts.py,
+# argument's name (tests/system/test_gpu_soft.py, tests/library/test_hub_timeouts.py,
 # tests/ui/test_error_dialog.py).
 _.lavapipe
 _.short_bound
 _.styled
 
 # Tests whose code is the point: defining the class is what must raise
-# (tests/test_jobs.py); the attribute makes a reference cycle for the
+# (tests/jobs/test_jobs.py); the attribute makes a reference cycle for the
 # collector to free (tests/ui/test_gui_thread_gc.py).
 _.Untitled
 _.me

@@ -14,7 +14,7 @@ Every ``blobopen`` leaves a weak reference behind in its connection until
 the connection is closed (CPython's sqlite3, python/cpython#144424), so
 ``Database.read_raw`` replaces a connection after ``BLOBS_PER_CONNECTION``
 blobs: restoring again and again does not grow the process
-(``tests/test_restore_memory.py``). A plain ``SELECT data`` reads a warm 4
+(``tests/system/test_restore_memory.py``). A plain ``SELECT data`` reads a warm 4
 MiB blob about as fast (``tools/scale_space.py``), but makes a new buffer
 per blob, whose first touch in a cold process is what this avoids;
 ``substr()`` slices are eight times slower (SQLite loads the whole value

@@ -79,7 +79,7 @@ MMAP_SIZE = 1 << 30
 # How far the -wal file may grow before SQLite copies its pages into the
 # file. Not SQLite's 1000 pages: with 16 KiB pages that is 16 MiB, pages still
 # in the -wal are read with read(), not through the map, and on a nearly full
-# disk the -wal's room is what deleting needs (tests/test_faults.py,
+# disk the -wal's room is what deleting needs (tests/system/test_faults.py,
 # test_storage_reliability.py). Large pages also make each small commit
 # longer, so half the 4 MiB that 1000 pages of 4 KiB give.
 WAL_AUTOCHECKPOINT_BYTES = 2 << 20

@@ -17,7 +17,7 @@ each delta, then the V rows the same way (for a transposed V, per layer and
 per V row, each delta's elements). Applying the combined state puts every
 cell in the cache cell that applying the deltas one by one would (each set
 call takes the next free cells, and one call takes as many contiguous ones),
-so the logits that follow are bit-identical (``tests/test_restore_path.py``).
+so the logits that follow are bit-identical (``tests/backend/test_restore_path.py``).
 It saves llama.cpp's cost per call: with V transposed, n_layer x n_embd_v
 small copies per delta (30 x 192 for SmolLM2-135M).
 

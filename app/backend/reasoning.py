@@ -757,7 +757,7 @@ _LOW_MEDIUM_HIGH = ("low", "medium", "high")
 
 # Each row: substrings the source must all contain, and the switch. Checked in
 # order, the more specific first. Defaults are what the template does with
-# enable_thinking defined as true; tests/test_reasoning.py renders every
+# enable_thinking defined as true; tests/backend/test_reasoning.py renders every
 # reference template to check them.
 _SWITCHES: tuple[tuple[tuple[str, ...], ReasoningSwitch], ...] = (
     # gpt-oss: "Reasoning: <effort>" in the system message.

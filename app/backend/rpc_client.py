@@ -44,7 +44,7 @@ from app.backend.values import LayerHolder
 # RPC_PROTO_MAJOR_VERSION and _MINOR_VERSION in ggml-rpc.h, as vendored by the
 # llama-cpp-python this Arbor pins (0.3.36). llama.cpp's client aborts unless a
 # server's major version is this one and its minor version no newer.
-# tests/test_rpc_workers.py checks a worker of this install answers them.
+# tests/backend/test_rpc_workers.py checks a worker of this install answers them.
 PROTOCOL = (7, 0)
 # Seconds a worker has to answer the hello: a worker on a network answers in
 # milliseconds, so this is only ever waited out by one that cannot answer.

@@ -23,7 +23,7 @@ def token_logprobs(
     """``token``'s entry, sampled from batch ``row``'s logits, with the
     ``top`` most likely tokens beside it (OpenAI's ``logprobs.content`` item)."""
     # Here, not at the top: the window imports the generation pipeline's
-    # names without loading numpy (tests/test_import_weight.py).
+    # names without loading numpy (tests/system/test_import_weight.py).
     import numpy as np
 
     logits = engine.logits(row).astype(np.float64)

@@ -39,7 +39,7 @@ The comparison samples: a template that rendered one turn in the middle of a
 long path otherwise for something more than a round away, and only there,
 would go unseen. None of llama.cpp's reference templates (103 of them, its
 ``models/templates`` and ``test-chat-template.cpp``) does, on any node:
-``tests/test_first_visit_linear.py`` compares every node's texts.
+``tests/conversation/test_first_visit_linear.py`` compares every node's texts.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The contract between the window (``app/window``, ``app/qt``) and the runner
 (``app/runner``), below both: it imports neither, nor Qt
-(``tests/test_layering.py``). Jobs are plain frozen dataclasses queued through
+(``tests/system/test_layering.py``). Jobs are plain frozen dataclasses queued through
 one signal, so they run one at a time on the engine thread (or in its child
 process) in the order they were asked for. What each one did comes back as one
 of ``app.jobs.results``.

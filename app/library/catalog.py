@@ -5,7 +5,7 @@ The file says where each of its claims comes from (``provenance``, for the
 whole file and for each entry): the entries were written offline, and each
 entry's ``tools`` mark was learned by Arbor's own tool-syntax learning from
 llama.cpp's reference template of the entry's family (``tools_template``),
-which ``tests/test_catalog_tools.py`` repeats, so a wrong mark fails there.
+which ``tests/backend/test_catalog_tools.py`` repeats, so a wrong mark fails there.
 
 **Pins.** A file of an entry may be pinned (``pins``): the Hub commit to
 fetch it from and its exact sha256 and size. A pinned file is downloaded
