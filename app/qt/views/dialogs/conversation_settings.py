@@ -108,8 +108,8 @@ class ConversationSettingsDialog(QDialog):
 
         # Only where a size was raised for this conversation: the way back.
         self.own_context_box = QCheckBox(
-            f"Its own context size, {context_size or 0:,} tokens "
-            f"(Settings: {settings_context:,}); unticked, the Settings' size"
+            f"A context of {context_size or 0:,} tokens for this conversation "
+            f"(untick for the Settings' {settings_context:,})"
         )
         self.own_context_box.setObjectName("OwnContextBox")
         self.own_context_box.setChecked(True)
