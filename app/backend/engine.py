@@ -279,9 +279,9 @@ class LlamaEngine:
             "offload": offload_plan.signature(self.placement, found),
         }
         # A delta of full-attention layers restores bit-exactly into a context
-        # of another size (tests/conversation/test_fallbacks.py), so raising n_ctx keeps the
-        # checkpoints. Sliding-window and recurrent state was not shown to:
-        # there n_ctx still separates profiles.
+        # of another size (tests/conversation/test_fallbacks.py), so raising
+        # n_ctx keeps the checkpoints. Sliding-window and recurrent state was
+        # not shown to: there n_ctx still separates profiles.
         if self.n_swa or self.state_kind is not StateKind.DELTA:
             self.profile_details["n_ctx"] = self.n_ctx
         # Only with workers, so that the profile (and the checkpoints) of a

@@ -27,7 +27,8 @@ copies of the span's last token, then cut off. A batch's rows are computed
 independently and causal attention hides later rows from earlier ones, so
 what the filler holds does not change the span's cells; its size does
 (byte for byte on the CPU and on lavapipe's Vulkan, where plain batches give
-other cells: ``tests/conversation/test_shared_batches.py``, ``tests/system/test_gpu_soft.py``).
+other cells: ``tests/conversation/test_shared_batches.py``,
+``tests/system/test_gpu_soft.py``).
 
 A new message under a conversation's start also decodes its role header
 (``<|im_start|>user\\n``: what every message there begins with) as a batch of
