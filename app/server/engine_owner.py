@@ -3,7 +3,7 @@
 Requests queue behind one another there; the queue is bounded, so that a
 client flooding the server is told to come back (``Busy``) rather than
 piling up work nobody waits for. Who owns that thread differs: ``arbor
-serve`` has its own (``EngineThread``), the window lends its engine worker.
+serve`` has its own (``ServeEngineThread``), the window lends its engine worker.
 
 The owner hands that thread one job at a time and picks the next itself, so
 that a person's request never waits behind a client's background tasks
@@ -230,7 +230,7 @@ class EngineOwner:
         self._submit(job).add_done_callback(reported)
 
 
-class EngineThread:
+class ServeEngineThread:
     """``arbor serve``'s own engine thread: loads the model and opens the
     service there, then runs the jobs it is given, in order."""
 

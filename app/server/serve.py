@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from app.platform.ports import DEFAULT_PORT
-from app.server.engine_owner import EngineOwner, EngineThread, Submit
+from app.server.engine_owner import EngineOwner, ServeEngineThread, Submit
 from app.server.http_api import NotServed, ServedModel, ServerConfig, build_app
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ async def _serve(
     sock: socket.socket,
     say: Callable[[str], None],
 ) -> None:
-    engine = EngineThread(lambda: _open_service(options))
+    engine = ServeEngineThread(lambda: _open_service(options))
     served: list[ServedModel] = []  # set once the model has loaded
     config = ServerConfig(
         lambda: served[0] if served else NotServed.LOADING,
