@@ -34,7 +34,7 @@ from app.text.quantities import format_bytes
 CATALOG_ASSET = "models/catalog.json"
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")  # a sha256 as the Hub writes it
 
 # What an entry's ``tools`` may say: its family's template writes tool calls
 # (Arbor reads the model's own syntax), it writes none (Arbor's generic JSON
@@ -111,10 +111,6 @@ class CatalogEntry:
     description: str
     pins: tuple[FilePin, ...] = ()
     provenance: Provenance | None = None
-
-    def pin(self, filename: str) -> FilePin | None:
-        """The pin of ``filename`` (one of the entry's files), or None."""
-        return next((p for p in self.pins if p.file == filename), None)
 
 
 @dataclass(frozen=True)
@@ -317,7 +313,7 @@ def _pins(raw: dict[str, Any]) -> tuple[FilePin, ...]:
         revision, sha256, size = pin["revision"], pin["sha256"], pin["size"]
         if not isinstance(revision, str) or not _COMMIT.match(revision):
             raise CatalogError(f"{where}: revision is not a 40-hex commit")
-        if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        if not isinstance(sha256, str) or not SHA256_HEX.match(sha256):
             raise CatalogError(f"{where}: sha256 is not 64 lower-case hex digits")
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise CatalogError(f"{where}: size is not a positive number of bytes")

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from app.library import catalog
-from app.library.catalog import FilePin
+from app.library.catalog import SHA256_HEX, FilePin
 from app.library.file_hashes import HashCache, stamp_of
 from app.library.hub import (
     HubError,
@@ -70,7 +70,6 @@ from app.text.quantities import format_bytes
 if TYPE_CHECKING:
     import httpx2
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Room left on the disk beyond the file itself (the database grows too).
 _DISK_MARGIN = 64 * 1024**2
 # How often progress is reported, at most (seconds).
@@ -311,7 +310,7 @@ def _remote(
     if pin is not None:
         _check_pin(part, pin, etag, meta.size)
         return _Remote(part, meta.location, pin.size, pin.sha256, pin.revision, True)
-    if not _SHA256.match(etag):
+    if not SHA256_HEX.match(etag):
         raise HubError(
             f"{repo}/{part}: the server gives no sha256 for the file, so it "
             "cannot be checked; not downloading it"
@@ -328,7 +327,7 @@ def _check_pin(part: str, pin: FilePin, etag: str, size: int | None) -> None:
     differs = []
     if size is not None and size != pin.size:
         differs.append(f"size {size:,} bytes, pinned {pin.size:,}")
-    if _SHA256.match(etag) and etag != pin.sha256:
+    if SHA256_HEX.match(etag) and etag != pin.sha256:
         differs.append(f"sha256 {etag[:12]}…, pinned {pin.sha256[:12]}…")
     if differs:
         raise PinMismatch(

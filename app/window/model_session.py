@@ -21,6 +21,7 @@ from app.jobs.results import Failed, ModelLoaded
 from app.library.catalog import shipped_catalog
 from app.mcp.config import ServerConfig, load_servers
 from app.preferences import Preferences
+from app.window.shown_conversation import ShownConversation
 from app.window.view import Engine, View
 from storage.db import Database
 from storage.errors import StorageUnavailable
@@ -49,10 +50,18 @@ class ModelSession:
         The user's preferences.
     view
         The window.
+    shown
+        The conversation shown: a model loads with its context size, where
+        one was raised for it.
     """
 
     def __init__(
-        self, db: Database, engine: Engine, prefs: Preferences, view: View
+        self,
+        db: Database,
+        engine: Engine,
+        prefs: Preferences,
+        view: View,
+        shown: ShownConversation,
     ) -> None:
         self.db = db
         self.engine = engine
@@ -69,9 +78,7 @@ class ModelSession:
         self.after_loss: LostEngine | None = None
         # Whether any MCP server is enabled (the composer offers their tools).
         self.tools_available = self._any_tool_server()
-        # The context size raised for the conversation shown (None: the
-        # Settings'): a model loads with it while that conversation is shown.
-        self.own_context: int | None = None
+        self.shown = shown
         # Whether the loaded (or loading) model's context is a conversation's
         # own rather than the Settings' (a failed load then keeps the
         # Settings' size: it was never theirs).
@@ -99,15 +106,16 @@ class ModelSession:
     def backend(self) -> BackendSettings:
         """The settings a model loads with now: the preferences', with the
         shown conversation's own context size where it has one."""
-        if self.own_context is None:
+        own = self.shown.context_size
+        if own is None:
             return self.prefs.backend
-        return replace(self.prefs.backend, n_ctx=self.own_context)
+        return replace(self.prefs.backend, n_ctx=own)
 
     def load_model(self, path: Path, settings: BackendSettings | None = None) -> None:
         """Load a model in the background (the composer waits for it), with
         ``settings`` (by default, ``backend``)."""
         job = jobs.LoadModel(path, settings or self.backend)
-        self._loading_own = settings is None and self.own_context is not None
+        self._loading_own = settings is None and self.shown.context_size is not None
         self.loading_model = str(path)
         self.view.set_busy(job.busy)  # at once: loading can take a while
         self.view.state_changed()
@@ -164,7 +172,7 @@ class ModelSession:
 
     def follow_context(self) -> bool:
         """Load the model again when the loaded one's context size is not
-        the one the shown conversation asks for (``own_context``). True when
+        the one the shown conversation asks for (``backend``). True when
         a load began (a restore waits for it)."""
         info, loaded = self.model_info, self._loaded_backend
         if info is None or loaded is None or self.loading_model is not None:
@@ -174,7 +182,7 @@ class ModelSession:
             return False
         # The placement it runs with (workers, layers) stays as it is.
         self.load_model(Path(info.path), replace(loaded, n_ctx=wanted))
-        self._loading_own = self.own_context is not None
+        self._loading_own = self.shown.context_size is not None
         return True
 
     def engine_lost(self, failed: Failed) -> None:

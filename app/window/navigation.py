@@ -91,7 +91,6 @@ class Navigation:
         node_id = self.shown.show_active(node_id, follow)
         made_with = self.made_with_other_model()
         self.view.offer_model_switch(made_with)
-        self.model.own_context = self.shown.context_size
         if node_id is not None and not self.reply.generating:
             if restore and self.model.model_info is not None and made_with is None:
                 # Restoring also records the node as where to reopen; with a

@@ -94,7 +94,7 @@ class WindowPresenter:
         self.view = view
         self.read_only = db.read_only
         self.shown = ShownConversation(db, engine, view)
-        self.model = ModelSession(db, engine, prefs, view)
+        self.model = ModelSession(db, engine, prefs, view, self.shown)
         self.reply = ReplyInFlight(engine, view, self.shown, self.model)
         self.requests = ReplyRequests(engine, view, self.shown, self.model, self.reply)
         self.navigation = Navigation(engine, view, self.shown, self.model, self.reply)
@@ -308,7 +308,6 @@ class WindowPresenter:
         elif choice is WayOn.RAISE and size is not None:
             # This conversation's alone: the Settings' size stays for others.
             self.shown.keep_context_size(size)
-            self.model.own_context = size
             self.model.follow_context()
         elif choice is WayOn.SUMMARY and self.shown.active_id is not None:
             sampling = self.conversation_sampling()[0]
@@ -322,7 +321,6 @@ class WindowPresenter:
         if self.generating or self.shown.context_size is None:
             return
         self.shown.keep_context_size(None)
-        self.model.own_context = None
         self.model.follow_context()
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
@@ -397,7 +395,6 @@ class WindowPresenter:
                     # A context this computer could not give: the
                     # conversation goes back to the Settings' size.
                     shown.keep_context_size(None)
-                    self.model.own_context = None
             case _ if isinstance(result.job, jobs.Generating):
                 elsewhere = self.reply.out_of_sight
                 self.reply.end(result)

@@ -54,7 +54,7 @@ def test_the_tool_pins_each_file_and_says_what_changed(
         first = capsys.readouterr().out
         entry = load_catalog(path).entries[0]
         assert f"{FILE}: pinned at {COMMIT[:12]}" in first
-        pin = entry.pin(FILE)
+        pin = load_catalog(path).pins_for(entry.repo, [FILE]).get(FILE)
         assert pin is not None
         assert (pin.revision, pin.sha256, pin.size) == (
             COMMIT,
